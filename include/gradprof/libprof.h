@@ -1,0 +1,137 @@
+/*
+ * libprof — gradprof's in-process profiling API.
+ *
+ * A tagging source (the tensor library, the PyTorch helper, the interposer) reports every buffer it
+ * creates, frees or re-purposes; libprof keeps live and peak byte counters per category and device
+ * and hands each event to the active listener (the trace recorder, or a test).
+ *
+ * Event model (../shared/DESIGN.md): alloc(address, bytes, device, tag), free(address, device),
+ * retag(address, tag), region push/pop, mark. A tag is a category plus an op label, a module path and
+ * the grad mode in force when the buffer was made.
+ *
+ * Counters are always on and cost two relaxed atomic adds per event; with no listener set, nothing
+ * else happens. All functions are thread-safe.
+ */
+#ifndef GRADPROF_LIBPROF_H
+#define GRADPROF_LIBPROF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What a buffer is. X(ENUM, name) — the name is what traces and reports print. */
+#define LP_CATEGORY_MAP(X)                                                                         \
+    X(PARAMETER, "parameter")             /* model weights and buffers (running statistics) */     \
+    X(INPUT, "input")                     /* data fed to the model */                              \
+    X(ACTIVATION, "activation")           /* an op's output */                                     \
+    X(SAVED, "saved")                     /* an activation kept alive for backward */              \
+    X(GRADIENT, "gradient")               /* .grad of leaves and gradients flowing in backward */  \
+    X(OPTIMIZER_STATE, "optimizer_state") /* momentum, Adam moments */                             \
+    X(AUTOGRAD, "autograd")               /* graph nodes and their metadata */                     \
+    X(TEMPORARY, "temporary")             /* scratch an op frees before it returns */              \
+    X(OTHER, "other")                     /* untagged raw allocation */
+
+typedef enum lp_category {
+#define LP__CATEGORY_ENUM(e, s) LP_CAT_##e,
+    LP_CATEGORY_MAP(LP__CATEGORY_ENUM)
+#undef LP__CATEGORY_ENUM
+        LP_CAT_COUNT
+} lp_category;
+
+/* The lower-case name of a category ("saved"), or "invalid". */
+const char *lp_category_name(lp_category category);
+
+/* Parses a category name, case-insensitively ("SAVED", "saved"). Returns 0, or -1 if unknown. */
+int lp_category_parse(const char *name, lp_category *out);
+
+/* Devices: LP_DEVICE_HOST, or a CUDA ordinal 0..LP_MAX_CUDA_DEVICES-1. */
+typedef int32_t lp_device;
+#define LP_DEVICE_HOST ((lp_device)-1)
+#define LP_MAX_CUDA_DEVICES 8
+
+/*
+ * A buffer's role. The strings are borrowed for the duration of the call: a listener that keeps them
+ * copies them. `op` is the op that made the buffer ("linear", "relu_backward"); `module` the dotted
+ * module path active at the time ("encoder.layers.0.fc1", "" at top level); `detail` optional extra
+ * labels such as a shape ("[64,128]"), may be NULL.
+ */
+typedef struct lp_tag {
+    lp_category category;
+    const char *op;
+    const char *module;
+    const char *detail;
+    bool grad_enabled;
+} lp_tag;
+
+/* Reports that [addr, addr+bytes) on `device` was just allocated, with role `tag`. */
+void lp_alloc(const void *addr, size_t bytes, lp_device device, const lp_tag *tag);
+
+/*
+ * Reports that the buffer at `addr` is about to be freed. The caller passes back the size and the
+ * category it last reported for it, so that counters need no lookup table.
+ */
+void lp_free(const void *addr, size_t bytes, lp_device device, lp_category category);
+
+/* Reports that the live buffer at `addr` changed role from category `from` to `to->category`. */
+void lp_retag(const void *addr, size_t bytes, lp_device device, lp_category from, const lp_tag *to);
+
+/* Scopes: a region has a name (a module path, "no_grad", "inference", a user label); regions nest
+ * per thread. A mark is a point label such as "iter 3". Names are borrowed for the call. */
+void lp_region_push(const char *name);
+void lp_region_pop(void);
+void lp_mark(const char *label);
+
+/* Live and peak bytes per category on one device, and of all categories together. The peak of each
+ * category is that category's own maximum since the last reset. */
+typedef struct lp_counters {
+    int64_t live[LP_CAT_COUNT];
+    int64_t peak[LP_CAT_COUNT];
+    int64_t live_total;
+    int64_t peak_total;
+} lp_counters;
+
+/* Copies the counters of `device` into *out. Returns 0, or -1 if the device is out of range. */
+int lp_counters_get(lp_device device, lp_counters *out);
+
+/* Sets every peak of every device to its current live value, so a phase can measure its own peak. */
+void lp_counters_reset_peak(void);
+
+/* Events as a listener sees them. Pointers in the event are valid for the call only. */
+typedef enum lp_event_kind {
+    LP_EV_ALLOC,
+    LP_EV_FREE,
+    LP_EV_RETAG,
+    LP_EV_REGION_PUSH,
+    LP_EV_REGION_POP,
+    LP_EV_MARK,
+} lp_event_kind;
+
+typedef struct lp_event {
+    lp_event_kind kind;
+    const void *addr;          /* ALLOC, FREE, RETAG */
+    size_t bytes;              /* ALLOC, FREE, RETAG */
+    lp_device device;          /* ALLOC, FREE, RETAG */
+    lp_category from_category; /* FREE: the category freed; RETAG: the previous category */
+    const lp_tag *tag;         /* ALLOC, RETAG: the (new) tag; NULL otherwise */
+    const char *name;          /* REGION_PUSH, MARK: the name; NULL otherwise */
+} lp_event;
+
+typedef void (*lp_listener_fn)(const lp_event *event, void *user_data);
+
+/*
+ * Installs `fn` (NULL removes it) to receive every event from now on, on the thread that reports it.
+ * One listener at a time; the previous one is replaced. The listener must not call back into libprof
+ * reporting functions. Setting the listener is not synchronised with events in flight on other
+ * threads: install it before the work to observe starts.
+ */
+void lp_set_listener(lp_listener_fn fn, void *user_data);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GRADPROF_LIBPROF_H */

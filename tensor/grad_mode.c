@@ -1,0 +1,56 @@
+/* Grad modes: thread-local and nestable, as c10/core/GradMode.h. */
+#include "tensor_internal.h"
+
+static _Thread_local tn_grad_mode tn__mode = {.grad_enabled = true, .inference_mode = false};
+
+bool tn_is_grad_enabled(void) { return tn__mode.grad_enabled; }
+
+bool tn_set_grad_enabled(bool enabled)
+{
+    bool previous = tn__mode.grad_enabled;
+    tn__mode.grad_enabled = enabled;
+    return previous;
+}
+
+bool tn_is_inference_mode_enabled(void) { return tn__mode.inference_mode; }
+
+static tn_grad_mode tn__enter(tn_grad_mode next, const char *region)
+{
+    tn_grad_mode previous = tn__mode;
+    tn__mode = next;
+    lp_region_push(region);
+    return previous;
+}
+
+tn_grad_mode tn_no_grad_begin(void)
+{
+    return tn__enter((tn_grad_mode){false, tn__mode.inference_mode}, "no_grad");
+}
+
+tn_grad_mode tn_enable_grad_begin(void)
+{
+    return tn__enter((tn_grad_mode){true, tn__mode.inference_mode}, "enable_grad");
+}
+
+tn_grad_mode tn_inference_mode_begin(bool enabled)
+{
+    /* inference_mode(false) inside inference mode restores normal autograd, as in PyTorch. */
+    tn_grad_mode next = enabled ? (tn_grad_mode){false, true} : (tn_grad_mode){true, false};
+    return tn__enter(next, enabled ? "inference_mode" : "inference_mode(false)");
+}
+
+void tn_grad_mode_end(tn_grad_mode previous)
+{
+    tn__mode = previous;
+    lp_region_pop();
+}
+
+bool tn__grad_needed(int n, tn_tensor *const *inputs)
+{
+    if (!tn__mode.grad_enabled)
+        return false;
+    for (int i = 0; i < n; i++)
+        if (inputs[i] && inputs[i]->requires_grad)
+            return true;
+    return false;
+}
