@@ -33,6 +33,8 @@ int tn__error(int code, const char *fmt, ...)
 
 int tn_last_error(void) { return tn__last_code; }
 
+int tn__pending_error(void) { return tn__last_code < 0 ? tn__last_code : TN_ENOMEM; }
+
 const char *tn_last_error_message(void) { return tn__last_message; }
 
 void tn_clear_error(void)

@@ -23,13 +23,6 @@
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
-/* The code of the error already set by a failing callee (TN_ENOMEM if, oddly, none is set). */
-static int pending_error(void)
-{
-    int code = tn_last_error();
-    return code < 0 ? code : TN_ENOMEM;
-}
-
 static int64_t min64(int64_t a, int64_t b)
 {
     return a < b ? a : b;
@@ -38,17 +31,6 @@ static int64_t min64(int64_t a, int64_t b)
 static int64_t max64(int64_t a, int64_t b)
 {
     return a > b ? a : b;
-}
-
-/* t itself (retained) if contiguous, else a contiguous TEMPORARY copy outside the graph. */
-static tn_tensor *contiguous_scratch(tn_tensor *t, const char *op)
-{
-    if (tn_is_contiguous(t))
-        return tn_retain(t);
-    tn_tensor *c = tn__new_tensor(t->ndim, t->shape, LP_CAT_TEMPORARY, op);
-    if (c)
-        tn_copy_to(t, tn_data(c));
-    return c;
 }
 
 /* A zero-filled output of `op` (tagged GRADIENT when made inside a backward). */
@@ -222,7 +204,7 @@ tn_tensor *tn_conv2d(tn_tensor *x, tn_tensor *weight, tn_tensor *bias, int strid
     if (!out)
         return NULL;
 
-    tn_tensor *wc = contiguous_scratch(weight, "conv2d"); /* W [O, K] */
+    tn_tensor *wc = tn__contiguous_scratch(weight, "conv2d"); /* W [O, K] */
     if (!wc)
         goto fail;
     bool pointwise = conv_is_pointwise(&g, tn_is_contiguous(x));
@@ -291,7 +273,7 @@ static int conv2d_backward(tn_node *node, tn_tensor *grad_out, tn_tensor **grad_
     if (need_w && !(x = tn__saved(node, (int)node->ints[CONV_SLOT_X])))
         goto fail;
     if (need_x && (!(w = tn__saved(node, (int)node->ints[CONV_SLOT_W])) ||
-                   !(wc = contiguous_scratch(w, "conv2d"))))
+                   !(wc = tn__contiguous_scratch(w, "conv2d"))))
         goto fail;
     geom g;
     geom_init(&g, ix->shape, x ? x->strides : NULL, iw->shape[2], iw->shape[3],
@@ -345,7 +327,7 @@ static int conv2d_backward(tn_node *node, tn_tensor *grad_out, tn_tensor **grad_
     gx = gw = gb = NULL;
     goto done;
 fail:
-    rc = pending_error();
+    rc = tn__pending_error();
 done:
     if (cols)
         tn__free(cols, cols_bytes, LP_CAT_TEMPORARY);
@@ -523,11 +505,11 @@ static int max_pool2d_backward(tn_node *node, tn_tensor *grad_out, tn_tensor **g
     const tn_node_input *ix = &node->inputs[0];
     tn_tensor *x = tn__saved(node, (int)node->ints[POOL_SLOT_X]);
     if (!x)
-        return pending_error();
+        return tn__pending_error();
     tn_tensor *gx = zeros_output(ix->ndim, ix->shape, "max_pool2d");
     if (!gx) {
         tn_release(x);
-        return pending_error();
+        return tn__pending_error();
     }
     geom g;
     int64_t k = node->ints[POOL_KERNEL];
@@ -559,7 +541,7 @@ static int avg_pool2d_backward(tn_node *node, tn_tensor *grad_out, tn_tensor **g
     const tn_node_input *ix = &node->inputs[0];
     tn_tensor *gx = zeros_output(ix->ndim, ix->shape, "avg_pool2d");
     if (!gx)
-        return pending_error();
+        return tn__pending_error();
     geom g;
     int64_t k = node->ints[POOL_KERNEL];
     geom_init(&g, ix->shape, NULL, k, k, node->ints[POOL_STRIDE], node->ints[POOL_PAD]);

@@ -21,13 +21,6 @@ enum { SLOT_A = 0, SLOT_B = 1 };
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
-/* The code of the error already set by a failing callee (TN_ENOMEM if, oddly, none is set). */
-static int pending_error(void)
-{
-    int code = tn_last_error();
-    return code < 0 ? code : TN_ENOMEM;
-}
-
 /* Gives back the gradients a failing backward already made, so the engine sees none. */
 static void release_grads(const tn_node *node, tn_tensor **grad_inputs)
 {
@@ -80,15 +73,6 @@ static bool collapse_dims(int nd, const int64_t *shape, const int64_t *strides, 
         expect = strides[d] * shape[d];
     }
     return true;
-}
-
-/* A contiguous copy of t in TEMPORARY scratch, outside the graph; the caller releases it. */
-static tn_tensor *scratch_copy(const tn_tensor *t, const char *op)
-{
-    tn_tensor *c = tn__new_tensor(t->ndim, t->shape, LP_CAT_TEMPORARY, op);
-    if (c)
-        tn_copy_to(t, tn_data(c));
-    return c;
 }
 
 /* A view of t's storage with the given layout (a new reference; outside the graph). */
@@ -280,12 +264,12 @@ tn_tensor *tn_matmul(tn_tensor *a, tn_tensor *b)
     } else {
         tn_tensor *ac = NULL, *bc = NULL; /* scratch copies of layouts sgemm cannot take */
         if (!mm_usable(&A)) {
-            if (!(ac = scratch_copy(a, "matmul")))
+            if (!(ac = tn__scratch_copy(a, "matmul")))
                 goto fail;
             mm_promote(a->ndim, a->shape, NULL, true, &A);
         }
         if (!mm_usable(&B)) {
-            if (!(bc = scratch_copy(b, "matmul"))) {
+            if (!(bc = tn__scratch_copy(b, "matmul"))) {
                 tn_release(ac);
                 goto fail;
             }
@@ -336,7 +320,7 @@ static int matmul_backward(tn_node *node, tn_tensor *grad_out, tn_tensor **grad_
     tn__contiguous_strides(bnd + 2, gshape, gstrides);
     tn_tensor *g = wrap(grad_out, bnd + 2, gshape, gstrides);
     if (!g)
-        return pending_error();
+        return tn__pending_error();
 
     int rc = 0;
     tn_tensor *saved = NULL, *opt = NULL, *prod = NULL, *sum = NULL, *scratch = NULL, *gflat = NULL;
@@ -375,7 +359,7 @@ static int matmul_backward(tn_node *node, tn_tensor *grad_out, tn_tensor **grad_
             int64_t rows = tn__shape_numel(na - 1, A.shape), rs;
             const tn_tensor *src = saved;
             if (!collapse_dims(na - 1, A.shape, A.strides, max64(k, 1), &rs)) {
-                if (!(scratch = scratch_copy(saved, "matmul")))
+                if (!(scratch = tn__scratch_copy(saved, "matmul")))
                     goto fail;
                 src = scratch;
                 rs = max64(k, 1);
@@ -405,7 +389,7 @@ static int matmul_backward(tn_node *node, tn_tensor *grad_out, tn_tensor **grad_
     }
     goto done;
 fail:
-    rc = pending_error();
+    rc = tn__pending_error();
     release_grads(node, grad_inputs);
 done:
     tn_release(saved);
@@ -482,14 +466,14 @@ tn_tensor *tn_linear(tn_tensor *x, tn_tensor *weight, tn_tensor *bias)
             CBLAS_TRANSPOSE tx, tw;
             int ldx, ldw;
             if (!linear_x_layout(x, rows, in, &tx, &ldx)) {
-                if (!(xc = scratch_copy(x, "linear")))
+                if (!(xc = tn__scratch_copy(x, "linear")))
                     goto fail;
                 tx = CblasNoTrans;
                 ldx = (int)in;
             }
             /* W^T [in, outf] has strides (W.s1, W.s0). */
             if (!gemm_layout(in, outf, weight->strides[1], weight->strides[0], &tw, &ldw)) {
-                if (!(wc = scratch_copy(weight, "linear"))) {
+                if (!(wc = tn__scratch_copy(weight, "linear"))) {
                     tn_release(xc);
                     goto fail;
                 }
@@ -548,7 +532,7 @@ static int linear_backward(tn_node *node, tn_tensor *grad_out, tn_tensor **grad_
         int64_t rs;
         const tn_tensor *src = saved;
         if (!collapse_dims(saved->ndim - 1, saved->shape, saved->strides, max64(in, 1), &rs)) {
-            if (!(scratch = scratch_copy(saved, "linear")))
+            if (!(scratch = tn__scratch_copy(saved, "linear")))
                 goto fail;
             src = scratch;
             rs = max64(in, 1);
@@ -568,7 +552,7 @@ static int linear_backward(tn_node *node, tn_tensor *grad_out, tn_tensor **grad_
     }
     goto done;
 fail:
-    rc = pending_error();
+    rc = tn__pending_error();
     release_grads(node, grad_inputs);
 done:
     tn_release(saved);

@@ -11,52 +11,6 @@
 
 #include "tensor_internal.h"
 
-/* The error code to return after a failed call that should have set one. */
-static int loss_rc(void)
-{
-    return tn_last_error() ? tn_last_error() : TN_ENOMEM;
-}
-
-/* Copies the elements of a strided layout into dst in row-major order. */
-static void loss_strided_copy(float *restrict dst, const float *restrict src, int ndim,
-                              const int64_t *shape, const int64_t *strides)
-{
-    int64_t numel = tn__shape_numel(ndim, shape);
-    if (numel == 0)
-        return;
-    if (ndim == 0) {
-        dst[0] = src[0];
-        return;
-    }
-    int64_t idx[TN_MAX_DIMS] = {0};
-    int64_t n = shape[ndim - 1], st = strides[ndim - 1], off = 0;
-    for (int64_t done = 0; done < numel; done += n) {
-        const float *s = src + off;
-        for (int64_t j = 0; j < n; j++)
-            dst[j] = s[j * st];
-        dst += n;
-        for (int d = ndim - 2; d >= 0; d--) {
-            off += strides[d];
-            if (++idx[d] < shape[d])
-                break;
-            off -= idx[d] * strides[d];
-            idx[d] = 0;
-        }
-    }
-}
-
-/* t itself (a new reference) if contiguous, else a contiguous copy tagged TEMPORARY by `op`.
- * Makes no graph node. */
-static tn_tensor *loss_dense(tn_tensor *t, const char *op)
-{
-    if (tn_is_contiguous(t))
-        return tn_retain(t);
-    tn_tensor *c = tn__new_tensor(t->ndim, t->shape, LP_CAT_TEMPORARY, op);
-    if (c)
-        loss_strided_copy(tn_data(c), tn_data_const(t), t->ndim, t->shape, t->strides);
-    return c;
-}
-
 /* ---- cross_entropy -------------------------------------------------------------------------- */
 
 /* dlogits[n, c] = g / N * (softmax[n, c] - [c == target[n]]), softmax = exp(log-softmax).
@@ -68,14 +22,14 @@ static int cross_entropy_backward(tn_node *node, tn_tensor *g, tn_tensor **grad_
     tn_tensor *ls = tn__saved(node, 0);
     if (!ls)
         return tn_last_error();
-    tn_tensor *lsc = loss_dense(ls, "cross_entropy");
+    tn_tensor *lsc = tn__contiguous_scratch(ls, "cross_entropy");
     tn_release(ls);
     if (!lsc)
-        return loss_rc();
+        return tn__pending_error();
     tn_tensor *dx = tn__new_output(2, (const int64_t[]){N, C}, "cross_entropy");
     if (!dx) {
         tn_release(lsc);
-        return loss_rc();
+        return tn__pending_error();
     }
     const float k = tn_item(g) / (float)N;
     const float *ld = tn_data_const(lsc);
@@ -116,7 +70,7 @@ tn_tensor *tn_cross_entropy(tn_tensor *logits, const int64_t *targets)
                 (long)targets[n], (long)n, (long)C, tn_shape_str(logits, bl, sizeof bl));
 
     bool record = tn__grad_needed(1, &logits);
-    tn_tensor *xc = loss_dense(logits, op), *out = NULL, *ls = NULL;
+    tn_tensor *xc = tn__contiguous_scratch(logits, op), *out = NULL, *ls = NULL;
     if (!xc || !(out = tn__new_output(0, NULL, op)))
         goto fail;
     if (record && !(ls = tn__new_output(2, logits->shape, op)))
@@ -175,12 +129,12 @@ static int mse_loss_backward(tn_node *node, tn_tensor *g, tn_tensor **grad_input
         rc = tn_last_error();
         goto done;
     }
-    a = loss_dense(as, "mse_loss");
-    b = loss_dense(bs, "mse_loss");
+    a = tn__contiguous_scratch(as, "mse_loss");
+    b = tn__contiguous_scratch(bs, "mse_loss");
     const tn_node_input *in = &node->inputs[0];
     if (!a || !b || (need_a && !(da = tn__new_output(in->ndim, in->shape, "mse_loss"))) ||
         (need_b && !(db = tn__new_output(in->ndim, in->shape, "mse_loss")))) {
-        rc = loss_rc();
+        rc = tn__pending_error();
         goto done;
     }
     int64_t n = tn_numel(a);
@@ -219,8 +173,8 @@ tn_tensor *tn_mse_loss(tn_tensor *input, tn_tensor *target)
         return TN__FAIL_NULL(TN_ESHAPE, "%s: input %s and target %s must have the same shape", op,
                              tn_shape_str(input, ba, sizeof ba),
                              tn_shape_str(target, bb, sizeof bb));
-    tn_tensor *ac = loss_dense(input, op), *bc = NULL, *out = NULL;
-    if (!ac || !(bc = loss_dense(target, op)) || !(out = tn__new_output(0, NULL, op)))
+    tn_tensor *ac = tn__contiguous_scratch(input, op), *bc = NULL, *out = NULL;
+    if (!ac || !(bc = tn__contiguous_scratch(target, op)) || !(out = tn__new_output(0, NULL, op)))
         goto fail;
     int64_t n = tn_numel(input);
     const float *ad = tn_data_const(ac), *bd = tn_data_const(bc);

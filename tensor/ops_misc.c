@@ -9,52 +9,6 @@
 
 #include "tensor_internal.h"
 
-/* The error code to return after a failed call that should have set one. */
-static int misc_rc(void)
-{
-    return tn_last_error() ? tn_last_error() : TN_ENOMEM;
-}
-
-/* Copies the elements of a strided layout into dst in row-major order. */
-static void misc_strided_copy(float *restrict dst, const float *restrict src, int ndim,
-                              const int64_t *shape, const int64_t *strides)
-{
-    int64_t numel = tn__shape_numel(ndim, shape);
-    if (numel == 0)
-        return;
-    if (ndim == 0) {
-        dst[0] = src[0];
-        return;
-    }
-    int64_t idx[TN_MAX_DIMS] = {0};
-    int64_t n = shape[ndim - 1], st = strides[ndim - 1], off = 0;
-    for (int64_t done = 0; done < numel; done += n) {
-        const float *s = src + off;
-        for (int64_t j = 0; j < n; j++)
-            dst[j] = s[j * st];
-        dst += n;
-        for (int d = ndim - 2; d >= 0; d--) {
-            off += strides[d];
-            if (++idx[d] < shape[d])
-                break;
-            off -= idx[d] * strides[d];
-            idx[d] = 0;
-        }
-    }
-}
-
-/* t itself (a new reference) if contiguous, else a contiguous copy tagged TEMPORARY by `op`.
- * Makes no graph node. */
-static tn_tensor *misc_dense(tn_tensor *t, const char *op)
-{
-    if (tn_is_contiguous(t))
-        return tn_retain(t);
-    tn_tensor *c = tn__new_tensor(t->ndim, t->shape, LP_CAT_TEMPORARY, op);
-    if (c)
-        misc_strided_copy(tn_data(c), tn_data_const(t), t->ndim, t->shape, t->strides);
-    return c;
-}
-
 /* ---- dropout -------------------------------------------------------------------------------- */
 
 /* d(x * mask) = g * mask; the mask is saved in slot 0. */
@@ -65,14 +19,10 @@ static int dropout_backward(tn_node *node, tn_tensor *g, tn_tensor **grad_inputs
         return tn_last_error();
     grad_inputs[0] = tn_mul(g, mask);
     tn_release(mask);
-    return grad_inputs[0] ? 0 : misc_rc();
+    return grad_inputs[0] ? 0 : tn__pending_error();
 }
 
 static const tn_node_kind dropout_kind = {"dropout", "dropout_backward", dropout_backward};
-
-/* Uniforms are drawn from the thread's generator through tn_rand_uniform in chunks of this many,
- * so the scratch stays small whatever the size of x (the sequence is the same as one big draw). */
-#define DROPOUT_CHUNK 16384
 
 /* x [...] -> [...]. In training each element is kept with probability 1-p (uniform u >= p) and
  * scaled by 1/(1-p). The mask is made only when a node is recorded. */
@@ -88,7 +38,7 @@ tn_tensor *tn_dropout(tn_tensor *x, float p, bool training)
 
     bool record = tn__grad_needed(1, &x);
     const float scale = 1.0f / (1.0f - p);
-    tn_tensor *xc = misc_dense(x, op), *out = NULL, *mask = NULL;
+    tn_tensor *xc = tn__contiguous_scratch(x, op), *out = NULL, *mask = NULL;
     if (!xc || !(out = tn__new_output(x->ndim, x->shape, op)))
         goto fail;
     if (record && !(mask = tn__new_output(x->ndim, x->shape, op)))
@@ -96,23 +46,13 @@ tn_tensor *tn_dropout(tn_tensor *x, float p, bool training)
     const float *xd = tn_data_const(xc);
     float *yd = tn_data(out), *md = mask ? tn_data(mask) : NULL;
     int64_t numel = tn_numel(x);
-    for (int64_t start = 0; start < numel; start += DROPOUT_CHUNK) {
-        int64_t n = numel - start < DROPOUT_CHUNK ? numel - start : DROPOUT_CHUNK;
-        tn_tensor *u = tn_rand_uniform(1, &n, 0.0f, 1.0f, LP_CAT_TEMPORARY);
-        if (!u)
-            goto fail;
-        const float *ud = tn_data_const(u);
-        if (md) {
-            float *mr = md + start;
-            for (int64_t i = 0; i < n; i++)
-                mr[i] = ud[i] >= p ? scale : 0.0f;
-            for (int64_t i = 0; i < n; i++)
-                yd[start + i] = xd[start + i] * mr[i];
-        } else {
-            for (int64_t i = 0; i < n; i++)
-                yd[start + i] = ud[i] >= p ? xd[start + i] * scale : 0.0f;
-        }
-        tn_release(u);
+    /* Draw the uniforms into the mask (or straight into the output), then threshold in place. */
+    float *u = md ? md : yd;
+    tn__rand_uniform_fill(u, numel, 0.0f, 1.0f);
+    for (int64_t i = 0; i < numel; i++) {
+        float keep = u[i] >= p ? scale : 0.0f;
+        u[i] = keep;
+        yd[i] = xd[i] * keep;
     }
     if (record) {
         if (!tn__node_new(&dropout_kind, out, 1, &x) || tn__save(out->grad_fn, mask) < 0)
@@ -138,7 +78,7 @@ static int embedding_backward(tn_node *node, tn_tensor *g, tn_tensor **grad_inpu
     int64_t D = win->shape[1], n_ids = node->ints[0];
     tn_tensor *dw = tn__new_output(2, win->shape, "embedding");
     if (!dw)
-        return misc_rc();
+        return tn__pending_error();
     float *dwd = tn_data(dw);
     if (dwd)
         memset(dwd, 0, (size_t)tn_numel(dw) * sizeof(float));
@@ -189,7 +129,7 @@ tn_tensor *tn_embedding(tn_tensor *weight, const int64_t *ids, int ndim, const i
                 TN_EINVAL, "%s: id %ld at index %ld is outside [0, %ld) for weight %s", op,
                 (long)ids[i], (long)i, (long)V, tn_shape_str(weight, bw, sizeof bw));
 
-    tn_tensor *wc = misc_dense(weight, op), *out = NULL;
+    tn_tensor *wc = tn__contiguous_scratch(weight, op), *out = NULL;
     if (!wc || !(out = tn__new_output(ndim + 1, out_shape, op)))
         goto fail;
     const float *wd = tn_data_const(wc);
@@ -230,7 +170,7 @@ static int concat_backward(tn_node *node, tn_tensor *g, tn_tensor **grad_inputs)
             /* A view of g: the engine copies it when it must own the gradient. */
             grad_inputs[i] = tn_narrow(g, dim, start, len);
             if (!grad_inputs[i]) {
-                int rc = misc_rc();
+                int rc = tn__pending_error();
                 for (int j = 0; j < i; j++) {
                     tn_release(grad_inputs[j]);
                     grad_inputs[j] = NULL;
@@ -289,7 +229,7 @@ tn_tensor *tn_concat(tn_tensor *const *tensors, int n, int dim)
     for (int i = 0; i < n; i++) {
         int64_t block = tensors[i]->shape[d] * inner;
         if (block > 0 && outer > 0) {
-            tn_tensor *c = misc_dense(tensors[i], op);
+            tn_tensor *c = tn__contiguous_scratch(tensors[i], op);
             if (!c) {
                 tn_release(out);
                 return NULL;

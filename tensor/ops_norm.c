@@ -14,52 +14,6 @@
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
-/* The error code to return after a failed call that should have set one. */
-static int norm_rc(void)
-{
-    return tn_last_error() ? tn_last_error() : TN_ENOMEM;
-}
-
-/* Copies the elements of a strided layout into dst in row-major order. */
-static void norm_strided_copy(float *restrict dst, const float *restrict src, int ndim,
-                              const int64_t *shape, const int64_t *strides)
-{
-    int64_t numel = tn__shape_numel(ndim, shape);
-    if (numel == 0)
-        return;
-    if (ndim == 0) {
-        dst[0] = src[0];
-        return;
-    }
-    int64_t idx[TN_MAX_DIMS] = {0};
-    int64_t n = shape[ndim - 1], st = strides[ndim - 1], off = 0;
-    for (int64_t done = 0; done < numel; done += n) {
-        const float *s = src + off;
-        for (int64_t j = 0; j < n; j++)
-            dst[j] = s[j * st];
-        dst += n;
-        for (int d = ndim - 2; d >= 0; d--) {
-            off += strides[d];
-            if (++idx[d] < shape[d])
-                break;
-            off -= idx[d] * strides[d];
-            idx[d] = 0;
-        }
-    }
-}
-
-/* t itself (a new reference) if contiguous, else a contiguous copy tagged TEMPORARY by `op`.
- * Makes no graph node. */
-static tn_tensor *norm_dense(tn_tensor *t, const char *op)
-{
-    if (tn_is_contiguous(t))
-        return tn_retain(t);
-    tn_tensor *c = tn__new_tensor(t->ndim, t->shape, LP_CAT_TEMPORARY, op);
-    if (c)
-        norm_strided_copy(tn_data(c), tn_data_const(t), t->ndim, t->shape, t->strides);
-    return c;
-}
-
 /* Checks that an optional per-feature tensor (weight, bias, running stats) is 1-D of size n. */
 static int norm_check_vec(const char *op, const char *what, const tn_tensor *v, int64_t n,
                           const tn_tensor *x)
@@ -121,7 +75,7 @@ static int norm_record(const tn_node_kind *kind, tn_tensor *out, tn_tensor *x, t
     int n = norm_inputs(x, w, b, inputs, &w_in, &b_in);
     tn_node *node = tn__node_new(kind, out, n, inputs);
     if (!node)
-        return norm_rc();
+        return tn__pending_error();
     node->ints[NI_W] = -1;
     node->ints[NI_WIN] = w_in;
     node->ints[NI_BIN] = b_in;
@@ -164,25 +118,25 @@ static int layer_norm_backward(tn_node *node, tn_tensor *g, tn_tensor **grad_inp
         rc = tn_last_error();
         goto done;
     }
-    x = norm_dense(xs, "layer_norm");
-    w = ws ? norm_dense(ws, "layer_norm") : NULL;
+    x = tn__contiguous_scratch(xs, "layer_norm");
+    w = ws ? tn__contiguous_scratch(ws, "layer_norm") : NULL;
     if (!x || (ws && !w)) {
-        rc = norm_rc();
+        rc = tn__pending_error();
         goto done;
     }
     const tn_node_input *xin = &node->inputs[0];
     int64_t D = xin->shape[xin->ndim - 1];
     int64_t rows = D ? tn__shape_numel(xin->ndim, xin->shape) / D : 0;
     if (need_x && !(dx = tn__new_output(xin->ndim, xin->shape, "layer_norm"))) {
-        rc = norm_rc();
+        rc = tn__pending_error();
         goto done;
     }
     if (need_w && !(dw = tn__new_output(1, &D, "layer_norm"))) {
-        rc = norm_rc();
+        rc = tn__pending_error();
         goto done;
     }
     if (need_b && !(db = tn__new_output(1, &D, "layer_norm"))) {
-        rc = norm_rc();
+        rc = tn__pending_error();
         goto done;
     }
     if (dw)
@@ -270,9 +224,9 @@ tn_tensor *tn_layer_norm(tn_tensor *x, tn_tensor *weight, tn_tensor *bias, float
     memcpy(stat_shape, x->shape, (size_t)x->ndim * sizeof(int64_t));
     stat_shape[x->ndim - 1] = 1;
 
-    tn_tensor *xc = norm_dense(x, op), *wc = NULL, *bc = NULL, *out = NULL;
+    tn_tensor *xc = tn__contiguous_scratch(x, op), *wc = NULL, *bc = NULL, *out = NULL;
     tn_tensor *mean = NULL, *rstd = NULL;
-    if (!xc || (weight && !(wc = norm_dense(weight, op))) || (bias && !(bc = norm_dense(bias, op))))
+    if (!xc || (weight && !(wc = tn__contiguous_scratch(weight, op))) || (bias && !(bc = tn__contiguous_scratch(bias, op))))
         goto fail;
     if (!(out = tn__new_output(x->ndim, x->shape, op)))
         goto fail;
@@ -363,27 +317,27 @@ static int batch_norm_backward(tn_node *node, tn_tensor *g, tn_tensor **grad_inp
         rc = tn_last_error();
         goto done;
     }
-    x = norm_dense(xs, "batch_norm");
-    m = norm_dense(ms, "batch_norm");
-    r = norm_dense(rs_s, "batch_norm");
-    w = ws ? norm_dense(ws, "batch_norm") : NULL;
+    x = tn__contiguous_scratch(xs, "batch_norm");
+    m = tn__contiguous_scratch(ms, "batch_norm");
+    r = tn__contiguous_scratch(rs_s, "batch_norm");
+    w = ws ? tn__contiguous_scratch(ws, "batch_norm") : NULL;
     if (!x || !m || !r || (ws && !w)) {
-        rc = norm_rc();
+        rc = tn__pending_error();
         goto done;
     }
     const tn_node_input *xin = &node->inputs[0];
     int64_t N = xin->shape[0], C = xin->shape[1];
     int64_t S = tn__shape_numel(xin->ndim - 2, xin->shape + 2);
     if (need_x && !(dx = tn__new_output(xin->ndim, xin->shape, "batch_norm"))) {
-        rc = norm_rc();
+        rc = tn__pending_error();
         goto done;
     }
     if (need_w && !(dw = tn__new_output(1, &C, "batch_norm"))) {
-        rc = norm_rc();
+        rc = tn__pending_error();
         goto done;
     }
     if (need_b && !(db = tn__new_output(1, &C, "batch_norm"))) {
-        rc = norm_rc();
+        rc = tn__pending_error();
         goto done;
     }
 
@@ -506,9 +460,9 @@ tn_tensor *tn_batch_norm(tn_tensor *x, tn_tensor *running_mean, tn_tensor *runni
     int n_in = norm_inputs(x, weight, bias, inputs, &w_in, &b_in);
     bool record = tn__grad_needed(n_in, inputs);
     int64_t C2 = 2 * C;
-    tn_tensor *xc = norm_dense(x, op), *wc = NULL, *bc = NULL, *out = NULL;
+    tn_tensor *xc = tn__contiguous_scratch(x, op), *wc = NULL, *bc = NULL, *out = NULL;
     tn_tensor *mean = NULL, *rstd = NULL, *affine = NULL, *var = NULL;
-    if (!xc || (weight && !(wc = norm_dense(weight, op))) || (bias && !(bc = norm_dense(bias, op))))
+    if (!xc || (weight && !(wc = tn__contiguous_scratch(weight, op))) || (bias && !(bc = tn__contiguous_scratch(bias, op))))
         goto fail;
     if (!(out = tn__new_output(x->ndim, x->shape, op)))
         goto fail;

@@ -252,6 +252,12 @@ void tn_manual_seed(uint64_t seed)
 /* Uniform in [0, 1) with 24 random bits. */
 static float tn__rng_uniform(void) { return (float)(tn__rng_next() >> 40) * 0x1.0p-24f; }
 
+void tn__rand_uniform_fill(float *dst, int64_t n, float low, float high)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = low + (high - low) * tn__rng_uniform();
+}
+
 tn_tensor *tn_rand_uniform(int ndim, const int64_t *shape, float low, float high,
                            lp_category category)
 {
@@ -260,10 +266,7 @@ tn_tensor *tn_rand_uniform(int ndim, const int64_t *shape, float low, float high
     tn_tensor *t = tn_empty(ndim, shape, category);
     if (!t)
         return NULL;
-    float *p = tn_data(t);
-    int64_t n = tn_numel(t);
-    for (int64_t i = 0; i < n; i++)
-        p[i] = low + (high - low) * tn__rng_uniform();
+    tn__rand_uniform_fill(tn_data(t), tn_numel(t), low, high);
     return t;
 }
 
@@ -283,6 +286,19 @@ tn_tensor *tn_randn(int ndim, const int64_t *shape, lp_category category)
             p[i + 1] = (float)(r * sin(2 * M_PI * u2));
     }
     return t;
+}
+
+tn_tensor *tn__scratch_copy(const tn_tensor *t, const char *op)
+{
+    tn_tensor *c = tn__new_tensor(t->ndim, t->shape, LP_CAT_TEMPORARY, op);
+    if (c)
+        tn_copy_to(t, tn_data(c));
+    return c;
+}
+
+tn_tensor *tn__contiguous_scratch(tn_tensor *t, const char *op)
+{
+    return tn_is_contiguous(t) ? tn_retain(t) : tn__scratch_copy(t, op);
 }
 
 /* ---- references ----------------------------------------------------------------------------- */

@@ -29,6 +29,8 @@
 
 /* Sets the thread's error (code + printf-style message) and returns code. */
 int tn__error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The code a failed callee set (TN_ENOMEM if, oddly, it set none): for propagating a NULL. */
+int tn__pending_error(void);
 /* Returns NULL after setting the error; for pointer-returning functions. */
 #define TN__FAIL_NULL(code, ...) (tn__error((code), __VA_ARGS__), (void *)0)
 
@@ -94,6 +96,13 @@ tn_tensor *tn__tensor_wrap(tn_storage *storage, int ndim, const int64_t *shape,
 tn_tensor *tn__new_output(int ndim, const int64_t *shape, const char *op);
 /* Same, with an explicit category (TEMPORARY scratch, SAVED extras, ...). */
 tn_tensor *tn__new_tensor(int ndim, const int64_t *shape, lp_category category, const char *op);
+
+/* A contiguous copy of t tagged TEMPORARY by `op`, outside the graph (the caller releases it). */
+tn_tensor *tn__scratch_copy(const tn_tensor *t, const char *op);
+/* t itself (a new reference) if contiguous, else tn__scratch_copy(t, op). */
+tn_tensor *tn__contiguous_scratch(tn_tensor *t, const char *op);
+/* Fills dst[0..n) with uniform [low, high) values from this thread's generator. */
+void tn__rand_uniform_fill(float *dst, int64_t n, float low, float high);
 
 void tn__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
 int64_t tn__shape_numel(int ndim, const int64_t *shape);
