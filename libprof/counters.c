@@ -4,6 +4,7 @@
  * exactly, but a snapshot of several is not taken at one instant.
  */
 #include "gradprof/libprof.h"
+#include "recorder.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -102,6 +103,10 @@ void lp_alloc(const void *addr, size_t bytes, lp_device device, const lp_tag *ta
     lp_event ev = {.kind = LP_EV_ALLOC, .addr = addr, .bytes = bytes, .device = device,
                    .from_category = tag->category, .tag = tag};
     lp__emit(&ev);
+    if (lp__recording() && lp__guard_enter()) {
+        lp__record_tag(addr, bytes, device, tag, true);
+        lp__guard_exit();
+    }
 }
 
 void lp_free(const void *addr, size_t bytes, lp_device device, lp_category category)
@@ -110,6 +115,11 @@ void lp_free(const void *addr, size_t bytes, lp_device device, lp_category categ
     lp_event ev = {.kind = LP_EV_FREE, .addr = addr, .bytes = bytes, .device = device,
                    .from_category = category};
     lp__emit(&ev);
+    /* Under an interposer the raw free that follows records it. */
+    if (lp__recording() && !lp__interposed() && lp__guard_enter()) {
+        lp__record_free(addr, device);
+        lp__guard_exit();
+    }
 }
 
 void lp_retag(const void *addr, size_t bytes, lp_device device, lp_category from, const lp_tag *to)
@@ -121,6 +131,10 @@ void lp_retag(const void *addr, size_t bytes, lp_device device, lp_category from
     lp_event ev = {.kind = LP_EV_RETAG, .addr = addr, .bytes = bytes, .device = device,
                    .from_category = from, .tag = to};
     lp__emit(&ev);
+    if (lp__recording() && lp__guard_enter()) {
+        lp__record_tag(addr, bytes, device, to, false);
+        lp__guard_exit();
+    }
 }
 
 void lp_region_push(const char *name)
@@ -128,6 +142,10 @@ void lp_region_push(const char *name)
     lp__region_depth++;
     lp_event ev = {.kind = LP_EV_REGION_PUSH, .device = LP_DEVICE_HOST, .name = name};
     lp__emit(&ev);
+    if (lp__recording() && lp__guard_enter()) {
+        lp__record_region_push(name);
+        lp__guard_exit();
+    }
 }
 
 void lp_region_pop(void)
@@ -141,12 +159,20 @@ void lp_region_pop(void)
     lp__region_depth--;
     lp_event ev = {.kind = LP_EV_REGION_POP, .device = LP_DEVICE_HOST};
     lp__emit(&ev);
+    if (lp__recording() && lp__guard_enter()) {
+        lp__record_region_pop();
+        lp__guard_exit();
+    }
 }
 
 void lp_mark(const char *label)
 {
     lp_event ev = {.kind = LP_EV_MARK, .device = LP_DEVICE_HOST, .name = label};
     lp__emit(&ev);
+    if (lp__recording() && lp__guard_enter()) {
+        lp__record_mark(label);
+        lp__guard_exit();
+    }
 }
 
 int lp_counters_get(lp_device device, lp_counters *out)

@@ -3,7 +3,8 @@
 # Sourced by scripts/demo.sh and scripts/test.sh; safe to run on its own.
 set -euo pipefail
 
-GRADPROF_PACKAGES=(build-essential cmake pkg-config libopenblas-dev libunwind-dev libcmocka-dev)
+GRADPROF_PACKAGES=(build-essential cmake pkg-config libopenblas-dev libunwind-dev libcmocka-dev
+                   libdw-dev libelf-dev)
 
 gradprof_bootstrap() {
     local missing=()

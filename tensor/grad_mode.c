@@ -9,16 +9,28 @@ bool tn_set_grad_enabled(bool enabled)
 {
     bool previous = tn__mode.grad_enabled;
     tn__mode.grad_enabled = enabled;
+    if (previous != enabled)
+        lp_grad_mode(enabled, tn__mode.inference_mode);
     return previous;
 }
 
 bool tn_is_inference_mode_enabled(void) { return tn__mode.inference_mode; }
 
+/* Sets the thread's mode, telling libprof when it changes. */
+static void tn__set_mode(tn_grad_mode next)
+{
+    bool changed = next.grad_enabled != tn__mode.grad_enabled ||
+                   next.inference_mode != tn__mode.inference_mode;
+    tn__mode = next;
+    if (changed)
+        lp_grad_mode(next.grad_enabled, next.inference_mode);
+}
+
 static tn_grad_mode tn__enter(tn_grad_mode next, const char *region)
 {
     tn_grad_mode previous = tn__mode;
-    tn__mode = next;
     lp_region_push(region);
+    tn__set_mode(next);
     return previous;
 }
 
@@ -41,7 +53,7 @@ tn_grad_mode tn_inference_mode_begin(bool enabled)
 
 void tn_grad_mode_end(tn_grad_mode previous)
 {
-    tn__mode = previous;
+    tn__set_mode(previous);
     lp_region_pop();
 }
 

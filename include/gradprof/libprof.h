@@ -100,6 +100,63 @@ int lp_counters_get(lp_device device, lp_counters *out);
 /* Sets every peak of every device to its current live value, so a phase can measure its own peak. */
 void lp_counters_reset_peak(void);
 
+/* ---------------------------------------------------------------------------------------------
+ * Recording to a trace file (format: gradprof/trace_format.h)
+ *
+ * The recorder writes every event above, plus raw allocations when the interposer
+ * (libprof_preload.so, or link-time wrapping) is active, with call stacks, into a crash-safe
+ * trace. Under LD_PRELOAD=libprof_preload.so it starts by itself, configured by the environment:
+ *   GRADPROF_OUTPUT        trace path; %p is replaced by the pid (default gradprof.%p.gptrace);
+ *                          an existing file is never overwritten: .1, .2, ... are tried instead
+ *   GRADPROF_STACK_DEPTH   frames per stack, 0..256 (default 32); 0 records no stacks
+ *   GRADPROF_MIN_STACK_SIZE  allocations smaller than this many bytes get no stack (default 0)
+ *   GRADPROF_STACK_SAMPLE  mean bytes between stack captures, geometric sampling (default 0:
+ *                          every allocation); allocations are always all recorded, only their
+ *                          stacks are sampled
+ *   GRADPROF_FLUSH_MS      flush interval in ms, 1..10000 (default 100): no event stays unwritten
+ *                          longer than about this; a SIGKILL loses at most the last interval
+ *   GRADPROF_ENABLE        0 disables recording (default 1)
+ * A bad value gives one warning line on stderr and the default. Setuid/setgid programs are not
+ * profiled. If the trace cannot be written (disk full, bad path) recording stops with one warning
+ * and the program runs on unchanged.
+ * ------------------------------------------------------------------------------------------- */
+
+/* Recording options; lp_options_default() fills the defaults above, lp_options_from_env() the
+ * environment's values over them. */
+typedef struct lp_options {
+    char output[4096];
+    int stack_depth;
+    uint64_t min_stack_size;
+    uint64_t stack_sample_bytes;
+    uint32_t flush_ms;
+    bool enabled;
+} lp_options;
+
+void lp_options_default(lp_options *o);
+/* Applies GRADPROF_* variables over *o; warns once per bad value. */
+void lp_options_from_env(lp_options *o);
+
+/* Starts recording into o->output (NULL: defaults + environment). Returns 0, or -1 with a
+ * message on stderr if the file cannot be created; calling it while recording returns -1. */
+int lp_start(const lp_options *o);
+/* Writes the end record, flushes and closes the trace. */
+void lp_stop(void);
+/* Writes every thread's buffered events now. */
+void lp_flush(void);
+bool lp_is_recording(void);
+/* The path of the trace being written ("" if none). */
+const char *lp_output_path(void);
+
+/* Names the calling thread in the trace. */
+void lp_thread_name(const char *name);
+/* Records a grad-mode change on the calling thread (the tensor library reports its own). */
+void lp_grad_mode(bool grad_enabled, bool inference_mode);
+
+/* The unwinder: fills ips[0..max) with return addresses, innermost first; returns the count.
+ * Replaceable so tests can feed fixed stacks; NULL restores libunwind (unw_backtrace). */
+typedef int (*lp_unwind_fn)(void **ips, int max, void *user_data);
+void lp_set_unwinder(lp_unwind_fn fn, void *user_data);
+
 /* Events as a listener sees them. Pointers in the event are valid for the call only. */
 typedef enum lp_event_kind {
     LP_EV_ALLOC,

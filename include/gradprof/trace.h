@@ -1,0 +1,113 @@
+/*
+ * gptrace — reads gradprof trace files (format: gradprof/trace_format.h) as one time-ordered
+ * stream of events, for the gradprof tools. Streams: memory is bounded by the threads' records
+ * within one merge window, the stack and string tables and the module map, not by the event count.
+ *
+ * Damage: reading stops at the first chunk that is short, has a bad magic or size, fails its
+ * checksum or does not decode; every event before it is delivered, and gp_trace_info() says what was
+ * lost (the byte offset, the bytes after it and why). That is not an error: a truncated trace is
+ * the normal result of a crash. Errors are for files that cannot be read at all (missing, not a
+ * trace, a version this reader does not know).
+ *
+ * Ownership: strings and arrays returned by accessors, and the strings an event points to, belong
+ * to the gp_trace and live until gp_trace_close(); the gp_event itself is overwritten by the next
+ * gp_trace_next().
+ */
+#ifndef GRADPROF_TRACE_H
+#define GRADPROF_TRACE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gradprof/libprof.h" /* lp_category, lp_device */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gp_trace gp_trace;
+
+typedef enum gp_event_kind {
+    GP_EV_ALLOC,       /* addr, size, device, stack; a raw or tagged buffer is born */
+    GP_EV_FREE,        /* addr, device */
+    GP_EV_TAG,         /* addr, size, device, category, op, module, detail, grad_enabled, stack */
+    GP_EV_REGION_PUSH, /* name */
+    GP_EV_REGION_POP,
+    GP_EV_MARK,        /* name */
+    GP_EV_GRAD_MODE,   /* grad_enabled, inference */
+    GP_EV_LOST,        /* count: events the recorder dropped */
+    GP_EV_END,         /* the program's recording ended cleanly */
+} gp_event_kind;
+
+typedef struct gp_event {
+    gp_event_kind kind;
+    uint64_t time_ns; /* since the trace's start */
+    uint32_t thread;  /* dense thread index, 1..gp_trace_thread_count() */
+    uint64_t addr;
+    uint64_t size;
+    lp_device device;
+    uint32_t stack;        /* global stack id (gp_trace_stack_frame), 0 = none */
+    lp_category category;  /* TAG */
+    const char *op;        /* TAG: never NULL ("" if none) */
+    const char *module;    /* TAG */
+    const char *detail;    /* TAG */
+    const char *name;      /* REGION_PUSH, MARK */
+    bool grad_enabled;     /* TAG, GRAD_MODE */
+    bool inference;        /* GRAD_MODE */
+    uint64_t count;        /* LOST */
+} gp_event;
+
+/* What reading found; filled as the file is read, final once gp_trace_next() returned 0. */
+typedef struct gp_trace_info {
+    uint16_t version_major, version_minor;
+    uint64_t file_bytes;
+    uint64_t chunks;          /* good chunks read */
+    uint64_t events;          /* events delivered */
+    bool damaged;             /* reading stopped before the end of the file */
+    uint64_t damage_offset;   /* byte offset of the first bad chunk */
+    uint64_t bytes_lost;      /* bytes from there to the end of the file */
+    char damage_reason[128];  /* e.g. "chunk checksum mismatch", "file ends inside a chunk" */
+    bool clean_end;           /* an END record was seen: the program finished recording */
+    uint64_t lost_events;     /* sum of LOST records */
+} gp_trace_info;
+
+/* Opens a trace. Returns 0, or -1 with a message naming the file and the problem in err. */
+int gp_trace_open(const char *path, gp_trace **out, char *err, size_t err_size);
+void gp_trace_close(gp_trace *t); /* NULL is a no-op */
+
+/* The next event in time order: 1 with *ev filled, 0 at the end (of the file or of the readable
+ * part), -1 on an I/O error (message in err). */
+int gp_trace_next(gp_trace *t, gp_event *ev, char *err, size_t err_size);
+
+const gp_trace_info *gp_trace_info_get(const gp_trace *t);
+
+/* Metadata (META records: "command", "pid", "start_time", "host", "gradprof_version", ...);
+ * NULL if absent. */
+const char *gp_trace_meta(const gp_trace *t, const char *key);
+
+/* The loaded objects: module ids are 1..gp_trace_module_count(). */
+typedef struct gp_module {
+    uint64_t base, size;
+    const char *path;
+    const char *build_id;
+} gp_module;
+size_t gp_trace_module_count(const gp_trace *t);
+const gp_module *gp_trace_module(const gp_trace *t, uint32_t id); /* NULL if unknown */
+
+/* One frame of a global stack id: its module id and offset, and the id of its caller's stack
+ * (0 at the outermost frame). Returns 0, or -1 if the id is unknown. Stack ids are global: the
+ * reader merges the per-thread tables, so equal call chains get equal ids. */
+int gp_trace_stack_frame(const gp_trace *t, uint32_t stack, uint32_t *module, uint64_t *offset,
+                         uint32_t *parent);
+size_t gp_trace_stack_count(const gp_trace *t);
+
+/* Thread names (THREAD records), by dense index; NULL if unnamed. */
+const char *gp_trace_thread_name(const gp_trace *t, uint32_t thread);
+uint32_t gp_trace_thread_count(const gp_trace *t);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GRADPROF_TRACE_H */

@@ -1,0 +1,170 @@
+/*
+ * The gradprof trace file format, version 1: the contract between libprof (writer) and the tools
+ * (reader). Everything is little-endian.
+ *
+ * File   = header chunk*
+ * header = "GPTRACE\0" (8 bytes), u16 major (1), u16 minor (0), u32 reserved (0)        16 bytes
+ * chunk  = chunk header (32 bytes) + payload
+ *   u32 magic           GP_CHUNK_MAGIC ("GPCK")
+ *   u32 payload_bytes   <= GP_CHUNK_MAX_PAYLOAD
+ *   u32 crc32c          CRC-32C (Castagnoli) of header bytes 12..31 followed by the payload
+ *   u32 thread          the writing thread's index (1, 2, ...); 0 = process-wide records
+ *   u64 base_time_ns    CLOCK_MONOTONIC time the first record's dt is relative to
+ *   u64 write_time_ns   CLOCK_MONOTONIC time just before the chunk was written
+ *
+ * Chunks are appended whole, each with one write(2) on an O_APPEND file, so chunks from different
+ * threads interleave but are never torn unless the process dies inside write(). A reader keeps
+ * every chunk up to the first one that is short or fails its checksum, and says what it lost.
+ *
+ * Ordering. Records inside a chunk, and the chunks of one thread, are in that thread's order.
+ * Across threads, order is by time: the recorder writes every record within GP_FLUSH_BOUND of its
+ * timestamp (a thread flushes its own buffer when it is older than the flush interval; a background
+ * thread flushes idle threads' buffers), so a reader that has seen a chunk written at time W has
+ * seen every record with a timestamp before W - 2 * flush_interval and can merge threads in time
+ * order with bounded memory. The flush interval is recorded in the "flush_interval_ns" metadata.
+ *
+ * Payload = record*. A record starts with one byte: the type in the low 5 bits, flags in the top 3.
+ * Integers are unsigned LEB128 varints; "svarint" is a zigzag-encoded signed varint; "str" is a
+ * varint length followed by that many bytes (no NUL). Per-chunk running state, reset at each chunk:
+ * `time` (starts at base_time_ns) and `addr` (starts at 0).
+ *   dt      varint: ns since the previous record's time in this chunk (time += dt)
+ *   daddr   svarint: address delta (addr += daddr, or daddr * 16 with GP_FLAG_ADDR16)
+ * Ids of STRING and STACK records belong to the writing thread (ids start at 1; 0 = none); they are
+ * defined in that thread's chunks before their first use. A thread index may pass to a new OS
+ * thread after the old one exited: the new one starts with a THREAD record and defines its ids
+ * afresh; a definition replaces an earlier one of the same id. Thread-0 chunks (META, MODULE)
+ * carry no timed records and have base_time_ns 0; the trace's time origin is the
+ * "start_monotonic_ns" metadata.
+ *
+ * GP_REC_META        str key, str value                       process metadata (thread 0)
+ * GP_REC_MODULE      varint id, varint base, varint size, str path, str build_id (hex, may be "")
+ *                                                             a loaded object (thread 0); ids from 1
+ * GP_REC_THREAD      varint os_tid, str name                  names the chunk's thread
+ * GP_REC_STRING      varint id, str text
+ * GP_REC_STACK       varint id, varint parent, varint module, varint offset
+ *                    a node of the calling-context tree: the frame (module id, offset into it; module
+ *                    0 = unknown, offset then holds the raw address) called from stack `parent`
+ *                    (0 = the outermost frame). An allocation's stack id is its innermost frame.
+ * GP_REC_ALLOC       dt, daddr, varint size, varint stack     a raw allocation (category OTHER)
+ * GP_REC_FREE        dt, daddr
+ * GP_REC_TAG         dt, daddr, varint size, varint category, varint op, varint module,
+ *                    varint detail (string ids), varint stack
+ *                    gives the live buffer at addr a role (an lp_alloc or lp_retag); a TAG for an
+ *                    address that is not live is an allocation of `size` bytes made at `stack`
+ *                    (in-process recording, where no raw ALLOC precedes it). GP_FLAG_GRAD: grad
+ *                    was enabled.
+ * GP_REC_REGION_PUSH dt, varint name (string id)
+ * GP_REC_REGION_POP  dt
+ * GP_REC_MARK        dt, varint name (string id)
+ * GP_REC_GRAD_MODE   dt; GP_FLAG_GRAD: grad enabled, GP_FLAG_INFERENCE: inference mode
+ * GP_REC_LOST        dt, varint count                         events the recorder had to drop
+ * GP_REC_END         dt                                       clean end of recording
+ * With GP_FLAG_DEVICE, ALLOC, FREE and TAG carry one more varint after daddr: the
+ * device + 1 (CUDA ordinal); without it the device is the host.
+ *
+ * A reader skips no unknown record type: an unknown type ends the chunk's decoding with an error
+ * (the format is versioned instead; readers accept any minor version of their major).
+ */
+#ifndef GRADPROF_TRACE_FORMAT_H
+#define GRADPROF_TRACE_FORMAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define GP_FILE_MAGIC "GPTRACE\0"
+#define GP_FILE_HEADER_BYTES 16
+#define GP_VERSION_MAJOR 1
+#define GP_VERSION_MINOR 0
+
+#define GP_CHUNK_MAGIC 0x4B434750u /* "GPCK" */
+#define GP_CHUNK_HEADER_BYTES 32
+#define GP_CHUNK_MAX_PAYLOAD (1u << 20)
+
+enum gp_record_type {
+    GP_REC_META = 1,
+    GP_REC_MODULE = 2,
+    GP_REC_THREAD = 3,
+    GP_REC_STRING = 4,
+    GP_REC_STACK = 5,
+    GP_REC_ALLOC = 6,
+    GP_REC_FREE = 7,
+    GP_REC_TAG = 8,
+    GP_REC_REGION_PUSH = 9,
+    GP_REC_REGION_POP = 10,
+    GP_REC_MARK = 11,
+    GP_REC_GRAD_MODE = 12,
+    GP_REC_LOST = 13,
+    GP_REC_END = 14,
+};
+
+#define GP_REC_TYPE_MASK 0x1Fu
+#define GP_FLAG_ADDR16 0x20u    /* daddr is in units of 16 bytes */
+#define GP_FLAG_DEVICE 0x40u    /* a device varint follows daddr */
+#define GP_FLAG_GRAD 0x80u      /* TAG, GRAD_MODE: grad enabled */
+#define GP_FLAG_INFERENCE 0x40u /* GRAD_MODE only: inference mode */
+
+/* ---- codec helpers shared by the writer and the reader (header-only, static inline) ---------- */
+
+/* Writes v as a LEB128 varint at p (at most 10 bytes); returns the bytes written. */
+static inline size_t gp_put_varint(uint8_t *p, uint64_t v)
+{
+    size_t n = 0;
+    while (v >= 0x80) {
+        p[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    p[n++] = (uint8_t)v;
+    return n;
+}
+
+static inline uint64_t gp_zigzag(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
+static inline int64_t gp_unzigzag(uint64_t v) { return (int64_t)(v >> 1) ^ -(int64_t)(v & 1); }
+
+/* Reads a varint from [*p, end); returns 0 and advances *p, or -1 if truncated or over 64 bits. */
+static inline int gp_get_varint(const uint8_t **p, const uint8_t *end, uint64_t *out)
+{
+    uint64_t v = 0;
+    const uint8_t *q = *p;
+    for (int shift = 0; shift < 70; shift += 7) {
+        if (q >= end)
+            return -1;
+        uint8_t b = *q++;
+        if (shift == 63 && b > 1)
+            return -1; /* more than 64 bits */
+        v |= (uint64_t)(b & 0x7F) << shift;
+        if (!(b & 0x80)) {
+            *out = v;
+            *p = q;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static inline void gp_put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline void gp_put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline uint32_t gp_get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline uint64_t gp_get_u64(const uint8_t *p)
+{
+    return (uint64_t)gp_get_u32(p) | (uint64_t)gp_get_u32(p + 4) << 32;
+}
+
+/* CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), table-driven. `crc` starts at 0
+ * and chains: gp_crc32c(gp_crc32c(0, a, n), b, m) == crc of a||b. Defined in libprof's codec. */
+uint32_t gp_crc32c(uint32_t crc, const void *data, size_t n);
+
+#endif /* GRADPROF_TRACE_FORMAT_H */

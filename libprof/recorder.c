@@ -1,0 +1,1284 @@
+/*
+ * The recorder: encodes events into per-thread buffers and writes them as checksummed chunks of a
+ * trace file (gradprof/trace_format.h).
+ *
+ * Threads. Each thread owns a buffer and its own string and stack tables (ids in the trace are per
+ * thread), so the event path takes no global lock: only a per-buffer flag that the background
+ * flusher also takes, briefly, to write out a buffer that sat idle. Chunks are written with one
+ * writev(2) on an O_APPEND file, so writers never tear each other's chunks.
+ *
+ * Memory. Everything here comes from mmap: the recorder never calls malloc, so it neither recurses
+ * into the interposer nor shows up in the program's heap. Tables grow by doubling.
+ *
+ * Stacks. libunwind's unw_backtrace (or a test's unwinder) gives return addresses; each is turned
+ * into (module id, offset) with the module map (dl_iterate_phdr), and the chain is stored once as
+ * nodes of a calling-context tree, so an allocation costs one hash lookup of its whole stack once
+ * that stack has been seen.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
+
+#include "gradprof/trace_format.h"
+#include "recorder.h"
+
+#define LP__BUF_BYTES (64u * 1024)  /* a thread's chunk payload */
+#define LP__MAX_RECORD 256          /* bytes reserved for one fixed-size record */
+#define LP__MAX_DEPTH 256
+#define LP__VERSION "0.1.0"
+
+/* ---- mmap-backed memory ---------------------------------------------------------------------- */
+
+static void *lp__map_pages(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void lp__unmap_pages(void *p, size_t bytes)
+{
+    if (p)
+        munmap(p, bytes);
+}
+
+/* An open-addressing hash map from a 128-bit key (k1, k2) to a 64-bit value; k1 == 0 && k2 == 0
+ * marks an empty slot, so callers never use that key. */
+typedef struct lp__map {
+    struct lp__slot {
+        uint64_t k1, k2, value;
+    } *slots;
+    size_t cap, len;
+} lp__map;
+
+static uint64_t lp__mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return x;
+}
+
+static bool lp__map_get(const lp__map *m, uint64_t k1, uint64_t k2, uint64_t *value)
+{
+    if (!m->cap)
+        return false;
+    size_t mask = m->cap - 1;
+    for (size_t i = lp__mix(k1 ^ lp__mix(k2)) & mask;; i = (i + 1) & mask) {
+        const struct lp__slot *s = &m->slots[i];
+        if (s->k1 == k1 && s->k2 == k2) {
+            *value = s->value;
+            return true;
+        }
+        if (!s->k1 && !s->k2)
+            return false;
+    }
+}
+
+static bool lp__map_grow(lp__map *m)
+{
+    size_t cap = m->cap ? 2 * m->cap : 1024;
+    struct lp__slot *slots = lp__map_pages(cap * sizeof *slots);
+    if (!slots)
+        return false;
+    for (size_t i = 0; i < m->cap; i++) {
+        struct lp__slot *s = &m->slots[i];
+        if (!s->k1 && !s->k2)
+            continue;
+        size_t j = lp__mix(s->k1 ^ lp__mix(s->k2)) & (cap - 1);
+        while (slots[j].k1 || slots[j].k2)
+            j = (j + 1) & (cap - 1);
+        slots[j] = *s;
+    }
+    lp__unmap_pages(m->slots, m->cap * sizeof *m->slots);
+    m->slots = slots;
+    m->cap = cap;
+    return true;
+}
+
+static bool lp__map_put(lp__map *m, uint64_t k1, uint64_t k2, uint64_t value)
+{
+    if ((m->len + 1) * 4 > m->cap * 3 && !lp__map_grow(m))
+        return false;
+    size_t mask = m->cap - 1;
+    size_t i = lp__mix(k1 ^ lp__mix(k2)) & mask;
+    while (m->slots[i].k1 || m->slots[i].k2)
+        i = (i + 1) & mask;
+    m->slots[i] = (struct lp__slot){k1, k2, value};
+    m->len++;
+    return true;
+}
+
+static void lp__map_clear(lp__map *m)
+{
+    lp__unmap_pages(m->slots, m->cap * sizeof *m->slots);
+    *m = (lp__map){0};
+}
+
+/* 128-bit FNV-style hash of bytes, as two 64-bit halves (never both 0). */
+static void lp__hash_bytes(const void *data, size_t n, uint64_t *h1, uint64_t *h2)
+{
+    const uint8_t *p = data;
+    uint64_t a = 0xcbf29ce484222325ull ^ n, b = 0x84222325cbf29ce4ull + n;
+    for (size_t i = 0; i < n; i++) {
+        a = (a ^ p[i]) * 0x100000001b3ull;
+        b = (b + p[i]) * 0xff51afd7ed558ccdull;
+        b ^= b >> 29;
+    }
+    *h1 = lp__mix(a) | 1; /* never 0 */
+    *h2 = lp__mix(b);
+}
+
+/* ---- global state ---------------------------------------------------------------------------- */
+
+typedef struct lp__thread lp__thread;
+
+typedef struct lp__module {
+    uintptr_t lo, hi; /* [lo, hi): the union of the object's PT_LOAD segments */
+    uintptr_t base;   /* dlpi_addr: offsets are ip - base */
+    uint32_t id;
+} lp__module;
+
+typedef struct lp__module_map {
+    lp__module *items; /* sorted by lo */
+    size_t len;
+} lp__module_map;
+
+static struct {
+    atomic_bool recording;
+    atomic_bool disabled; /* a write failed: stays off until the next lp_start */
+    bool interposed;
+    const char *interposed_how;
+    lp_options opts;
+    int fd;
+    bool fd_pending; /* forked child: create the file on the first write */
+    char path[4096];
+    char path_template[4096];
+    uint64_t start_ns;
+    atomic_uint_fast64_t generation; /* bumped by each start and in a forked child */
+
+    pthread_mutex_t lock; /* thread list, module map, process-wide records, file creation */
+    lp__thread *threads;
+    uint32_t next_thread_index;
+    pthread_key_t key;
+    bool key_made;
+
+    pthread_t flusher;
+    bool flusher_running;
+    atomic_bool flusher_stop;
+
+    _Atomic(lp__module_map *) modules;
+    atomic_uint_fast64_t modules_generation;
+    uint32_t next_module_id;
+    unsigned long long dl_subs;
+    uintptr_t self_lo, self_hi; /* libprof's own object, when it is a separate one */
+
+    lp_unwind_fn unwinder;
+    void *unwinder_user;
+    bool handlers_installed;
+} R = {.fd = -1, .lock = PTHREAD_MUTEX_INITIALIZER};
+
+struct lp__thread {
+    atomic_int busy; /* the owner (event path) or the flusher is using the buffer */
+    uint32_t index;
+    uint64_t generation;
+    uint64_t modules_generation;
+    pid_t tid;
+    uint8_t *buf;
+    size_t len;
+    uint64_t base_time, last_time, last_addr, first_time;
+    lp__map strings;  /* (hash1, hash2) -> string id */
+    lp__map frames;   /* (parent stack id + 1, ip) -> stack id */
+    lp__map stacks;   /* (hash of the ips, depth) -> stack id */
+    lp__map ip_cache; /* (ip, 1) -> module id << 48 | offset */
+    uint32_t next_string_id, next_stack_id;
+    int64_t sample_left;
+    uint64_t rng;
+    bool exited;
+    lp__thread *next;
+};
+
+static LP__TLS lp__thread *lp__self;
+static LP__TLS int lp__guard_depth;
+static LP__TLS bool lp__never;
+
+bool lp__recording(void) { return atomic_load_explicit(&R.recording, memory_order_relaxed); }
+void lp__set_interposed(const char *how)
+{
+    R.interposed = true;
+    R.interposed_how = how;
+}
+bool lp__interposed(void) { return R.interposed; }
+
+bool lp__guard_enter(void)
+{
+    if (lp__guard_depth > 0 || lp__never)
+        return false;
+    lp__guard_depth++;
+    return true;
+}
+
+void lp__guard_exit(void) { lp__guard_depth--; }
+void lp__guard_forever(void) { lp__never = true; }
+
+static uint64_t lp__now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- warnings -------------------------------------------------------------------------------- */
+
+static atomic_uint_fast64_t lp__warned;
+
+void lp__warn_once(int key, const char *message)
+{
+    uint64_t bit = 1ull << (key & 63);
+    if (atomic_fetch_or(&lp__warned, bit) & bit)
+        return;
+    char line[320];
+    size_t n = (size_t)snprintf(line, sizeof line, "gradprof: %s\n", message);
+    if (n >= sizeof line)
+        n = sizeof line - 1;
+    ssize_t w = write(STDERR_FILENO, line, n);
+    (void)w;
+}
+
+/* ---- the file -------------------------------------------------------------------------------- */
+
+/* Expands %p in the template with the pid. */
+static void lp__expand_path(char *out, size_t size, const char *templ, pid_t pid)
+{
+    size_t o = 0;
+    for (const char *p = templ; *p && o + 1 < size; p++) {
+        if (p[0] == '%' && p[1] == 'p') {
+            o += (size_t)snprintf(out + o, size - o, "%d", (int)pid);
+            p++;
+        } else {
+            out[o++] = *p;
+        }
+    }
+    out[o < size ? o : size - 1] = '\0';
+}
+
+/* Creates the trace file at R.path, never following a symlink and never overwriting: if the
+ * name is taken, .1, .2, ... are tried. Writes the file header. Returns the fd or -1. */
+static int lp__create_file(void)
+{
+    char candidate[sizeof R.path];
+    for (int n = 0; n < 1000; n++) {
+        if (n == 0)
+            snprintf(candidate, sizeof candidate, "%s", R.path);
+        else if ((size_t)snprintf(candidate, sizeof candidate, "%s.%d", R.path, n) >=
+                 sizeof candidate)
+            return -1;
+        int fd = open(candidate, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_NOFOLLOW | O_CLOEXEC,
+                      0600);
+        if (fd < 0) {
+            if (errno == EEXIST)
+                continue;
+            return -1;
+        }
+        uint8_t header[GP_FILE_HEADER_BYTES] = {0};
+        memcpy(header, GP_FILE_MAGIC, 8);
+        header[8] = GP_VERSION_MAJOR;
+        header[10] = GP_VERSION_MINOR;
+        if (write(fd, header, sizeof header) != (ssize_t)sizeof header) {
+            close(fd);
+            unlink(candidate);
+            return -1;
+        }
+        memcpy(R.path, candidate, sizeof candidate);
+        return fd;
+    }
+    errno = EEXIST;
+    return -1;
+}
+
+static void lp__disable(const char *why)
+{
+    atomic_store(&R.disabled, true);
+    atomic_store(&R.recording, false);
+    char msg[320];
+    snprintf(msg, sizeof msg, "recording stopped: %.80s (%.150s); the program continues", why,
+             R.path[0] ? R.path : "no trace file");
+    lp__warn_once(LP__WARN_WRITE, msg);
+}
+
+/* Writes one chunk. Async-signal-safe when the file exists (writev only). */
+static void lp__write_chunk(uint32_t thread, uint64_t base_time, const uint8_t *payload,
+                            size_t len)
+{
+    if (len == 0 || atomic_load(&R.disabled))
+        return;
+    int fd = R.fd;
+    if (fd < 0)
+        return;
+    uint8_t header[GP_CHUNK_HEADER_BYTES];
+    gp_put_u32(header, GP_CHUNK_MAGIC);
+    gp_put_u32(header + 4, (uint32_t)len);
+    gp_put_u32(header + 12, thread);
+    gp_put_u64(header + 16, base_time);
+    gp_put_u64(header + 24, lp__now());
+    uint32_t crc = gp_crc32c(0, header + 12, GP_CHUNK_HEADER_BYTES - 12);
+    gp_put_u32(header + 8, gp_crc32c(crc, payload, len));
+    struct iovec iov[2] = {{header, sizeof header}, {(void *)payload, len}};
+    size_t total = sizeof header + len;
+    for (;;) {
+        ssize_t w = writev(fd, iov, 2);
+        if (w == (ssize_t)total)
+            return;
+        if (w < 0 && errno == EINTR)
+            continue;
+        lp__disable(w < 0 ? strerror(errno) : "short write (disk full?)");
+        return;
+    }
+}
+
+static void lp__write_metadata(void);
+
+/* In a forked child the file is created on first use (a child that only execs leaves no file);
+ * called with R.lock held. */
+static bool lp__ensure_file(void)
+{
+    if (R.fd >= 0)
+        return true;
+    if (!R.fd_pending)
+        return false;
+    R.fd_pending = false;
+    R.fd = lp__create_file();
+    if (R.fd < 0) {
+        lp__disable(strerror(errno));
+        return false;
+    }
+    lp__write_metadata(); /* modules follow from the first rescan */
+    return true;
+}
+
+/* ---- process-wide records (thread 0) --------------------------------------------------------- */
+
+static uint8_t lp__global_buf[LP__BUF_BYTES];
+
+static size_t lp__put_str(uint8_t *p, const char *s, size_t max)
+{
+    size_t n = strlen(s);
+    if (n > max)
+        n = max;
+    size_t k = gp_put_varint(p, n);
+    memcpy(p + k, s, n);
+    return k + n;
+}
+
+/* Writes a META record as its own thread-0 chunk; R.lock held. */
+static void lp__write_meta(const char *key, const char *value)
+{
+    uint8_t *p = lp__global_buf;
+    size_t n = 0;
+    p[n++] = GP_REC_META;
+    n += lp__put_str(p + n, key, 256);
+    n += lp__put_str(p + n, value, LP__BUF_BYTES - 600);
+    lp__write_chunk(0, 0, p, n);
+}
+
+static void lp__write_metadata(void)
+{
+    char buf[4096];
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t n = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (n > 0) {
+            for (ssize_t i = 0; i < n - 1; i++)
+                if (buf[i] == '\0')
+                    buf[i] = ' ';
+            buf[n] = '\0';
+            lp__write_meta("command", buf);
+        }
+    }
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n > 0) {
+        buf[n] = '\0';
+        lp__write_meta("exe", buf);
+    }
+    snprintf(buf, sizeof buf, "%d", (int)getpid());
+    lp__write_meta("pid", buf);
+    snprintf(buf, sizeof buf, "%d", (int)getppid());
+    lp__write_meta("ppid", buf);
+    struct utsname u;
+    if (uname(&u) == 0)
+        lp__write_meta("host", u.nodename);
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    lp__write_meta("start_time", buf);
+    snprintf(buf, sizeof buf, "%llu", (unsigned long long)R.start_ns);
+    lp__write_meta("start_monotonic_ns", buf);
+    snprintf(buf, sizeof buf, "%llu", (unsigned long long)R.opts.flush_ms * 1000000ull);
+    lp__write_meta("flush_interval_ns", buf);
+    snprintf(buf, sizeof buf, "%d", R.opts.stack_depth);
+    lp__write_meta("stack_depth", buf);
+    snprintf(buf, sizeof buf, "%llu", (unsigned long long)R.opts.stack_sample_bytes);
+    lp__write_meta("stack_sample_bytes", buf);
+    lp__write_meta("mode", R.interposed ? R.interposed_how : "in-process");
+    lp__write_meta("gradprof_version", LP__VERSION);
+    snprintf(buf, sizeof buf, "%d.%d", GP_VERSION_MAJOR, GP_VERSION_MINOR);
+    lp__write_meta("trace_format", buf);
+}
+
+/* ---- the module map -------------------------------------------------------------------------- */
+
+typedef struct lp__scan {
+    lp__module items[1024];
+    char paths[1024][256];
+    char build_ids[1024][41];
+    size_t len;
+    unsigned long long subs;
+} lp__scan;
+
+static lp__scan lp__scan_buf; /* used under R.lock only */
+
+static void lp__read_build_id(const struct dl_phdr_info *info, char *out)
+{
+    out[0] = '\0';
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_NOTE)
+            continue;
+        const uint8_t *p = (const uint8_t *)(info->dlpi_addr + ph->p_vaddr);
+        const uint8_t *end = p + ph->p_memsz;
+        while (p + sizeof(ElfW(Nhdr)) <= end) {
+            const ElfW(Nhdr) *nh = (const ElfW(Nhdr) *)p;
+            const uint8_t *name = p + sizeof *nh;
+            const uint8_t *desc = name + ((nh->n_namesz + 3) & ~3u);
+            const uint8_t *next = desc + ((nh->n_descsz + 3) & ~3u);
+            if (next > end)
+                break;
+            if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4 && !memcmp(name, "GNU", 4)) {
+                size_t n = nh->n_descsz > 20 ? 20 : nh->n_descsz;
+                for (size_t k = 0; k < n; k++) {
+                    static const char hex[] = "0123456789abcdef";
+                    out[2 * k] = hex[desc[k] >> 4];
+                    out[2 * k + 1] = hex[desc[k] & 15];
+                }
+                out[2 * n] = '\0';
+                return;
+            }
+            p = next;
+        }
+    }
+}
+
+static int lp__scan_one(struct dl_phdr_info *info, size_t size, void *data)
+{
+    lp__scan *s = data;
+    s->subs = info->dlpi_subs;
+    if (s->len >= sizeof s->items / sizeof *s->items)
+        return 0;
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+        if (a < lo)
+            lo = a;
+        if (a + ph->p_memsz > hi)
+            hi = a + ph->p_memsz;
+    }
+    if (lo >= hi)
+        return 0;
+    size_t k = s->len++;
+    s->items[k] = (lp__module){lo, hi, info->dlpi_addr, 0};
+    const char *name = info->dlpi_name;
+    if (!name || !*name) { /* the main program */
+        ssize_t n = readlink("/proc/self/exe", s->paths[k], sizeof s->paths[k] - 1);
+        s->paths[k][n > 0 ? n : 0] = '\0';
+    } else {
+        snprintf(s->paths[k], sizeof s->paths[k], "%s", name);
+    }
+    lp__read_build_id(info, s->build_ids[k]);
+    return 0;
+}
+
+static int lp__module_cmp(const void *a, const void *b)
+{
+    const lp__module *x = a, *y = b;
+    return (x->lo > y->lo) - (x->lo < y->lo);
+}
+
+/* Rescans the loaded objects, assigns ids to new ones and writes their MODULE records; R.lock held.
+ * Old maps are kept (never freed) so that lock-free readers stay valid. */
+static void lp__rescan_modules(void)
+{
+    if (!lp__ensure_file())
+        return;
+    lp__scan *s = &lp__scan_buf;
+    s->len = 0;
+    dl_iterate_phdr(lp__scan_one, s);
+    lp__module_map *old = atomic_load(&R.modules);
+    lp__module_map *map = lp__map_pages(sizeof *map + s->len * sizeof(lp__module));
+    if (!map)
+        return;
+    map->items = (lp__module *)(map + 1);
+    map->len = s->len;
+    for (size_t i = 0; i < s->len; i++) {
+        lp__module m = s->items[i];
+        /* Keep the id of an object already known at the same place. */
+        for (size_t j = 0; old && j < old->len; j++)
+            if (old->items[j].lo == m.lo && old->items[j].hi == m.hi &&
+                old->items[j].base == m.base)
+                m.id = old->items[j].id;
+        if (!m.id) {
+            m.id = ++R.next_module_id;
+            uint8_t *p = lp__global_buf;
+            size_t n = 0;
+            p[n++] = GP_REC_MODULE;
+            n += gp_put_varint(p + n, m.id);
+            n += gp_put_varint(p + n, m.base);
+            n += gp_put_varint(p + n, m.hi - m.base);
+            n += lp__put_str(p + n, s->paths[i], 255);
+            n += lp__put_str(p + n, s->build_ids[i], 40);
+            lp__write_chunk(0, 0, p, n);
+        }
+        map->items[i] = m;
+    }
+    qsort(map->items, map->len, sizeof *map->items, lp__module_cmp);
+    if (old && s->subs != R.dl_subs) /* something was unloaded: per-thread caches are stale */
+        atomic_fetch_add(&R.modules_generation, 1);
+    R.dl_subs = s->subs;
+    atomic_store(&R.modules, map);
+}
+
+static const lp__module *lp__module_find(const lp__module_map *map, uintptr_t ip)
+{
+    if (!map)
+        return NULL;
+    size_t lo = 0, hi = map->len;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (map->items[mid].lo <= ip)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0)
+        return NULL;
+    const lp__module *m = &map->items[lo - 1];
+    return ip < m->hi ? m : NULL;
+}
+
+/* (module id << 48 | offset) of an instruction address; module 0 holds the raw address. */
+static uint64_t lp__locate(lp__thread *th, uintptr_t ip)
+{
+    uint64_t v;
+    if (lp__map_get(&th->ip_cache, ip, 1, &v))
+        return v;
+    const lp__module *m = lp__module_find(atomic_load(&R.modules), ip);
+    if (!m) {
+        pthread_mutex_lock(&R.lock);
+        lp__rescan_modules();
+        pthread_mutex_unlock(&R.lock);
+        m = lp__module_find(atomic_load(&R.modules), ip);
+    }
+    uint64_t offset = m ? ip - m->base : ip;
+    v = m && offset < (1ull << 48) ? (uint64_t)m->id << 48 | offset : ip & ((1ull << 48) - 1);
+    lp__map_put(&th->ip_cache, ip, 1, v);
+    return v;
+}
+
+/* ---- threads --------------------------------------------------------------------------------- */
+
+static void lp__thread_reset(lp__thread *th)
+{
+    lp__map_clear(&th->strings);
+    lp__map_clear(&th->frames);
+    lp__map_clear(&th->stacks);
+    lp__map_clear(&th->ip_cache);
+    th->next_string_id = 1;
+    th->next_stack_id = 1;
+    th->len = 0;
+    th->generation = atomic_load(&R.generation);
+    th->modules_generation = atomic_load(&R.modules_generation);
+}
+
+static void lp__flush_thread(lp__thread *th);
+
+static void lp__thread_exit(void *arg)
+{
+    lp__thread *th = arg;
+    lp__never = true; /* what the remaining TLS destructors free is not recorded */
+    while (atomic_exchange(&th->busy, 1))
+        ;
+    lp__flush_thread(th);
+    th->exited = true;
+    atomic_store(&th->busy, 0);
+    lp__self = NULL;
+}
+
+static void lp__emit_thread_record(lp__thread *th);
+
+/* The calling thread's state, made on first use: an exited thread's state is reused, so churning
+ * threads cost no memory. NULL if none can be had. */
+static lp__thread *lp__thread_get(void)
+{
+    lp__thread *th = lp__self;
+    if (th && th->generation == atomic_load_explicit(&R.generation, memory_order_relaxed))
+        return th;
+    if (th) { /* a new recording (or a forked child): start the thread's tables afresh */
+        while (atomic_exchange(&th->busy, 1))
+            ;
+        lp__thread_reset(th);
+        atomic_store(&th->busy, 0);
+        lp__emit_thread_record(th);
+        return th;
+    }
+    pthread_mutex_lock(&R.lock);
+    for (th = R.threads; th; th = th->next)
+        if (th->exited && !atomic_load(&th->busy))
+            break;
+    if (th) {
+        th->exited = false;
+    } else {
+        th = lp__map_pages(sizeof *th + LP__BUF_BYTES);
+        if (th) {
+            th->buf = (uint8_t *)(th + 1);
+            th->index = ++R.next_thread_index;
+            th->next = R.threads;
+            R.threads = th;
+        }
+    }
+    pthread_mutex_unlock(&R.lock);
+    if (!th) {
+        lp__warn_once(LP__WARN_MEMORY, "out of memory for a thread buffer; its events are lost");
+        return NULL;
+    }
+    th->tid = (pid_t)syscall(SYS_gettid);
+    th->rng = lp__mix((uint64_t)th->tid ^ lp__now()) | 1;
+    th->sample_left = 0;
+    lp__thread_reset(th);
+    lp__self = th;
+    if (R.key_made)
+        pthread_setspecific(R.key, th);
+    lp__emit_thread_record(th);
+    return th;
+}
+
+/* ---- encoding -------------------------------------------------------------------------------- */
+
+/* Writes the thread's buffer as a chunk; the caller holds th->busy. */
+static void lp__flush_thread(lp__thread *th)
+{
+    if (!th->len)
+        return;
+    if (R.fd < 0) {
+        pthread_mutex_lock(&R.lock);
+        lp__ensure_file();
+        pthread_mutex_unlock(&R.lock);
+    }
+    lp__write_chunk(th->index, th->base_time, th->buf, th->len);
+    th->len = 0;
+}
+
+/* Makes room for `need` bytes; a record never spans chunks. */
+static uint8_t *lp__reserve(lp__thread *th, size_t need)
+{
+    if (th->len + need > LP__BUF_BYTES)
+        lp__flush_thread(th);
+    return th->buf + th->len;
+}
+
+/* Starts a timed record: reserves space, writes the type byte (flags filled later) and dt.
+ * Returns the write position after dt; *type_at receives the type byte's position. */
+static uint8_t *lp__begin(lp__thread *th, uint8_t type, uint64_t now, size_t need,
+                          uint8_t **type_at)
+{
+    uint8_t *p = lp__reserve(th, need);
+    if (th->len == 0) {
+        th->base_time = now;
+        th->last_time = now;
+        th->last_addr = 0;
+        th->first_time = now;
+    }
+    *type_at = p;
+    *p++ = type;
+    uint64_t dt = now >= th->last_time ? now - th->last_time : 0;
+    th->last_time = now >= th->last_time ? now : th->last_time;
+    p += gp_put_varint(p, dt);
+    return p;
+}
+
+static uint8_t *lp__put_addr(lp__thread *th, uint8_t *p, uint8_t *type_at, uintptr_t addr,
+                             lp_device device)
+{
+    int64_t delta = (int64_t)(addr - th->last_addr);
+    if (!(addr & 15) && !(th->last_addr & 15)) {
+        *type_at |= GP_FLAG_ADDR16;
+        delta /= 16;
+    }
+    th->last_addr = addr;
+    p += gp_put_varint(p, gp_zigzag(delta));
+    if (device != LP_DEVICE_HOST) {
+        *type_at |= GP_FLAG_DEVICE;
+        p += gp_put_varint(p, (uint64_t)device + 1);
+    }
+    return p;
+}
+
+static void lp__commit(lp__thread *th, const uint8_t *end) { th->len = (size_t)(end - th->buf); }
+
+/* The id of string s in this thread's table, writing its STRING record the first time; 0 for
+ * NULL or "". */
+static uint32_t lp__intern(lp__thread *th, const char *s)
+{
+    if (!s || !*s)
+        return 0;
+    size_t n = strlen(s);
+    if (n > 4096)
+        n = 4096;
+    uint64_t h1, h2, id;
+    lp__hash_bytes(s, n, &h1, &h2);
+    if (lp__map_get(&th->strings, h1, h2, &id))
+        return (uint32_t)id;
+    id = th->next_string_id++;
+    if (!lp__map_put(&th->strings, h1, h2, id))
+        return 0;
+    uint8_t *p = lp__reserve(th, n + 16);
+    if (th->len == 0) { /* definitions carry no time, but a chunk's state starts here */
+        uint64_t now = lp__now();
+        th->base_time = th->last_time = th->first_time = now;
+        th->last_addr = 0;
+    }
+    uint8_t *q = p;
+    *q++ = GP_REC_STRING;
+    q += gp_put_varint(q, id);
+    q += gp_put_varint(q, n);
+    memcpy(q, s, n);
+    lp__commit(th, q + n);
+    return (uint32_t)id;
+}
+
+static void lp__emit_thread_record(lp__thread *th)
+{
+    while (atomic_exchange(&th->busy, 1))
+        ;
+    char name[32] = "";
+    pthread_getname_np(pthread_self(), name, sizeof name);
+    uint8_t *p = lp__reserve(th, 64);
+    if (th->len == 0) {
+        th->base_time = th->last_time = th->first_time = lp__now();
+        th->last_addr = 0;
+    }
+    *p++ = GP_REC_THREAD;
+    p += gp_put_varint(p, (uint64_t)th->tid);
+    p += lp__put_str(p, name, 31);
+    lp__commit(th, p);
+    atomic_store(&th->busy, 0);
+}
+
+/* ---- stacks ---------------------------------------------------------------------------------- */
+
+static int lp__default_unwind(void **ips, int max, void *user) { return unw_backtrace(ips, max); }
+
+/* Whether this allocation gets a stack: depth > 0, size >= min, and (if sampling) the thread's
+ * byte countdown ran out — geometric sampling: the gap between sampled bytes is exponential with
+ * mean stack_sample_bytes, so each byte is sampled with probability 1/mean. */
+static bool lp__want_stack(lp__thread *th, size_t size)
+{
+    if (R.opts.stack_depth <= 0 || size < R.opts.min_stack_size)
+        return false;
+    uint64_t mean = R.opts.stack_sample_bytes;
+    if (!mean)
+        return true;
+    th->sample_left -= (int64_t)size;
+    if (th->sample_left > 0)
+        return false;
+    th->rng ^= th->rng << 13;
+    th->rng ^= th->rng >> 7;
+    th->rng ^= th->rng << 17;
+    double u = ((double)(th->rng >> 11) + 0.5) * 0x1.0p-53;
+    th->sample_left += (int64_t)(-log(u) * (double)mean) + 1;
+    return true;
+}
+
+/* The stack id of the current call chain, writing STACK records for nodes not seen before.
+ * Frames inside libprof itself are dropped. Kept out of line so the frames to drop are ours. */
+__attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
+{
+    void *ips[LP__MAX_DEPTH + 8];
+    int max = R.opts.stack_depth + 8;
+    int n = R.unwinder ? R.unwinder(ips, max, R.unwinder_user) : lp__default_unwind(ips, max, NULL);
+    int first = 0;
+    if (R.self_hi) {
+        while (first < n && (uintptr_t)ips[first] >= R.self_lo && (uintptr_t)ips[first] < R.self_hi)
+            first++;
+    } else if (!R.unwinder) {
+        first = n < 3 ? n : 3; /* statically linked: this function, lp__record_*, the hook */
+    }
+    if (n - first > R.opts.stack_depth)
+        n = first + R.opts.stack_depth;
+    if (n <= first)
+        return 0;
+    if (th->modules_generation != atomic_load_explicit(&R.modules_generation,
+                                                       memory_order_relaxed)) {
+        /* Code was unloaded: an address may now belong to another object, so the frames and
+         * stacks built from old addresses are stale too (their ids stay valid in the trace). */
+        lp__map_clear(&th->ip_cache);
+        lp__map_clear(&th->frames);
+        lp__map_clear(&th->stacks);
+        th->modules_generation = atomic_load(&R.modules_generation);
+    }
+    uint64_t h1, h2, id;
+    lp__hash_bytes(ips + first, (size_t)(n - first) * sizeof *ips, &h1, &h2);
+    if (lp__map_get(&th->stacks, h1, h2, &id))
+        return (uint32_t)id;
+    /* Walk from the outermost frame inwards, adding tree nodes as needed. */
+    uint64_t parent = 0;
+    for (int i = n - 1; i >= first; i--) {
+        uintptr_t ip = (uintptr_t)ips[i];
+        uint64_t node;
+        if (!lp__map_get(&th->frames, parent + 1, ip, &node)) {
+            uint64_t where = lp__locate(th, ip);
+            node = th->next_stack_id++;
+            lp__map_put(&th->frames, parent + 1, ip, node);
+            uint8_t *p = lp__reserve(th, 48);
+            if (th->len == 0) {
+                th->base_time = th->last_time = th->first_time = lp__now();
+                th->last_addr = 0;
+            }
+            *p++ = GP_REC_STACK;
+            p += gp_put_varint(p, node);
+            p += gp_put_varint(p, parent);
+            p += gp_put_varint(p, where >> 48);
+            p += gp_put_varint(p, where & ((1ull << 48) - 1));
+            lp__commit(th, p);
+        }
+        parent = node;
+    }
+    lp__map_put(&th->stacks, h1, h2, parent);
+    return (uint32_t)parent;
+}
+
+/* ---- the event path -------------------------------------------------------------------------- */
+
+/* Takes the calling thread's buffer, or NULL if this thread cannot record now. */
+static lp__thread *lp__acquire(void)
+{
+    lp__thread *th = lp__thread_get();
+    if (!th)
+        return NULL;
+    while (atomic_exchange_explicit(&th->busy, 1, memory_order_acquire))
+        ; /* only the flusher contends, for the time of one write */
+    return th;
+}
+
+/* Gives the buffer back, flushing it first when it is older than the flush interval. */
+static void lp__release(lp__thread *th, uint64_t now)
+{
+    if (th->len && now - th->first_time >= (uint64_t)R.opts.flush_ms * 1000000ull)
+        lp__flush_thread(th);
+    atomic_store_explicit(&th->busy, 0, memory_order_release);
+}
+
+void lp__record_alloc(const void *addr, size_t size, lp_device device)
+{
+    if (!lp__recording())
+        return;
+    lp__thread *th = lp__acquire();
+    if (!th)
+        return;
+    uint32_t stack = lp__want_stack(th, size) ? lp__capture_stack(th) : 0;
+    uint64_t now = lp__now();
+    uint8_t *type_at;
+    uint8_t *p = lp__begin(th, GP_REC_ALLOC, now, LP__MAX_RECORD, &type_at);
+    p = lp__put_addr(th, p, type_at, (uintptr_t)addr, device);
+    p += gp_put_varint(p, size);
+    p += gp_put_varint(p, stack);
+    lp__commit(th, p);
+    lp__release(th, now);
+}
+
+void lp__record_free(const void *addr, lp_device device)
+{
+    if (!lp__recording())
+        return;
+    lp__thread *th = lp__acquire();
+    if (!th)
+        return;
+    uint64_t now = lp__now();
+    uint8_t *type_at;
+    uint8_t *p = lp__begin(th, GP_REC_FREE, now, LP__MAX_RECORD, &type_at);
+    p = lp__put_addr(th, p, type_at, (uintptr_t)addr, device);
+    lp__commit(th, p);
+    lp__release(th, now);
+}
+
+void lp__record_tag(const void *addr, size_t size, lp_device device, const lp_tag *tag,
+                    bool is_new)
+{
+    if (!lp__recording())
+        return;
+    lp__thread *th = lp__acquire();
+    if (!th)
+        return;
+    /* In-process, a new tagged buffer is its own allocation and needs the stack; under an
+     * interposer the raw ALLOC just recorded has it. */
+    uint32_t stack = is_new && !R.interposed && lp__want_stack(th, size) ? lp__capture_stack(th)
+                                                                         : 0;
+    uint32_t op = lp__intern(th, tag->op), module = lp__intern(th, tag->module),
+             detail = lp__intern(th, tag->detail);
+    uint64_t now = lp__now();
+    uint8_t *type_at;
+    uint8_t *p = lp__begin(th, GP_REC_TAG, now, LP__MAX_RECORD, &type_at);
+    if (tag->grad_enabled)
+        *type_at |= GP_FLAG_GRAD;
+    p = lp__put_addr(th, p, type_at, (uintptr_t)addr, device);
+    p += gp_put_varint(p, size);
+    p += gp_put_varint(p, (uint64_t)tag->category);
+    p += gp_put_varint(p, op);
+    p += gp_put_varint(p, module);
+    p += gp_put_varint(p, detail);
+    p += gp_put_varint(p, stack);
+    lp__commit(th, p);
+    lp__release(th, now);
+}
+
+/* A record of dt and an optional string id. */
+static void lp__record_simple(uint8_t type, uint8_t flags, const char *name, bool has_name,
+                              uint64_t count, bool has_count)
+{
+    if (!lp__recording())
+        return;
+    lp__thread *th = lp__acquire();
+    if (!th)
+        return;
+    uint32_t sid = has_name ? lp__intern(th, name) : 0;
+    uint64_t now = lp__now();
+    uint8_t *type_at;
+    uint8_t *p = lp__begin(th, type, now, LP__MAX_RECORD, &type_at);
+    *type_at |= flags;
+    if (has_name)
+        p += gp_put_varint(p, sid);
+    if (has_count)
+        p += gp_put_varint(p, count);
+    lp__commit(th, p);
+    lp__release(th, now);
+}
+
+void lp__record_region_push(const char *name)
+{
+    lp__record_simple(GP_REC_REGION_PUSH, 0, name, true, 0, false);
+}
+void lp__record_region_pop(void) { lp__record_simple(GP_REC_REGION_POP, 0, NULL, false, 0, false); }
+void lp__record_mark(const char *name) { lp__record_simple(GP_REC_MARK, 0, name, true, 0, false); }
+void lp__record_grad_mode(bool grad_enabled, bool inference)
+{
+    lp__record_simple(GP_REC_GRAD_MODE,
+                      (grad_enabled ? GP_FLAG_GRAD : 0) | (inference ? GP_FLAG_INFERENCE : 0),
+                      NULL, false, 0, false);
+}
+
+/* ---- flushing -------------------------------------------------------------------------------- */
+
+void lp_flush(void)
+{
+    if (!lp__recording() || !lp__guard_enter())
+        return;
+    pthread_mutex_lock(&R.lock);
+    lp__thread *list = R.threads;
+    pthread_mutex_unlock(&R.lock);
+    for (lp__thread *th = list; th; th = th->next) {
+        while (atomic_exchange(&th->busy, 1))
+            ;
+        lp__flush_thread(th);
+        atomic_store(&th->busy, 0);
+    }
+    lp__guard_exit();
+}
+
+static void *lp__flusher_main(void *arg)
+{
+    lp__guard_forever();
+    uint64_t interval = (uint64_t)R.opts.flush_ms * 1000000ull;
+    struct timespec nap = {(time_t)(interval / 4 / 1000000000ull),
+                           (long)(interval / 4 % 1000000000ull)};
+    while (!atomic_load(&R.flusher_stop)) {
+        nanosleep(&nap, NULL);
+        uint64_t now = lp__now();
+        pthread_mutex_lock(&R.lock);
+        lp__thread *list = R.threads;
+        pthread_mutex_unlock(&R.lock);
+        for (lp__thread *th = list; th; th = th->next) {
+            if (atomic_exchange(&th->busy, 1))
+                continue; /* its owner is recording and flushes by age itself */
+            if (th->len && now - th->first_time >= interval / 2)
+                lp__flush_thread(th);
+            atomic_store(&th->busy, 0);
+        }
+    }
+    return NULL;
+}
+
+static void lp__start_flusher(void)
+{
+    atomic_store(&R.flusher_stop, false);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* the flusher takes no signals */
+    R.flusher_running = pthread_create(&R.flusher, NULL, lp__flusher_main, NULL) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!R.flusher_running)
+        lp__warn_once(LP__WARN_OTHER, "no flusher thread: idle threads flush only at exit");
+}
+
+void lp__flush_from_signal(void)
+{
+    if (!lp__recording())
+        return;
+    lp__never = true;
+    for (lp__thread *th = R.threads; th; th = th->next) {
+        /* The interrupted thread's own buffer is consistent (len moves after a record is whole);
+         * other threads' busy buffers are left alone. */
+        if (th == lp__self || !atomic_exchange(&th->busy, 1))
+            lp__flush_thread(th);
+    }
+}
+
+/* ---- fatal signals --------------------------------------------------------------------------- */
+
+static const int lp__fatal_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT,
+                                        SIGTERM, SIGINT, SIGQUIT, SIGHUP};
+
+static void lp__on_fatal_signal(int sig)
+{
+    int saved_errno = errno;
+    lp__flush_from_signal();
+    signal(sig, SIG_DFL);
+    errno = saved_errno;
+    raise(sig); /* delivered when the handler returns (or at once for synchronous faults) */
+}
+
+/* Installs the flush-then-die handler on fatal signals the program left at their default. */
+static void lp__install_signal_handlers(void)
+{
+    if (R.handlers_installed)
+        return;
+    R.handlers_installed = true;
+    for (size_t i = 0; i < sizeof lp__fatal_signals / sizeof *lp__fatal_signals; i++) {
+        struct sigaction old;
+        if (sigaction(lp__fatal_signals[i], NULL, &old) != 0 || old.sa_handler != SIG_DFL ||
+            (old.sa_flags & SA_SIGINFO))
+            continue;
+        struct sigaction sa = {0};
+        sa.sa_handler = lp__on_fatal_signal;
+        sigfillset(&sa.sa_mask);
+        sa.sa_flags = SA_RESETHAND | SA_NODEFER;
+        sigaction(lp__fatal_signals[i], &sa, NULL);
+    }
+}
+
+/* ---- fork ------------------------------------------------------------------------------------ */
+
+static void lp__atfork_prepare(void) { pthread_mutex_lock(&R.lock); }
+static void lp__atfork_parent(void) { pthread_mutex_unlock(&R.lock); }
+
+/* The child gets its own trace: other threads are gone (their states are dropped), this thread's
+ * tables start afresh, and the file is created on first use with the child's pid. */
+static void lp__atfork_child(void)
+{
+    pthread_mutex_init(&R.lock, NULL);
+    if (!lp__recording())
+        return;
+    lp__thread *self = lp__self;
+    R.threads = NULL;
+    R.next_thread_index = 0;
+    if (self) {
+        self->tid = (pid_t)syscall(SYS_gettid);
+        atomic_store(&self->busy, 0);
+        self->len = 0;
+        self->next = NULL;
+        self->index = ++R.next_thread_index;
+        R.threads = self;
+    }
+    R.fd = -1;
+    R.fd_pending = true;
+    R.flusher_running = false;
+    if (strstr(R.path_template, "%p"))
+        lp__expand_path(R.path, sizeof R.path, R.path_template, getpid());
+    else
+        snprintf(R.path, sizeof R.path, "%.4080s.%d", R.path_template, (int)getpid());
+    atomic_store(&R.modules, NULL);
+    R.next_module_id = 0;
+    atomic_fetch_add(&R.generation, 1);
+    R.start_ns = lp__now();
+    lp__start_flusher();
+}
+
+/* ---- lifecycle ------------------------------------------------------------------------------- */
+
+static void lp__find_self(void)
+{
+    Dl_info info;
+    if (!dladdr((void *)lp__find_self, &info) || !info.dli_fbase)
+        return;
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[n > 0 ? n : 0] = '\0';
+    if (info.dli_fname && strcmp(info.dli_fname, exe) == 0)
+        return; /* linked into the program: frames are skipped by count */
+    const lp__module *m = lp__module_find(atomic_load(&R.modules), (uintptr_t)lp__find_self);
+    if (m) {
+        R.self_lo = m->lo;
+        R.self_hi = m->hi;
+    }
+}
+
+int lp_start(const lp_options *o)
+{
+    if (lp__recording())
+        return -1;
+    if (!lp__guard_enter())
+        return -1;
+    int rc = -1;
+    pthread_mutex_lock(&R.lock);
+    if (o)
+        R.opts = *o;
+    else {
+        lp_options_default(&R.opts);
+        lp_options_from_env(&R.opts);
+    }
+    if (R.opts.stack_depth > LP__MAX_DEPTH)
+        R.opts.stack_depth = LP__MAX_DEPTH;
+    if (R.opts.flush_ms < 1)
+        R.opts.flush_ms = 1;
+    if (!R.opts.enabled)
+        goto out;
+    snprintf(R.path_template, sizeof R.path_template, "%s", R.opts.output);
+    lp__expand_path(R.path, sizeof R.path, R.path_template, getpid());
+    R.fd = lp__create_file();
+    if (R.fd < 0) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "cannot create trace file '%.500s': %s; not recording", R.path,
+                 strerror(errno));
+        lp__warn_once(LP__WARN_WRITE, msg);
+        goto out;
+    }
+    R.fd_pending = false;
+    atomic_store(&R.disabled, false);
+    R.start_ns = lp__now();
+    atomic_fetch_add(&R.generation, 1);
+    lp__write_metadata();
+    lp__rescan_modules();
+    lp__find_self();
+    if (!R.key_made)
+        R.key_made = pthread_key_create(&R.key, lp__thread_exit) == 0;
+    static bool atfork_done;
+    if (!atfork_done)
+        atfork_done = pthread_atfork(lp__atfork_prepare, lp__atfork_parent, lp__atfork_child) == 0;
+    lp__install_signal_handlers();
+    atomic_store(&R.recording, true);
+    rc = 0;
+out:
+    pthread_mutex_unlock(&R.lock);
+    if (rc == 0)
+        lp__start_flusher();
+    lp__guard_exit();
+    return rc;
+}
+
+/* Writes the END record on this thread and flushes everything. */
+static void lp__finish(void)
+{
+    lp__record_simple(GP_REC_END, 0, NULL, false, 0, false);
+    lp_flush();
+}
+
+void lp_stop(void)
+{
+    if (!lp__recording())
+        return;
+    lp__finish();
+    atomic_store(&R.recording, false);
+    if (R.flusher_running) {
+        atomic_store(&R.flusher_stop, true);
+        pthread_join(R.flusher, NULL);
+        R.flusher_running = false;
+    }
+    /* The descriptor stays open: a thread that saw `recording` just before it went off may still
+     * write one chunk, which must land in the trace, never in a file the program opened since. */
+    pthread_mutex_lock(&R.lock);
+    R.fd = -1;
+    R.fd_pending = false;
+    pthread_mutex_unlock(&R.lock);
+}
+
+void lp__before_exit(void)
+{
+    if (lp__recording())
+        lp__finish();
+}
+
+void lp__before_exec(void)
+{
+    if (lp__recording())
+        lp_flush();
+}
+
+bool lp_is_recording(void) { return lp__recording(); }
+const char *lp_output_path(void) { return R.fd >= 0 || R.fd_pending ? R.path : ""; }
+
+void lp_set_unwinder(lp_unwind_fn fn, void *user_data)
+{
+    R.unwinder = fn;
+    R.unwinder_user = user_data;
+}
+
+void lp_thread_name(const char *name)
+{
+    if (!lp__recording() || !lp__guard_enter())
+        return;
+    lp__thread *th = lp__acquire();
+    if (th) {
+        uint8_t *p = lp__reserve(th, 64 + 16);
+        if (th->len == 0) {
+            th->base_time = th->last_time = th->first_time = lp__now();
+            th->last_addr = 0;
+        }
+        *p++ = GP_REC_THREAD;
+        p += gp_put_varint(p, (uint64_t)th->tid);
+        p += lp__put_str(p, name ? name : "", 63);
+        lp__commit(th, p);
+        lp__release(th, lp__now());
+    }
+    lp__guard_exit();
+}
+
+void lp_grad_mode(bool grad_enabled, bool inference_mode)
+{
+    if (!lp__recording() || !lp__guard_enter())
+        return;
+    lp__record_grad_mode(grad_enabled, inference_mode);
+    lp__guard_exit();
+}

@@ -1,0 +1,62 @@
+/*
+ * Internals of libprof's recorder, shared by the in-process API (counters.c), the interposers
+ * (preload.c, wrap.c) and the recorder itself (recorder.c). Not installed.
+ *
+ * Threads: each thread encodes its events into its own buffer (no global lock on the event path);
+ * buffers are written as checksummed chunks with one write(2) each on an O_APPEND file. A
+ * background thread flushes buffers that sat idle for half the flush interval.
+ *
+ * Re-entrancy: everything the recorder needs comes from mmap, never malloc, and a thread-local
+ * guard (lp__guard_*) makes any allocation the recorder or libunwind does on the event path pass
+ * through the interposer unrecorded.
+ */
+#ifndef GRADPROF_LIBPROF_RECORDER_H
+#define GRADPROF_LIBPROF_RECORDER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gradprof/libprof.h"
+
+#define LP__TLS __thread __attribute__((tls_model("initial-exec")))
+
+/* Whether recording is on (one relaxed load; the fast-path check of every hook). */
+bool lp__recording(void);
+
+/* Set by an interposer before it starts the recorder: raw allocations are then recorded by the
+ * interposer, so lp_alloc/lp_free only tag (TAG) and leave the FREE to the raw free. */
+void lp__set_interposed(const char *how); /* "preload" or "wrap" */
+bool lp__interposed(void);
+
+/* Thread-local recursion guard. enter returns false if the thread is already inside the recorder
+ * (then the caller must not record); every successful enter is paired with an exit. */
+bool lp__guard_enter(void);
+void lp__guard_exit(void);
+/* Marks the calling thread as never recorded (the flusher thread, a dying thread). */
+void lp__guard_forever(void);
+
+/* Event recording; each is a no-op when not recording. The caller holds the guard. `skip` frames
+ * of the caller's own are dropped from the stack (the unwinder also drops libprof's own frames). */
+void lp__record_alloc(const void *addr, size_t size, lp_device device);
+void lp__record_free(const void *addr, lp_device device);
+void lp__record_tag(const void *addr, size_t size, lp_device device, const lp_tag *tag,
+                    bool is_new);
+void lp__record_region_push(const char *name);
+void lp__record_region_pop(void);
+void lp__record_mark(const char *name);
+void lp__record_grad_mode(bool grad_enabled, bool inference);
+
+/* Lifecycle hooks for the interposer. */
+/* Before exec*: flushes everything (the new image starts its own trace). */
+void lp__before_exec(void);
+/* Before _exit/_Exit: writes the end record and flushes. */
+void lp__before_exit(void);
+/* Flushes what can be flushed from a signal handler (async-signal-safe: write(2) only). */
+void lp__flush_from_signal(void);
+
+/* Warns on stderr, once per `key`, with the "gradprof: " prefix. Async-signal-safe. */
+void lp__warn_once(int key, const char *message);
+enum { LP__WARN_CONFIG = 0, LP__WARN_WRITE = 16, LP__WARN_MEMORY, LP__WARN_OTHER };
+
+#endif /* GRADPROF_LIBPROF_RECORDER_H */

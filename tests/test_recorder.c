@@ -1,0 +1,468 @@
+/*
+ * The recorder in-process (libprof.so linked, no interposer): every API event round-trips through
+ * a real trace file with exact fields; deterministic stacks through a test unwinder; threads; the
+ * tensor library's tags; fork; file creation rules; damage recovery on a real trace.
+ */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "gradprof/libprof.h"
+#include "gradprof/tensor.h"
+#include "gradprof/trace.h"
+
+static char tmpdir[256];
+
+static int setup(void **state)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/gp_recorder_XXXXXX");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static void start(const char *name, lp_options *o)
+{
+    lp_options_default(o);
+    snprintf(o->output, sizeof o->output, "%s/%s", tmpdir, name);
+    o->flush_ms = 10;
+    assert_int_equal(lp_start(o), 0);
+    assert_true(lp_is_recording());
+}
+
+/* Stops recording and opens the trace that was written. */
+static gp_trace *stop_and_open(char *path, size_t size)
+{
+    snprintf(path, size, "%s", lp_output_path());
+    lp_stop();
+    assert_false(lp_is_recording());
+    gp_trace *t = NULL;
+    char err[512];
+    if (gp_trace_open(path, &t, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    return t;
+}
+
+static int next(gp_trace *t, gp_event *ev)
+{
+    char err[256];
+    int r = gp_trace_next(t, ev, err, sizeof err);
+    if (r < 0)
+        fail_msg("%s", err);
+    return r;
+}
+
+/* A fixed three-frame stack: addresses inside three functions of this program. */
+static void frame_a(void) {}
+static void frame_b(void) {}
+static void frame_c(void) {}
+static int fixed_unwinder(void **ips, int max, void *user)
+{
+    void *fixed[3] = {(char *)frame_c + 1, (char *)frame_b + 2, (char *)frame_a + 3};
+    int n = max < 3 ? max : 3;
+    memcpy(ips, fixed, (size_t)n * sizeof *ips);
+    return n;
+}
+
+static void test_api_events_round_trip(void **state)
+{
+    lp_set_unwinder(fixed_unwinder, NULL);
+    lp_options o;
+    start("api.gptrace", &o);
+    static char buf[4][64] __attribute__((aligned(16)));
+    lp_thread_name("main-test");
+    lp_region_push("inference");
+    lp_mark("iter 0");
+    lp_tag act = {LP_CAT_ACTIVATION, "relu", "encoder.0", "[2,32]", true};
+    lp_alloc(buf[0], 256, LP_DEVICE_HOST, &act);
+    lp_tag saved = act;
+    saved.category = LP_CAT_SAVED;
+    lp_retag(buf[0], 256, LP_DEVICE_HOST, LP_CAT_ACTIVATION, &saved);
+    lp_tag grad = {LP_CAT_GRADIENT, "relu_backward", "encoder.0", NULL, false};
+    lp_alloc(buf[1], 100, 2, &grad); /* cuda:2 */
+    lp_grad_mode(false, true);
+    lp_free(buf[1], 100, 2, LP_CAT_GRADIENT);
+    lp_free(buf[0], 256, LP_DEVICE_HOST, LP_CAT_SAVED);
+    lp_region_pop();
+    char path[4096];
+    gp_trace *t = stop_and_open(path, sizeof path);
+    lp_set_unwinder(NULL, NULL);
+
+    gp_event ev;
+    assert_int_equal(next(t, &ev), 1);
+    assert_int_equal(ev.kind, GP_EV_REGION_PUSH);
+    assert_string_equal(ev.name, "inference");
+    assert_int_equal(next(t, &ev), 1);
+    assert_int_equal(ev.kind, GP_EV_MARK);
+    assert_string_equal(ev.name, "iter 0");
+
+    assert_int_equal(next(t, &ev), 1); /* in-process: a TAG of a new address is the allocation */
+    assert_int_equal(ev.kind, GP_EV_TAG);
+    assert_int_equal(ev.addr, (uint64_t)(uintptr_t)buf[0]);
+    assert_int_equal(ev.size, 256);
+    assert_int_equal(ev.category, LP_CAT_ACTIVATION);
+    assert_string_equal(ev.op, "relu");
+    assert_string_equal(ev.module, "encoder.0");
+    assert_string_equal(ev.detail, "[2,32]");
+    assert_true(ev.grad_enabled);
+    assert_int_equal(ev.device, LP_DEVICE_HOST);
+    /* the stack is the fixed one, innermost first: c, b, a, as module + offset */
+    uint32_t module, parent, id = ev.stack;
+    uint64_t offset;
+    void *fns[3] = {(char *)frame_c + 1, (char *)frame_b + 2, (char *)frame_a + 3};
+    Dl_info self;
+    assert_true(dladdr((void *)frame_a, &self) != 0);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(gp_trace_stack_frame(t, id, &module, &offset, &parent), 0);
+        const gp_module *m = gp_trace_module(t, module);
+        assert_non_null(m);
+        assert_int_equal(offset, (uint64_t)((uintptr_t)fns[i] - (uintptr_t)self.dli_fbase));
+        char exe[4096];
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        exe[n > 0 ? n : 0] = '\0';
+        assert_string_equal(m->path, exe);
+        id = parent;
+    }
+    assert_int_equal(parent, 0);
+
+    assert_int_equal(next(t, &ev), 1); /* the retag */
+    assert_int_equal(ev.kind, GP_EV_TAG);
+    assert_int_equal(ev.category, LP_CAT_SAVED);
+    assert_int_equal(ev.stack, 0);
+    assert_int_equal(next(t, &ev), 1);
+    assert_int_equal(ev.kind, GP_EV_TAG);
+    assert_int_equal(ev.device, 2);
+    assert_int_equal(ev.category, LP_CAT_GRADIENT);
+    assert_false(ev.grad_enabled);
+    assert_string_equal(ev.detail, "");
+    assert_int_equal(next(t, &ev), 1);
+    assert_int_equal(ev.kind, GP_EV_GRAD_MODE);
+    assert_false(ev.grad_enabled);
+    assert_true(ev.inference);
+    assert_int_equal(next(t, &ev), 1);
+    assert_int_equal(ev.kind, GP_EV_FREE);
+    assert_int_equal(ev.device, 2);
+    assert_int_equal(ev.addr, (uint64_t)(uintptr_t)buf[1]);
+    assert_int_equal(next(t, &ev), 1);
+    assert_int_equal(ev.kind, GP_EV_FREE);
+    assert_int_equal(ev.addr, (uint64_t)(uintptr_t)buf[0]);
+    assert_int_equal(next(t, &ev), 1);
+    assert_int_equal(ev.kind, GP_EV_REGION_POP);
+    assert_int_equal(next(t, &ev), 1);
+    assert_int_equal(ev.kind, GP_EV_END);
+    assert_int_equal(next(t, &ev), 0);
+
+    const gp_trace_info *info = gp_trace_info_get(t);
+    assert_true(info->clean_end);
+    assert_false(info->damaged);
+    assert_string_equal(gp_trace_thread_name(t, ev.thread), "main-test");
+    char pid[32];
+    snprintf(pid, sizeof pid, "%d", (int)getpid());
+    assert_string_equal(gp_trace_meta(t, "pid"), pid);
+    assert_string_equal(gp_trace_meta(t, "mode"), "in-process");
+    assert_string_equal(gp_trace_meta(t, "flush_interval_ns"), "10000000");
+    assert_non_null(strstr(gp_trace_meta(t, "command"), "test_recorder"));
+    gp_trace_close(t);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+}
+
+enum { THREADS = 4, PER_THREAD = 20000 };
+
+static void *worker(void *arg)
+{
+    long k = (long)arg;
+    char name[16];
+    snprintf(name, sizeof name, "worker%ld", k);
+    lp_thread_name(name);
+    lp_tag tag = {LP_CAT_TEMPORARY, "scratch", "", NULL, false};
+    for (int i = 0; i < PER_THREAD; i++) {
+        void *p = malloc(48);
+        lp_alloc(p, 48, LP_DEVICE_HOST, &tag);
+        if (i % 5000 == 0)
+            usleep(2000);
+        lp_free(p, 48, LP_DEVICE_HOST, LP_CAT_TEMPORARY);
+        free(p);
+    }
+    return NULL;
+}
+
+static void test_threads_exact_counts_in_time_order(void **state)
+{
+    lp_options o;
+    start("threads.gptrace", &o);
+    pthread_t th[THREADS];
+    for (long k = 0; k < THREADS; k++)
+        assert_int_equal(pthread_create(&th[k], NULL, worker, (void *)k), 0);
+    for (int k = 0; k < THREADS; k++)
+        pthread_join(th[k], NULL);
+    char path[4096];
+    gp_trace *t = stop_and_open(path, sizeof path);
+    gp_event ev;
+    uint64_t allocs = 0, frees = 0, last = 0, disorder = 0;
+    uint64_t per_thread[64] = {0};
+    while (next(t, &ev) == 1) {
+        if (ev.time_ns < last)
+            disorder++;
+        last = ev.time_ns;
+        if (ev.kind == GP_EV_TAG) {
+            allocs++;
+            assert_string_equal(ev.op, "scratch");
+            if (ev.thread < 64)
+                per_thread[ev.thread]++;
+        } else if (ev.kind == GP_EV_FREE) {
+            frees++;
+        }
+    }
+    assert_int_equal(allocs, THREADS * PER_THREAD);
+    assert_int_equal(frees, THREADS * PER_THREAD);
+    assert_int_equal(disorder, 0);
+    int named = 0;
+    for (uint32_t i = 1; i <= gp_trace_thread_count(t); i++) {
+        const char *n = gp_trace_thread_name(t, i);
+        if (n && !strncmp(n, "worker", 6)) {
+            named++;
+            assert_int_equal(per_thread[i], PER_THREAD);
+        }
+    }
+    assert_int_equal(named, THREADS);
+    assert_true(gp_trace_info_get(t)->clean_end);
+    gp_trace_close(t);
+}
+
+static void test_tensor_library_tags(void **state)
+{
+    lp_options o;
+    start("tensor.gptrace", &o);
+    tn_manual_seed(1);
+    tn_module *net = tn_sequential_new();
+    tn_sequential_append(net, tn_linear_new(16, 16, true));
+    tn_sequential_append(net, tn_relu_new());
+    tn_sequential_append(net, tn_linear_new(16, 16, true));
+    tn_module_set_name(net, "mlp");
+    tn_tensor *x = tn_randn(2, (const int64_t[]){4, 16}, LP_CAT_INPUT);
+    tn_tensor *y = tn_module_forward(net, x);
+    assert_non_null(y);
+    tn_release(y);
+    tn_grad_mode prev = tn_no_grad_begin();
+    y = tn_module_forward(net, x);
+    tn_grad_mode_end(prev);
+    tn_release(y);
+    tn_release(x);
+    tn_module_free(net);
+    char path[4096];
+    gp_trace *t = stop_and_open(path, sizeof path);
+    gp_event ev;
+    int saved = 0, unsaved = 0, autograd = 0, grad_off = 0, regions = 0;
+    while (next(t, &ev) == 1) {
+        if (ev.kind == GP_EV_TAG && ev.category == LP_CAT_SAVED) {
+            saved++;
+            assert_string_equal(ev.op, "relu");
+            assert_string_equal(ev.module, "mlp.1");
+            assert_string_equal(ev.detail, "[4,16]");
+        } else if (ev.kind == GP_EV_TAG && ev.category == LP_CAT_ACTIVATION &&
+                   !strcmp(ev.op, "relu") && ev.size == 4 * 16 * 4) {
+            unsaved++; /* birth, and the retag back when the graph let go */
+        } else if (ev.kind == GP_EV_TAG && ev.category == LP_CAT_AUTOGRAD) {
+            autograd++;
+        } else if (ev.kind == GP_EV_GRAD_MODE && !ev.grad_enabled) {
+            grad_off++;
+        } else if (ev.kind == GP_EV_REGION_PUSH && !strcmp(ev.name, "mlp.1")) {
+            regions++;
+        }
+    }
+    assert_int_equal(saved, 1);     /* relu saved its output once, under grad */
+    assert_int_equal(unsaved, 3);   /* two births and one release */
+    assert_true(autograd >= 3);     /* at least the three forward nodes */
+    assert_int_equal(grad_off, 1);  /* the no_grad scope */
+    assert_int_equal(regions, 2);   /* both forwards entered mlp.1 */
+    gp_trace_close(t);
+}
+
+static void test_existing_file_and_symlink_are_not_overwritten(void **state)
+{
+    char taken[512], target[512], link[512];
+    snprintf(taken, sizeof taken, "%s/taken.gptrace", tmpdir);
+    FILE *f = fopen(taken, "w");
+    fputs("precious", f);
+    fclose(f);
+    lp_options o;
+    lp_options_default(&o);
+    snprintf(o.output, sizeof o.output, "%s", taken);
+    assert_int_equal(lp_start(&o), 0);
+    char expect[600];
+    snprintf(expect, sizeof expect, "%s.1", taken);
+    assert_string_equal(lp_output_path(), expect);
+    lp_stop();
+    f = fopen(taken, "r");
+    char buf[16] = "";
+    assert_non_null(fgets(buf, sizeof buf, f));
+    fclose(f);
+    assert_string_equal(buf, "precious");
+
+    snprintf(target, sizeof target, "%s/target", tmpdir);
+    snprintf(link, sizeof link, "%s/link.gptrace", tmpdir);
+    assert_int_equal(symlink(target, link), 0);
+    snprintf(o.output, sizeof o.output, "%s", link);
+    assert_int_equal(lp_start(&o), 0);
+    snprintf(expect, sizeof expect, "%s.1", link);
+    assert_string_equal(lp_output_path(), expect);
+    lp_stop();
+    struct stat st;
+    assert_int_equal(stat(target, &st), -1); /* the symlink was not followed */
+}
+
+static void test_unwritable_output_is_refused(void **state)
+{
+    lp_options o;
+    lp_options_default(&o);
+    snprintf(o.output, sizeof o.output, "%s/no/such/dir/t.gptrace", tmpdir);
+    assert_int_equal(lp_start(&o), -1);
+    assert_false(lp_is_recording());
+    lp_alloc(tmpdir, 1, LP_DEVICE_HOST, &(lp_tag){LP_CAT_OTHER, "", "", NULL, false});
+    lp_free(tmpdir, 1, LP_DEVICE_HOST, LP_CAT_OTHER);
+}
+
+static void test_fork_child_writes_its_own_trace(void **state)
+{
+    lp_options o;
+    lp_options_default(&o);
+    snprintf(o.output, sizeof o.output, "%s/fork.%%p.gptrace", tmpdir);
+    assert_int_equal(lp_start(&o), 0);
+    lp_tag tag = {LP_CAT_INPUT, "parent_op", "", NULL, false};
+    static char a[16], b[16];
+    lp_alloc(a, 16, LP_DEVICE_HOST, &tag);
+    pid_t pid = fork();
+    if (pid == 0) {
+        lp_tag ct = {LP_CAT_INPUT, "child_op", "", NULL, false};
+        lp_alloc(b, 16, LP_DEVICE_HOST, &ct);
+        lp_stop();
+        _exit(0);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    char parent_path[4096];
+    gp_trace *t = stop_and_open(parent_path, sizeof parent_path);
+    gp_event ev;
+    int parent_ops = 0, child_ops = 0;
+    while (next(t, &ev) == 1)
+        if (ev.kind == GP_EV_TAG)
+            *(!strcmp(ev.op, "parent_op") ? &parent_ops : &child_ops) += 1;
+    gp_trace_close(t);
+    assert_int_equal(parent_ops, 1);
+    assert_int_equal(child_ops, 0);
+
+    char child_path[600];
+    snprintf(child_path, sizeof child_path, "%s/fork.%d.gptrace", tmpdir, (int)pid);
+    char err[512];
+    if (gp_trace_open(child_path, &t, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    parent_ops = child_ops = 0;
+    while (next(t, &ev) == 1)
+        if (ev.kind == GP_EV_TAG)
+            *(!strcmp(ev.op, "child_op") ? &child_ops : &parent_ops) += 1;
+    char pidstr[32];
+    snprintf(pidstr, sizeof pidstr, "%d", (int)pid);
+    assert_string_equal(gp_trace_meta(t, "pid"), pidstr);
+    assert_true(gp_trace_info_get(t)->clean_end);
+    gp_trace_close(t);
+    assert_int_equal(child_ops, 1);
+    assert_int_equal(parent_ops, 0);
+}
+
+static void test_stack_sampling_keeps_every_event(void **state)
+{
+    lp_options o;
+    lp_options_default(&o);
+    snprintf(o.output, sizeof o.output, "%s/sample.gptrace", tmpdir);
+    o.stack_sample_bytes = 64 * 1024; /* about one stack per 1000 allocations of 64 bytes */
+    assert_int_equal(lp_start(&o), 0);
+    lp_tag tag = {LP_CAT_TEMPORARY, "s", "", NULL, false};
+    static char x[16];
+    for (int i = 0; i < 100000; i++) {
+        lp_alloc(x, 64, LP_DEVICE_HOST, &tag);
+        lp_free(x, 64, LP_DEVICE_HOST, LP_CAT_TEMPORARY);
+    }
+    char path[4096];
+    gp_trace *t = stop_and_open(path, sizeof path);
+    gp_event ev;
+    int allocs = 0, stacked = 0;
+    while (next(t, &ev) == 1)
+        if (ev.kind == GP_EV_TAG) {
+            allocs++;
+            stacked += ev.stack != 0;
+        }
+    gp_trace_close(t);
+    assert_int_equal(allocs, 100000);
+    assert_true(stacked > 50 && stacked < 200); /* mean 100 */
+}
+
+static void test_truncated_real_trace_recovers_prefix(void **state)
+{
+    lp_options o;
+    start("trunc.gptrace", &o);
+    lp_tag tag = {LP_CAT_TEMPORARY, "t", "", NULL, false};
+    static char x[16];
+    for (int i = 0; i < 50000; i++) {
+        lp_alloc(x, 32, LP_DEVICE_HOST, &tag);
+        lp_free(x, 32, LP_DEVICE_HOST, LP_CAT_TEMPORARY);
+    }
+    char path[4096];
+    gp_trace *t = stop_and_open(path, sizeof path);
+    gp_trace_close(t);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    uint64_t previous = UINT64_MAX;
+    for (int cut = 1; cut <= 4; cut++) {
+        off_t len = st.st_size * (5 - cut) / 5 - 7;
+        assert_int_equal(truncate(path, len), 0);
+        char err[512];
+        if (gp_trace_open(path, &t, err, sizeof err) != 0)
+            fail_msg("%s", err);
+        gp_event ev;
+        uint64_t n = 0;
+        while (next(t, &ev) == 1)
+            n++;
+        const gp_trace_info *info = gp_trace_info_get(t);
+        assert_true(info->damaged);
+        assert_false(info->clean_end);
+        assert_true(info->damage_offset + info->bytes_lost == (uint64_t)len);
+        assert_true(n < previous && n > 0);
+        previous = n;
+        gp_trace_close(t);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_api_events_round_trip),
+        cmocka_unit_test(test_threads_exact_counts_in_time_order),
+        cmocka_unit_test(test_tensor_library_tags),
+        cmocka_unit_test(test_existing_file_and_symlink_are_not_overwritten),
+        cmocka_unit_test(test_unwritable_output_is_refused),
+        cmocka_unit_test(test_fork_child_writes_its_own_trace),
+        cmocka_unit_test(test_stack_sampling_keeps_every_event),
+        cmocka_unit_test(test_truncated_real_trace_recovers_prefix),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

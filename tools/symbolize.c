@@ -1,0 +1,612 @@
+/*
+ * symbolize — module + offset to function, file and line with libdwfl; see symbolize.h.
+ *
+ * One Dwfl per module, with the file reported at bias 0 (dwfl_report_elf with base 0 and
+ * add_p_vaddr): dwfl addresses are then the file's own link-time addresses, which is exactly what a
+ * recorded offset is (see symbolize.h). One Dwfl per module rather than one for all keeps modules
+ * that were loaded at the same address at different times (dlclose + dlopen) apart.
+ */
+#define _GNU_SOURCE /* vasprintf */
+#include "symbolize.h"
+
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <elfutils/libdwfl.h>
+#include <errno.h>
+#include <gelf.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* libstdc++'s demangler (the Itanium C++ ABI's __cxa_demangle); elfutils does not export one. */
+char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
+
+enum { KIND_RETURN = 0, KIND_PC = 1 };
+
+/* An address range of a compilation unit, for the CU lookup fallback (sym_find_cu). */
+typedef struct sym_cu_range {
+    Dwarf_Addr lo, hi; /* DWARF addresses, [lo, hi) */
+    Dwarf_Die cu;
+} sym_cu_range;
+
+typedef struct sym_module {
+    uint32_t id;
+    char *path;           /* owned */
+    char *build_id;       /* owned, lowercase hex, "" if not recorded */
+    const char *basename; /* points into path */
+    uint64_t base, size;  /* as recorded; for messages only */
+    bool opened;          /* sym_module_open() ran */
+    Dwfl *dwfl;           /* owned; NULL when the file could not be reported */
+    Dwfl_Module *mod;     /* NULL when the module is unusable (quality GP_SYM_NONE) */
+    Dwarf *dwarf;         /* owned by dwfl; NULL without DWARF */
+    Dwarf_Addr dwarf_bias;
+    sym_cu_range *cu_ranges; /* owned; sorted by lo; built on the first fallback lookup */
+    size_t ncu_ranges;
+    bool cu_ranges_built;
+    gp_sym_quality quality;
+    char *why; /* owned; NULL with GP_SYM_FULL */
+} sym_module;
+
+typedef struct sym_entry {
+    uint64_t offset;
+    uint32_t module_id;
+    uint32_t kind;
+    gp_symbol *sym; /* owned; NULL = empty slot */
+} sym_entry;
+
+struct gp_symbolizer {
+    sym_module *modules; /* sorted by id */
+    size_t nmodules, modules_cap;
+    sym_entry *cache; /* open addressing, linear probing; capacity a power of two */
+    size_t cache_count, cache_cap;
+    char **strings; /* interned strings (owned); open addressing, capacity a power of two */
+    size_t string_count, string_cap;
+    gp_sym_stats stats;
+};
+
+/* Default search for separate debug files: by build-id and .gnu_debuglink, as eu-addr2line does. */
+static char *sym_debuginfo_path = NULL;
+static const Dwfl_Callbacks sym_callbacks = {
+    .find_elf = dwfl_build_id_find_elf,
+    .find_debuginfo = dwfl_standard_find_debuginfo,
+    .section_address = dwfl_offline_section_address,
+    .debuginfo_path = &sym_debuginfo_path,
+};
+
+char *gp__sym_demangle(const char *name)
+{
+    if (name == NULL || strncmp(name, "_Z", 2) != 0)
+        return NULL;
+    int status = 0;
+    char *out = __cxa_demangle(name, NULL, NULL, &status);
+    if (status != 0) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* ---- string interning --------------------------------------------------------------------- */
+
+static uint64_t sym_hash_str(const char *str)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)str; *p; p++)
+        h = (h ^ *p) * 1099511628211ull;
+    return h;
+}
+
+static uint64_t sym_mix(uint64_t x)
+{
+    x ^= x >> 33; /* murmur3 finalizer */
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return x;
+}
+
+static int sym_strings_grow(gp_symbolizer *s)
+{
+    size_t cap = s->string_cap ? s->string_cap * 2 : 256;
+    char **slots = calloc(cap, sizeof *slots);
+    if (slots == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < s->string_cap; i++) {
+        char *str = s->strings[i];
+        if (str == NULL)
+            continue;
+        size_t j = sym_hash_str(str) & (cap - 1);
+        while (slots[j] != NULL)
+            j = (j + 1) & (cap - 1);
+        slots[j] = str;
+    }
+    free(s->strings);
+    s->strings = slots;
+    s->string_cap = cap;
+    return 0;
+}
+
+/* Returns the symbolizer's copy of str (one per distinct string), or NULL when out of memory. */
+static const char *sym_intern(gp_symbolizer *s, const char *str)
+{
+    if (2 * (s->string_count + 1) > s->string_cap && sym_strings_grow(s) != 0)
+        return NULL;
+    size_t j = sym_hash_str(str) & (s->string_cap - 1);
+    while (s->strings[j] != NULL) {
+        if (strcmp(s->strings[j], str) == 0)
+            return s->strings[j];
+        j = (j + 1) & (s->string_cap - 1);
+    }
+    char *copy = strdup(str);
+    if (copy == NULL)
+        return NULL;
+    s->strings[j] = copy;
+    s->string_count++;
+    return copy;
+}
+
+/* Interns the demangled form of name when it is a C++ name, else name itself. */
+static const char *sym_intern_demangled(gp_symbolizer *s, const char *name)
+{
+    char *demangled = gp__sym_demangle(name);
+    const char *out = sym_intern(s, demangled ? demangled : name);
+    free(demangled);
+    return out;
+}
+
+/* ---- modules ------------------------------------------------------------------------------- */
+
+gp_symbolizer *gp_symbolizer_new(void)
+{
+    return calloc(1, sizeof(gp_symbolizer));
+}
+
+void gp_symbolizer_free(gp_symbolizer *s)
+{
+    if (s == NULL)
+        return;
+    for (size_t i = 0; i < s->nmodules; i++) {
+        sym_module *m = &s->modules[i];
+        if (m->dwfl != NULL)
+            dwfl_end(m->dwfl);
+        free(m->path);
+        free(m->build_id);
+        free(m->why);
+        free(m->cu_ranges);
+    }
+    free(s->modules);
+    for (size_t i = 0; i < s->cache_cap; i++)
+        free(s->cache[i].sym);
+    free(s->cache);
+    for (size_t i = 0; i < s->string_cap; i++)
+        free(s->strings[i]);
+    free(s->strings);
+    free(s);
+}
+
+/* The registered module with this id, or NULL. */
+static sym_module *sym_find_module(gp_symbolizer *s, uint32_t id)
+{
+    size_t lo = 0, hi = s->nmodules;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->modules[mid].id == id)
+            return &s->modules[mid];
+        if (s->modules[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+int gp_symbolizer_add_module(gp_symbolizer *s, uint32_t module_id, const char *path,
+                             const char *build_id, uint64_t base, uint64_t size)
+{
+    if (s == NULL || module_id == 0 || path == NULL)
+        return -EINVAL;
+    if (sym_find_module(s, module_id) != NULL)
+        return -EEXIST;
+    if (s->nmodules == s->modules_cap) {
+        size_t cap = s->modules_cap ? s->modules_cap * 2 : 16;
+        sym_module *grown = realloc(s->modules, cap * sizeof *grown);
+        if (grown == NULL)
+            return -ENOMEM;
+        s->modules = grown;
+        s->modules_cap = cap;
+    }
+    sym_module m = {.id = module_id, .base = base, .size = size};
+    m.path = strdup(path);
+    m.build_id = strdup(build_id ? build_id : "");
+    if (m.path == NULL || m.build_id == NULL) {
+        free(m.path);
+        free(m.build_id);
+        return -ENOMEM;
+    }
+    for (char *p = m.build_id; *p; p++)
+        if (*p >= 'A' && *p <= 'F')
+            *p = (char)(*p - 'A' + 'a');
+    const char *slash = strrchr(m.path, '/');
+    m.basename = slash ? slash + 1 : m.path;
+    /* Keep the array sorted by id; trace module ids usually arrive in order, so this appends. */
+    size_t at = s->nmodules;
+    while (at > 0 && s->modules[at - 1].id > module_id)
+        at--;
+    memmove(&s->modules[at + 1], &s->modules[at], (s->nmodules - at) * sizeof m);
+    s->modules[at] = m;
+    s->nmodules++;
+    return 0;
+}
+
+/* Marks the module unusable (or degraded) with a formatted reason. */
+__attribute__((format(printf, 3, 4))) static void sym_set_why(sym_module *m, gp_sym_quality quality,
+                                                              const char *fmt, ...)
+{
+    m->quality = quality;
+    free(m->why);
+    m->why = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    if (vasprintf(&m->why, fmt, ap) < 0)
+        m->why = NULL; /* the quality still says it; the reason is lost to out-of-memory */
+    va_end(ap);
+}
+
+static bool sym_is_function(const GElf_Sym *sym)
+{
+    int type = GELF_ST_TYPE(sym->st_info);
+    return type == STT_FUNC || type == STT_GNU_IFUNC;
+}
+
+/* Whether the module's symbol table (.symtab, else .dynsym) defines at least one function. */
+static bool sym_has_functions(Dwfl_Module *mod)
+{
+    int n = dwfl_module_getsymtab(mod);
+    for (int i = 1; i < n; i++) {
+        GElf_Sym sym;
+        GElf_Word shndx;
+        const char *name = dwfl_module_getsym(mod, i, &sym, &shndx);
+        if (name != NULL && sym_is_function(&sym) && sym.st_shndx != SHN_UNDEF)
+            return true;
+    }
+    return false;
+}
+
+/* Opens the module's file once and decides its quality; never fails, only degrades. */
+static void sym_module_open(gp_symbolizer *s, sym_module *m)
+{
+    if (m->opened)
+        return;
+    m->opened = true;
+    s->stats.modules_opened++;
+    m->quality = GP_SYM_NONE;
+    if (m->path[0] == '\0') {
+        sym_set_why(m, GP_SYM_NONE, "module %" PRIu32 ": no file path recorded", m->id);
+        return;
+    }
+    /* stat first: opening a FIFO or device named by a stale trace could block or have effects. */
+    struct stat st;
+    if (stat(m->path, &st) != 0) {
+        sym_set_why(m, GP_SYM_NONE, "%s: cannot open: %s", m->path, strerror(errno));
+        return;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        sym_set_why(m, GP_SYM_NONE, "%s: not a regular file", m->path);
+        return;
+    }
+    m->dwfl = dwfl_begin(&sym_callbacks);
+    if (m->dwfl == NULL) {
+        sym_set_why(m, GP_SYM_NONE, "%s: libdw: %s", m->path, dwfl_errmsg(-1));
+        return;
+    }
+    dwfl_report_begin(m->dwfl);
+    Dwfl_Module *mod = dwfl_report_elf(m->dwfl, m->basename, m->path, -1, 0, true);
+    dwfl_report_end(m->dwfl, NULL, NULL);
+    if (mod == NULL) {
+        sym_set_why(m, GP_SYM_NONE, "%s: not a usable ELF file: %s", m->path, dwfl_errmsg(-1));
+        return;
+    }
+    if (m->build_id[0] != '\0') {
+        const unsigned char *bits = NULL;
+        GElf_Addr vaddr;
+        int len = dwfl_module_build_id(mod, &bits, &vaddr);
+        char hex[2 * 64 + 1] = "";
+        for (int i = 0; i < len && i < 64; i++)
+            snprintf(hex + 2 * i, 3, "%02x", bits[i]);
+        if (len <= 0) {
+            sym_set_why(m, GP_SYM_NONE,
+                        "%s: build-id mismatch: the trace recorded %s, the file has none "
+                        "(the file changed since the recording)",
+                        m->path, m->build_id);
+            return;
+        }
+        if (strcmp(hex, m->build_id) != 0) {
+            sym_set_why(m, GP_SYM_NONE,
+                        "%s: build-id mismatch: the trace recorded %s, the file has %s "
+                        "(the file changed since the recording)",
+                        m->path, m->build_id, hex);
+            return;
+        }
+    }
+    m->dwarf = dwfl_module_getdwarf(mod, &m->dwarf_bias);
+    if (m->dwarf != NULL) {
+        m->mod = mod;
+        m->quality = GP_SYM_FULL;
+    } else if (sym_has_functions(mod)) {
+        m->mod = mod;
+        sym_set_why(m, GP_SYM_NAMES,
+                    "%s: no DWARF debug info (not in the file, no separate debug file found by "
+                    "build-id or debuglink): function names only, no file:line",
+                    m->path);
+    } else {
+        sym_set_why(m, GP_SYM_NONE, "%s: no symbol table and no debug info (stripped)", m->path);
+    }
+}
+
+gp_sym_quality gp_symbolizer_module_quality(gp_symbolizer *s, uint32_t module_id, const char **why)
+{
+    sym_module *m = s ? sym_find_module(s, module_id) : NULL;
+    if (why != NULL)
+        *why = NULL;
+    if (m == NULL) {
+        if (why != NULL)
+            *why = "module not in the trace's module map";
+        return GP_SYM_NONE;
+    }
+    sym_module_open(s, m);
+    if (why != NULL && m->quality != GP_SYM_FULL)
+        *why = m->why ? m->why : "out of memory";
+    return m->quality;
+}
+
+gp_sym_stats gp_symbolizer_stats(const gp_symbolizer *s)
+{
+    gp_sym_stats none = {0};
+    return s ? s->stats : none;
+}
+
+/* ---- resolution ---------------------------------------------------------------------------- */
+
+/* The function name a DWARF subprogram or inlined_subroutine DIE stands for: its linkage name
+ * demangled, else its plain name (both followed through abstract_origin or specification); NULL
+ * if it has neither. */
+static const char *sym_die_function(gp_symbolizer *s, Dwarf_Die *die)
+{
+    Dwarf_Attribute attr;
+    const char *linkage = dwarf_formstring(dwarf_attr_integrate(die, DW_AT_linkage_name, &attr));
+    if (linkage == NULL)
+        linkage = dwarf_formstring(dwarf_attr_integrate(die, DW_AT_MIPS_linkage_name, &attr));
+    if (linkage != NULL)
+        return sym_intern_demangled(s, linkage);
+    const char *name = dwarf_formstring(dwarf_attr_integrate(die, DW_AT_name, &attr));
+    return name ? sym_intern(s, name) : NULL;
+}
+
+static bool sym_is_function_scope(Dwarf_Die *die)
+{
+    int tag = dwarf_tag(die);
+    return tag == DW_TAG_subprogram || tag == DW_TAG_inlined_subroutine;
+}
+
+static int sym_cu_range_cmp(const void *a, const void *b)
+{
+    const sym_cu_range *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Collects the address ranges of every compilation unit, sorted. Ranges starting at 0 are the
+ * placeholders linkers leave for discarded code (address 0 is never code in a loaded object). */
+static void sym_build_cu_ranges(sym_module *m)
+{
+    m->cu_ranges_built = true;
+    size_t cap = 0;
+    Dwarf_CU *unit = NULL, *next = NULL;
+    Dwarf_Half version;
+    uint8_t unit_type;
+    Dwarf_Die cu;
+    while (dwarf_get_units(m->dwarf, unit, &next, &version, &unit_type, &cu, NULL) == 0) {
+        unit = next;
+        if (unit_type != DW_UT_compile && unit_type != DW_UT_skeleton)
+            continue;
+        Dwarf_Addr base, lo, hi;
+        ptrdiff_t off = 0;
+        while ((off = dwarf_ranges(&cu, off, &base, &lo, &hi)) > 0) {
+            if (lo == 0 || lo >= hi)
+                continue;
+            if (m->ncu_ranges == cap) {
+                size_t ncap = cap ? cap * 2 : 64;
+                sym_cu_range *grown = realloc(m->cu_ranges, ncap * sizeof *grown);
+                if (grown == NULL)
+                    goto done; /* out of memory: keep what was collected */
+                m->cu_ranges = grown;
+                cap = ncap;
+            }
+            m->cu_ranges[m->ncu_ranges++] = (sym_cu_range){.lo = lo, .hi = hi, .cu = cu};
+        }
+    }
+done:
+    qsort(m->cu_ranges, m->ncu_ranges, sizeof *m->cu_ranges, sym_cu_range_cmp);
+}
+
+/* Finds the compilation unit covering pc (a dwfl address) and the bias to subtract for DWARF
+ * addresses. libdwfl finds CUs through .debug_aranges, which clang does not emit by default and
+ * elfutils 0.188 does not synthesize, so when it fails the CUs' own ranges are searched. */
+static bool sym_find_cu(sym_module *m, Dwarf_Addr pc, Dwarf_Die *cu_out, Dwarf_Addr *bias)
+{
+    if (m->dwarf == NULL)
+        return false;
+    Dwarf_Die *cu = dwfl_module_addrdie(m->mod, pc, bias);
+    if (cu != NULL) {
+        *cu_out = *cu;
+        return true;
+    }
+    if (!m->cu_ranges_built)
+        sym_build_cu_ranges(m);
+    *bias = m->dwarf_bias;
+    Dwarf_Addr addr = pc - m->dwarf_bias;
+    size_t lo = 0, hi = m->ncu_ranges; /* find the last range with lo <= addr */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (m->cu_ranges[mid].lo <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0 || addr >= m->cu_ranges[lo - 1].hi)
+        return false;
+    *cu_out = m->cu_ranges[lo - 1].cu;
+    return true;
+}
+
+/* Fills function / inlined_into / file / line of out from the module at address pc. */
+static void sym_resolve(gp_symbolizer *s, sym_module *m, Dwarf_Addr pc, gp_symbol *out)
+{
+    Dwfl_Module *mod = m->mod;
+    Dwarf_Addr start = 0, end = 0;
+    dwfl_module_info(mod, NULL, &start, &end, NULL, NULL, NULL, NULL);
+    if (pc < start || pc >= end)
+        return;
+
+    /* The out-of-line function, from the ELF symbol table. */
+    const char *symbol = NULL;
+    GElf_Sym sym;
+    GElf_Off sym_off = 0;
+    const char *name = dwfl_module_addrinfo(mod, pc, &sym_off, &sym, NULL, NULL, NULL);
+    if (name != NULL && name[0] != '\0' && sym_is_function(&sym) &&
+        (sym.st_size == 0 || sym_off < sym.st_size))
+        symbol = sym_intern_demangled(s, name);
+
+    /* Inlining and file:line, from DWARF. */
+    const char *function = symbol;
+    Dwarf_Die cu;
+    Dwarf_Addr bias = 0;
+    if (sym_find_cu(m, pc, &cu, &bias)) {
+        Dwarf_Addr addr = pc - bias;
+        Dwarf_Die *scopes = NULL;
+        int n = dwarf_getscopes(&cu, addr, &scopes); /* innermost first */
+        int inner = 0;
+        while (inner < n && !sym_is_function_scope(&scopes[inner]))
+            inner++;
+        if (inner < n && dwarf_tag(&scopes[inner]) == DW_TAG_inlined_subroutine) {
+            const char *inl = sym_die_function(s, &scopes[inner]);
+            int outer = inner + 1;
+            while (outer < n && !sym_is_function_scope(&scopes[outer]))
+                outer++;
+            const char *into = NULL;
+            if (outer < n && dwarf_tag(&scopes[outer]) == DW_TAG_subprogram && symbol != NULL)
+                into = symbol; /* the ELF name carries C++ parameter types */
+            else if (outer < n)
+                into = sym_die_function(s, &scopes[outer]);
+            if (inl != NULL) {
+                function = inl;
+                out->inlined_into = into ? into : symbol;
+            }
+        } else if (inner < n && function == NULL) {
+            function = sym_die_function(s, &scopes[inner]); /* no ELF symbol: DWARF's name */
+        }
+        free(scopes);
+
+        Dwarf_Line *line = dwarf_getsrc_die(&cu, addr);
+        int lineno = 0;
+        const char *file = line ? dwarf_linesrc(line, NULL, NULL) : NULL;
+        if (file != NULL && dwarf_lineno(line, &lineno) == 0 && lineno > 0) {
+            out->file = sym_intern(s, file);
+            out->line = out->file ? lineno : 0;
+        }
+    }
+    if (function != NULL) {
+        out->function = function;
+        out->resolved = true;
+    }
+}
+
+static uint64_t sym_key_hash(uint32_t module_id, uint64_t offset, uint32_t kind)
+{
+    return sym_mix(offset ^ sym_mix(((uint64_t)module_id << 1) | kind));
+}
+
+static int sym_cache_grow(gp_symbolizer *s)
+{
+    size_t cap = s->cache_cap ? s->cache_cap * 2 : 1024;
+    sym_entry *slots = calloc(cap, sizeof *slots);
+    if (slots == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < s->cache_cap; i++) {
+        sym_entry *e = &s->cache[i];
+        if (e->sym == NULL)
+            continue;
+        size_t j = sym_key_hash(e->module_id, e->offset, e->kind) & (cap - 1);
+        while (slots[j].sym != NULL)
+            j = (j + 1) & (cap - 1);
+        slots[j] = *e;
+    }
+    free(s->cache);
+    s->cache = slots;
+    s->cache_cap = cap;
+    return 0;
+}
+
+static const gp_symbol *sym_lookup(gp_symbolizer *s, uint32_t module_id, uint64_t offset,
+                                   uint32_t kind)
+{
+    if (s == NULL)
+        return NULL;
+    s->stats.queries++;
+    if (2 * (s->cache_count + 1) > s->cache_cap && sym_cache_grow(s) != 0)
+        return NULL;
+    size_t j = sym_key_hash(module_id, offset, kind) & (s->cache_cap - 1);
+    while (s->cache[j].sym != NULL) {
+        sym_entry *e = &s->cache[j];
+        if (e->module_id == module_id && e->offset == offset && e->kind == kind)
+            return e->sym;
+        j = (j + 1) & (s->cache_cap - 1);
+    }
+
+    s->stats.lookups++;
+    gp_symbol *out = calloc(1, sizeof *out);
+    if (out == NULL)
+        return NULL;
+    out->offset = offset;
+    out->module = "";
+    sym_module *m = module_id ? sym_find_module(s, module_id) : NULL;
+    if (m != NULL) {
+        out->module = m->path;
+        sym_module_open(s, m);
+        /* A return address points after the call; offset - 1 lies inside it. */
+        uint64_t pc = (kind == KIND_RETURN && offset > 0) ? offset - 1 : offset;
+        if (m->mod != NULL)
+            sym_resolve(s, m, pc, out);
+    }
+    if (!out->resolved) {
+        char buf[64 + 4096];
+        if (module_id == 0)
+            snprintf(buf, sizeof buf, "0x%" PRIx64, offset);
+        else if (m == NULL || m->basename[0] == '\0')
+            snprintf(buf, sizeof buf, "[module %" PRIu32 "]+0x%" PRIx64, module_id, offset);
+        else
+            snprintf(buf, sizeof buf, "%.4000s+0x%" PRIx64, m->basename, offset);
+        out->function = sym_intern(s, buf);
+        out->inlined_into = NULL;
+        if (out->function == NULL) {
+            free(out);
+            return NULL;
+        }
+    }
+    s->cache[j] = (sym_entry){.offset = offset, .module_id = module_id, .kind = kind, .sym = out};
+    s->cache_count++;
+    return out;
+}
+
+const gp_symbol *gp_symbolize(gp_symbolizer *s, uint32_t module_id, uint64_t offset)
+{
+    return sym_lookup(s, module_id, offset, KIND_RETURN);
+}
+
+const gp_symbol *gp_symbolize_pc(gp_symbolizer *s, uint32_t module_id, uint64_t offset)
+{
+    return sym_lookup(s, module_id, offset, KIND_PC);
+}
