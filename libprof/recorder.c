@@ -150,6 +150,20 @@ static void lp__hash_bytes(const void *data, size_t n, uint64_t *h1, uint64_t *h
     *h2 = lp__mix(b);
 }
 
+/* 128-bit hash of an array of words (a stack's return addresses), as two halves (never both 0). */
+static void lp__hash_words(const uintptr_t *w, size_t n, uint64_t *h1, uint64_t *h2)
+{
+    uint64_t a = 0x9E3779B97F4A7C15ull ^ n, b = 0xC2B2AE3D27D4EB4Full + n;
+    for (size_t i = 0; i < n; i++) {
+        a = (a ^ w[i]) * 0xff51afd7ed558ccdull;
+        a ^= a >> 32;
+        b = (b + w[i]) * 0xc4ceb9fe1a85ec53ull;
+        b ^= b >> 29;
+    }
+    *h1 = lp__mix(a) | 1;
+    *h2 = lp__mix(b);
+}
+
 /* ---- global state ---------------------------------------------------------------------------- */
 
 typedef struct lp__thread lp__thread;
@@ -851,7 +865,7 @@ __attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
         th->modules_generation = atomic_load(&R.modules_generation);
     }
     uint64_t h1, h2, id;
-    lp__hash_bytes(ips + first, (size_t)(n - first) * sizeof *ips, &h1, &h2);
+    lp__hash_words((const uintptr_t *)(ips + first), (size_t)(n - first), &h1, &h2);
     if (lp__map_get(&th->stacks, h1, h2, &id))
         return (uint32_t)id;
     /* Walk from the outermost frame inwards, adding tree nodes as needed. */

@@ -21,6 +21,10 @@
 
 #define LP__TLS __thread __attribute__((tls_model("initial-exec")))
 
+/* Internals are hidden: calls between them bind inside the library (no PLT), and only the public
+ * lp_* API can be interposed (the preload library's recorder replaces libprof.so's). */
+#pragma GCC visibility push(hidden)
+
 /* Whether recording is on (one relaxed load; the fast-path check of every hook). */
 bool lp__recording(void);
 
@@ -58,5 +62,7 @@ void lp__flush_from_signal(void);
 /* Warns on stderr, once per `key`, with the "gradprof: " prefix. Async-signal-safe. */
 void lp__warn_once(int key, const char *message);
 enum { LP__WARN_CONFIG = 0, LP__WARN_WRITE = 16, LP__WARN_MEMORY, LP__WARN_OTHER };
+
+#pragma GCC visibility pop
 
 #endif /* GRADPROF_LIBPROF_RECORDER_H */
