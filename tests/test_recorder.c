@@ -452,6 +452,47 @@ static void test_truncated_real_trace_recovers_prefix(void **state)
     }
 }
 
+static void *probe_ip;
+static int probe_unwinder(void **ips, int max, void *user)
+{
+    ips[0] = probe_ip;
+    return max > 0 ? 1 : 0;
+}
+
+static void test_module_map_follows_dlopen(void **state)
+{
+    lp_options o;
+    start("dlopen.gptrace", &o);
+    void *lib = dlopen(GP_DLOPEN_LIB, RTLD_NOW);
+    assert_non_null(lib);
+    void *fn = dlsym(lib, "gp_dlopen_probe");
+    assert_non_null(fn);
+    probe_ip = (char *)fn + 1;
+    lp_set_unwinder(probe_unwinder, NULL);
+    static char x[16];
+    lp_alloc(x, 16, LP_DEVICE_HOST, &(lp_tag){LP_CAT_OTHER, "probe", "", NULL, false});
+    lp_set_unwinder(NULL, NULL);
+    char path[4096];
+    gp_trace *t = stop_and_open(path, sizeof path);
+    gp_event ev;
+    uint32_t stack = 0;
+    while (next(t, &ev) == 1)
+        if (ev.kind == GP_EV_TAG && !strcmp(ev.op, "probe"))
+            stack = ev.stack;
+    uint32_t module, parent;
+    uint64_t offset;
+    assert_int_equal(gp_trace_stack_frame(t, stack, &module, &offset, &parent), 0);
+    const gp_module *m = gp_trace_module(t, module);
+    assert_non_null(m);
+    assert_string_equal(m->path, GP_DLOPEN_LIB);
+    Dl_info info;
+    assert_true(dladdr(fn, &info) != 0);
+    assert_int_equal(offset, (uint64_t)((char *)probe_ip - (char *)info.dli_fbase));
+    assert_true(strlen(m->build_id) == 40); /* GNU build-id, hex */
+    gp_trace_close(t);
+    dlclose(lib);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -463,6 +504,7 @@ int main(void)
         cmocka_unit_test(test_fork_child_writes_its_own_trace),
         cmocka_unit_test(test_stack_sampling_keeps_every_event),
         cmocka_unit_test(test_truncated_real_trace_recovers_prefix),
+        cmocka_unit_test(test_module_map_follows_dlopen),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
