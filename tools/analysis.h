@@ -1,0 +1,230 @@
+/*
+ * The replay engine: reads a trace once, in event order, and builds a gp_profile — peak and when,
+ * live-at-peak by category / device / tag key / call site / module, totals, leaks, temporaries,
+ * regions, iterations (marks), the tensors saved for backward, a memory timeline, and the
+ * gradient-leak findings. Memory is bounded by live allocations, distinct keys and sites, and the
+ * timeline's fixed number of buckets, never by the event count.
+ *
+ * Definitions (the README's "Reading a report" says the same for users):
+ * - live bytes: allocated and not yet freed, per device. The peak is the host's (device -1) unless
+ *   the trace holds only device memory; every device has its own peak in `devices`.
+ * - live at peak: what was live at the instant of the device's peak. Every allocation belongs to
+ *   exactly one category, one tag key and one site, so each table sums to the peak.
+ * - tag key: (category, op, module) of a tagged buffer; untagged raw allocations have category
+ *   OTHER (or the one a frame rule gives) and op/module "".
+ * - site: the allocation's call stack (global stack id; 0 = no stack). Symbolic site labels for
+ *   diffing across runs come from gp_site_label().
+ * - temporary: an allocation freed before its thread made any other allocation (heaptrack's
+ *   definition).
+ * - leak: live when the trace ends.
+ * - iteration: the span between two marks; live bytes are sampled at each mark.
+ */
+#ifndef GRADPROF_TOOLS_ANALYSIS_H
+#define GRADPROF_TOOLS_ANALYSIS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gradprof/trace.h"
+#include "symbolize.h"
+
+/* Counters of one key (a category, a tag key, a site, a module path). */
+typedef struct gp_stats {
+    uint64_t count;          /* allocations made (or retagged into this key) */
+    uint64_t total_bytes;    /* bytes of those */
+    uint64_t frees;          /* frees (or retags out of this key) */
+    uint64_t live_bytes;     /* live now (after replay: at the end of the trace) */
+    uint64_t live_count;
+    uint64_t peak_bytes;     /* live at the device's peak instant */
+    uint64_t max_live_bytes; /* the largest this key's own live bytes ever were */
+    uint64_t temporaries;    /* allocations freed before the thread's next allocation */
+    uint64_t snap_epoch;     /* engine-internal (lazy live-at-peak snapshots) */
+} gp_stats;
+
+typedef struct gp_tag_key {
+    lp_category category;
+    const char *op;     /* interned, "" if none */
+    const char *module; /* interned, "" if none */
+    int32_t device;
+    gp_stats stats;
+} gp_tag_key;
+
+typedef struct gp_site {
+    uint32_t stack;        /* global stack id from the trace; 0 = no stack */
+    lp_category category;  /* the category of the most bytes allocated here */
+    int32_t device;
+    gp_stats stats;
+    uint64_t by_category[LP_CAT_COUNT]; /* bytes allocated here, per category (to pick one) */
+} gp_site;
+
+typedef struct gp_module_stats {
+    const char *module; /* module path ("encoder.0.fc1"), "" = outside any module */
+    gp_stats stats;
+    gp_stats by_category[LP_CAT_COUNT];
+} gp_module_stats;
+
+/* A tensor saved for backward: SAVED retags aggregated by (module, op, detail=shape). */
+typedef struct gp_saved_tensor {
+    const char *module, *op, *shape;
+    uint64_t count;      /* times it was saved */
+    uint64_t bytes;      /* bytes saved over the run */
+    uint64_t peak_bytes; /* SAVED bytes of this key live at the peak */
+    uint64_t max_live_bytes;
+} gp_saved_tensor;
+
+typedef struct gp_region_stats {
+    const char *name;
+    uint64_t entries;          /* times entered (all threads) */
+    uint64_t allocated_bytes;  /* allocated while it was the innermost... or any enclosing region */
+    uint64_t max_live_bytes;   /* the device total's maximum while inside it */
+    uint64_t retained_bytes;   /* the most bytes, at one exit, allocated inside and still live */
+    uint64_t graph_bytes;      /* SAVED + AUTOGRAD + GRADIENT allocated inside */
+} gp_region_stats;
+
+typedef struct gp_iteration {
+    const char *mark;   /* the mark that starts it */
+    uint64_t time_ns;
+    uint64_t live_bytes; /* host live total at the mark */
+    uint64_t live_by_category[LP_CAT_COUNT];
+} gp_iteration;
+
+/* One sample of the timeline: live bytes per category at the end of a time bucket, and the
+ * maximum of the total within it (so no peak is lost between samples). */
+typedef struct gp_timeline_point {
+    uint64_t time_ns;
+    uint64_t live_total;
+    uint64_t max_total;
+    uint64_t live_by_category[LP_CAT_COUNT];
+} gp_timeline_point;
+
+typedef struct gp_region_span { /* a region instance on a thread, for the timeline */
+    const char *name;
+    uint32_t thread;
+    uint32_t depth;
+    uint64_t begin_ns, end_ns;
+} gp_region_span;
+
+typedef enum gp_finding_kind {
+    GP_FIND_GRAPH_WITHOUT_GRAD,  /* graph memory allocated where grad should be off */
+    GP_FIND_FORGOT_NO_GRAD,      /* grad on inside a region marked as inference */
+    GP_FIND_GROWTH,              /* live memory grows across marked iterations */
+    GP_FIND_PARAM_GRAD_IN_INFERENCE, /* parameter gradients allocated during inference */
+    GP_FIND_GRAPH_ESCAPES,       /* outputs leave the inference region attached to a graph */
+    GP_FIND_KIND_COUNT
+} gp_finding_kind;
+
+/* "graph_without_grad", "forgot_no_grad", "growth_across_iterations", ... */
+const char *gp_finding_kind_name(gp_finding_kind k);
+
+typedef struct gp_finding_item { /* an op/module/site behind a finding */
+    lp_category category;
+    const char *op, *module;
+    uint32_t stack;
+    uint64_t bytes;
+    uint64_t count;
+} gp_finding_item;
+
+typedef struct gp_finding {
+    gp_finding_kind kind;
+    const char *region;   /* the region it happened in, "" if none */
+    uint64_t bytes;       /* bytes involved (allocated, retained or grown) */
+    uint64_t count;
+    uint64_t first_time_ns;
+    char message[256];    /* one line for humans */
+    gp_finding_item *items; /* sorted by bytes, largest first */
+    size_t n_items;
+} gp_finding;
+
+typedef struct gp_device_stats {
+    int32_t device; /* LP_DEVICE_HOST or a CUDA ordinal */
+    uint64_t peak_bytes, peak_time_ns;
+    uint64_t live_bytes; /* at the end */
+    uint64_t by_category_at_peak[LP_CAT_COUNT];
+    uint64_t by_category_live[LP_CAT_COUNT]; /* at the end */
+    uint64_t by_category_max[LP_CAT_COUNT];  /* each category's own maximum */
+} gp_device_stats;
+
+/* What the engine needs to know beyond the trace. */
+typedef struct gp_analysis_options {
+    /* Regions the program marked as inference (default {"inference"}): grad should be off there. */
+    const char *const *inference_regions;
+    size_t n_inference_regions;
+    /* Buckets of the timeline (default 512). */
+    size_t timeline_points;
+    /* Growth detector: flag when the live total at the last mark exceeds the first by more than
+     * this many bytes (default 1 MiB) and grew in at least 3/4 of the iterations (with >= 3). */
+    uint64_t growth_threshold;
+    /* Frame rules that classify untagged allocations (NULL = none; see rules.h). */
+    const struct gp_rules *rules;
+    /* A symbolizer for site labels and frame rules (may be NULL: labels are module+offset). */
+    gp_symbolizer *symbolizer;
+} gp_analysis_options;
+
+void gp_analysis_options_default(gp_analysis_options *o);
+
+typedef struct gp_profile {
+    /* the trace */
+    gp_trace *trace; /* owned: closed by gp_profile_free */
+    const char *path;
+    const gp_trace_info *info;
+
+    /* totals over the run, all devices */
+    uint64_t alloc_count, free_count, retag_count;
+    uint64_t total_allocated_bytes;
+    uint64_t duration_ns;
+    /* the primary device (host, unless only device memory was recorded) */
+    int32_t primary_device;
+    uint64_t peak_bytes, peak_time_ns;
+    uint64_t leaked_bytes, leaked_count; /* live at the end, all devices */
+    uint64_t temporary_count;
+    uint64_t unknown_frees; /* frees of addresses never seen allocated (before recording) */
+
+    gp_device_stats *devices;
+    size_t n_devices;
+    gp_tag_key *tag_keys;
+    size_t n_tag_keys;
+    gp_site *sites;
+    size_t n_sites;
+    gp_module_stats *modules;
+    size_t n_modules;
+    gp_saved_tensor *saved;
+    size_t n_saved;
+    gp_region_stats *regions;
+    size_t n_regions;
+    gp_iteration *iterations;
+    size_t n_iterations;
+    gp_timeline_point *timeline;
+    size_t n_timeline;
+    gp_region_span *spans; /* capped (the first 10000) */
+    size_t n_spans;
+    gp_finding *findings;
+    size_t n_findings;
+
+    gp_symbolizer *symbolizer; /* borrowed from the options */
+    struct gp__profile_internal *internal;
+} gp_profile;
+
+/* Replays the trace at `path`. Returns 0, or -1 with a message naming the file in err (an
+ * unreadable or empty trace). A damaged trace is not an error: p->info says what was lost. */
+int gp_profile_load(const char *path, const gp_analysis_options *opts, gp_profile **out,
+                    char *err, size_t err_size);
+void gp_profile_free(gp_profile *p);
+
+/* A short human label for a site: the first frame outside the allocator and libprof, with its
+ * file:line if known ("linear_forward (ops_linalg.c:210)"), or "[no stack]". Owned by p. */
+const char *gp_site_label(gp_profile *p, uint32_t stack);
+
+/* The frames of a stack, innermost first, as "function (file:line)" strings owned by p, skipping
+ * allocator/libprof frames. Returns the count written (<= max). */
+size_t gp_site_frames(gp_profile *p, uint32_t stack, const char **frames, size_t max);
+
+/* A key that identifies a site across runs (symbolized function names of up to 4 frames, joined
+ * by ";"), owned by p. */
+const char *gp_site_key(gp_profile *p, uint32_t stack);
+
+/* Sorting helpers: return arrays of indexes (caller frees) ordered by the given measure. */
+size_t *gp_sites_by(const gp_profile *p, const char *measure); /* "peak", "total", "count", "leaked" */
+size_t *gp_tag_keys_by(const gp_profile *p, const char *measure);
+
+#endif /* GRADPROF_TOOLS_ANALYSIS_H */

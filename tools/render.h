@@ -1,0 +1,34 @@
+/*
+ * Renderers of a gp_profile (report) and of a gp_diff (diff). Each writes one format to `out` and
+ * returns 0, or -1 if writing failed (the caller reports the error with the output's name).
+ * Formats are documented in the README ("Reading a report", "JSON schema"); every number they
+ * print comes from the profile, nothing is recomputed here.
+ */
+#ifndef GRADPROF_TOOLS_RENDER_H
+#define GRADPROF_TOOLS_RENDER_H
+
+#include <stdio.h>
+
+#include "analysis.h"
+
+typedef struct gp_render_options {
+    size_t top;           /* rows per table (default 10; 0 = all) */
+    const char *measure;  /* folded: "peak" (default), "total", "count", "leaked" */
+    bool color;           /* text: ANSI colour (only when writing to a terminal) */
+} gp_render_options;
+
+void gp_render_options_default(gp_render_options *o);
+
+int gp_render_text(FILE *out, gp_profile *p, const gp_render_options *o);
+int gp_render_json(FILE *out, gp_profile *p, const gp_render_options *o);
+int gp_render_html(FILE *out, gp_profile *p, const gp_render_options *o);
+/* Folded stacks ("frame;frame;frame value" lines, outermost first) for flamegraph.pl/speedscope. */
+int gp_render_folded(FILE *out, gp_profile *p, const gp_render_options *o);
+/* Chrome Trace Event JSON: counters of live bytes per category over time, regions as slices,
+ * marks as instant events; opens in Perfetto and chrome://tracing. */
+int gp_render_chrome(FILE *out, gp_profile *p, const gp_render_options *o);
+
+/* Human sizes: "0 B", "512 B", "1.50 KiB", "3.25 MiB", "1.00 GiB" (binary units). */
+const char *gp_format_bytes(uint64_t bytes, char *buf, size_t size);
+
+#endif /* GRADPROF_TOOLS_RENDER_H */
