@@ -8,7 +8,6 @@
 
 #include <stdatomic.h>
 #include <stdio.h>
-#include <strings.h>
 
 #define LP__NDEVICES (1 + LP_MAX_CUDA_DEVICES)
 
@@ -30,32 +29,6 @@ static lp__listener lp__listeners[2];
 static _Atomic(lp__listener *) lp__active_listener;
 
 static _Thread_local int lp__region_depth;
-
-static const char *const lp__category_names[] = {
-#define LP__CATEGORY_NAME(e, s) s,
-    LP_CATEGORY_MAP(LP__CATEGORY_NAME)
-#undef LP__CATEGORY_NAME
-};
-
-const char *lp_category_name(lp_category category)
-{
-    if ((unsigned)category >= LP_CAT_COUNT)
-        return "invalid";
-    return lp__category_names[category];
-}
-
-int lp_category_parse(const char *name, lp_category *out)
-{
-    if (!name)
-        return -1;
-    for (int c = 0; c < LP_CAT_COUNT; c++) {
-        if (strcasecmp(name, lp__category_names[c]) == 0) {
-            *out = (lp_category)c;
-            return 0;
-        }
-    }
-    return -1;
-}
 
 static lp__device_counters *lp__device(lp_device device)
 {

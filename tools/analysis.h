@@ -53,6 +53,7 @@ typedef struct gp_tag_key {
 typedef struct gp_site {
     uint32_t stack;        /* global stack id from the trace; 0 = no stack */
     lp_category category;  /* the category of the most bytes allocated here */
+    const char *op, *module; /* the tag its buffers carried last ("" if never tagged) */
     int32_t device;
     gp_stats stats;
     uint64_t by_category[LP_CAT_COUNT]; /* bytes allocated here, per category (to pick one) */
@@ -60,6 +61,7 @@ typedef struct gp_site {
 
 typedef struct gp_module_stats {
     const char *module; /* module path ("encoder.0.fc1"), "" = outside any module */
+    int32_t device;
     gp_stats stats;
     gp_stats by_category[LP_CAT_COUNT];
 } gp_module_stats;
@@ -67,10 +69,10 @@ typedef struct gp_module_stats {
 /* A tensor saved for backward: SAVED retags aggregated by (module, op, detail=shape). */
 typedef struct gp_saved_tensor {
     const char *module, *op, *shape;
-    uint64_t count;      /* times it was saved */
-    uint64_t bytes;      /* bytes saved over the run */
-    uint64_t peak_bytes; /* SAVED bytes of this key live at the peak */
-    uint64_t max_live_bytes;
+    int32_t device;
+    /* stats.count: times saved; total_bytes: bytes saved over the run; peak_bytes: of these live
+     * at the device's peak; live_bytes: still saved at the end */
+    gp_stats stats;
 } gp_saved_tensor;
 
 typedef struct gp_region_stats {
@@ -153,12 +155,10 @@ typedef struct gp_analysis_options {
     /* Buckets of the timeline (default 512). */
     size_t timeline_points;
     /* Growth detector: flag when the live total at the last mark exceeds the first by more than
-     * this many bytes (default 1 MiB) and grew in at least 3/4 of the iterations (with >= 3). */
+     * this many bytes (default 64 KiB) and grew in at least 3/4 of the iterations (with >= 3). */
     uint64_t growth_threshold;
     /* Frame rules that classify untagged allocations (NULL = none; see rules.h). */
     const struct gp_rules *rules;
-    /* A symbolizer for site labels and frame rules (may be NULL: labels are module+offset). */
-    gp_symbolizer *symbolizer;
 } gp_analysis_options;
 
 void gp_analysis_options_default(gp_analysis_options *o);
@@ -201,7 +201,7 @@ typedef struct gp_profile {
     gp_finding *findings;
     size_t n_findings;
 
-    gp_symbolizer *symbolizer; /* borrowed from the options */
+    gp_symbolizer *symbolizer; /* owned: the trace's modules, symbolized on demand */
     struct gp__profile_internal *internal;
 } gp_profile;
 

@@ -5,6 +5,10 @@
  *   leak_accumulate.gptrace every iteration's graph kept alive (total += loss)
  *   raw.gptrace             untagged mallocs from two threads: sites, temporaries, leaks, a device
  *   damaged.gptrace         mlp_grad.gptrace cut inside its last chunk
+ *   detectors.gptrace       one positive and one negative case for the per-buffer detectors:
+ *                           a graph node made inside no_grad (and one inside enable_grad within
+ *                           it), a gradient made inside "inference" (and one inside "backward"
+ *                           within it)
  *   make_traces OUTDIR
  */
 #include <stdio.h>
@@ -195,6 +199,44 @@ static void raw(const char *path)
     tb_close(b);
 }
 
+static void detectors(const char *path)
+{
+    tb *b = tb_open(path, "detectors");
+    modules(b);
+    clock_ns = 0;
+    tb_thread(b, 1, "main");
+    tb_region_push(b, "no_grad");
+    tb_grad_mode(b, false, false);
+    buffer(b, 0x60000000, NODE, LP_CAT_AUTOGRAD, "custom_op", "block.0", NULL, false, 0x6000);
+    tick(b, 1000);
+    tb_region_push(b, "enable_grad"); /* deliberately enabled: not a finding */
+    tb_grad_mode(b, true, false);
+    buffer(b, 0x60001000, NODE, LP_CAT_AUTOGRAD, "other_op", "block.1", NULL, true, 0x6100);
+    tick(b, 1000);
+    tb_grad_mode(b, false, false);
+    tb_region_pop(b);
+    tb_grad_mode(b, true, false);
+    tb_region_pop(b);
+    tb_free(b, 0x60000000);
+    tb_free(b, 0x60001000);
+    tick(b, 1000);
+    tb_region_push(b, "inference");
+    buffer(b, 0x61000000, 4096, LP_CAT_GRADIENT, "accumulate_grad", "head", "[32,32]", false,
+           0x6200);
+    tick(b, 1000);
+    tb_region_push(b, "backward"); /* a backward run on purpose: its gradients are expected */
+    buffer(b, 0x61010000, 8192, LP_CAT_GRADIENT, "linear_backward", "head", "[64,32]", false,
+           0x6300);
+    tick(b, 1000);
+    tb_region_pop(b);
+    tb_free(b, 0x61010000);
+    tb_free(b, 0x61000000);
+    tb_region_pop(b);
+    tick(b, 1000);
+    tb_end(b);
+    tb_close(b);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -219,5 +261,7 @@ int main(int argc, char **argv)
     mlp(path, true, true, 6);
     snprintf(path, sizeof path, "%s/raw.gptrace", argv[1]);
     raw(path);
+    snprintf(path, sizeof path, "%s/detectors.gptrace", argv[1]);
+    detectors(path);
     return 0;
 }

@@ -1,0 +1,255 @@
+/*
+ * The replay engine on the fixture traces (tests/traces/make_traces.c says what each holds). Every
+ * expected number below is worked out by hand from that file:
+ *   parameters 2*(256*256*4 + 256*4) + 10*256*4 + 10*4 = 536616 B, input 32*256*4 = 32768 B,
+ *   an activation A = 32768 B, a graph node N = 512 B, the MLP output 32*10*4 = 1280 B.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analysis.h"
+
+enum { PARAMS = 536616, INPUT = 32768, A = 32768, N = 512, OUT = 1280 };
+
+static gp_profile *load(const char *name)
+{
+    char path[4096], err[512];
+    snprintf(path, sizeof path, "%s/%s.gptrace", GRADPROF_TEST_TRACES, name);
+    gp_profile *p = NULL;
+    if (gp_profile_load(path, NULL, &p, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    return p;
+}
+
+static const gp_finding *finding(const gp_profile *p, gp_finding_kind kind)
+{
+    for (size_t i = 0; i < p->n_findings; i++)
+        if (p->findings[i].kind == kind)
+            return &p->findings[i];
+    return NULL;
+}
+
+static uint64_t at_peak(const gp_profile *p, lp_category c)
+{
+    return p->devices[0].by_category_at_peak[c];
+}
+
+/* Sums of a table's peak_bytes equal the peak: every buffer is in exactly one row. */
+static void assert_tables_sum_to_peak(const gp_profile *p)
+{
+    uint64_t keys = 0, sites = 0, modules = 0, cats = 0;
+    for (size_t i = 0; i < p->n_tag_keys; i++)
+        if (p->tag_keys[i].device == p->primary_device)
+            keys += p->tag_keys[i].stats.peak_bytes;
+    for (size_t i = 0; i < p->n_sites; i++)
+        if (p->sites[i].device == p->primary_device)
+            sites += p->sites[i].stats.peak_bytes;
+    for (size_t i = 0; i < p->n_modules; i++)
+        if (p->modules[i].device == p->primary_device)
+            modules += p->modules[i].stats.peak_bytes;
+    for (int c = 0; c < LP_CAT_COUNT; c++)
+        cats += at_peak(p, (lp_category)c);
+    assert_int_equal(keys, p->peak_bytes);
+    assert_int_equal(sites, p->peak_bytes);
+    assert_int_equal(modules, p->peak_bytes);
+    assert_int_equal(cats, p->peak_bytes);
+}
+
+static void test_mlp_grad(void **state)
+{
+    gp_profile *p = load("mlp_grad");
+    /* The peak: inside iteration 0's second ReLU, once its graph node exists: the first ReLU
+     * output (saved), the second linear output and ReLU output, four nodes. */
+    assert_int_equal(p->peak_bytes, PARAMS + INPUT + 3 * A + 4 * N);
+    assert_int_equal(at_peak(p, LP_CAT_PARAMETER), PARAMS);
+    assert_int_equal(at_peak(p, LP_CAT_INPUT), INPUT);
+    assert_int_equal(at_peak(p, LP_CAT_ACTIVATION), 2 * A);
+    assert_int_equal(at_peak(p, LP_CAT_SAVED), A);
+    assert_int_equal(at_peak(p, LP_CAT_AUTOGRAD), 4 * N);
+    assert_int_equal(at_peak(p, LP_CAT_OTHER), 0); /* tags replace the raw category */
+    assert_int_equal(p->peak_time_ns, 60000);      /* first reached in iteration 0 */
+    assert_tables_sum_to_peak(p);
+    /* 7 parameter/input buffers + 4 iterations x 10 buffers */
+    assert_int_equal(p->alloc_count, 7 + 4 * 10);
+    assert_int_equal(p->free_count, 4 * 10);
+    assert_int_equal(p->leaked_bytes, PARAMS + INPUT);
+    assert_int_equal(p->retag_count, 4 * 4); /* two saves and two releases per iteration */
+    assert_int_equal(p->n_iterations, 4);
+    for (size_t i = 0; i < 4; i++)
+        assert_int_equal(p->iterations[i].live_bytes, PARAMS + INPUT);
+    /* saved tensors */
+    assert_int_equal(p->n_saved, 2);
+    for (size_t i = 0; i < 2; i++) {
+        assert_string_equal(p->saved[i].op, "relu");
+        assert_string_equal(p->saved[i].shape, "[32,256]");
+        assert_int_equal(p->saved[i].stats.count, 4);
+        assert_int_equal(p->saved[i].stats.total_bytes, 4 * A);
+    }
+    /* regions: "inference" retains the output and its graph at every exit */
+    bool seen = false;
+    for (size_t i = 0; i < p->n_regions; i++)
+        if (!strcmp(p->regions[i].name, "inference")) {
+            seen = true;
+            assert_int_equal(p->regions[i].entries, 4);
+            assert_int_equal(p->regions[i].retained_bytes, OUT + 2 * A + 5 * N);
+        }
+    assert_true(seen);
+    /* detectors: grad left on in "inference" (both saves and all nodes), and the graph escapes */
+    const gp_finding *f = finding(p, GP_FIND_FORGOT_NO_GRAD);
+    assert_non_null(f);
+    assert_string_equal(f->region, "inference");
+    assert_int_equal(f->bytes, 4 * (2 * A + 5 * N));
+    assert_int_equal(f->n_items, 7);
+    assert_int_equal(f->items[0].category, LP_CAT_SAVED);
+    assert_string_equal(f->items[0].op, "relu");
+    f = finding(p, GP_FIND_GRAPH_ESCAPES);
+    assert_non_null(f);
+    assert_int_equal(f->bytes, 4 * (2 * A + 5 * N));
+    assert_null(finding(p, GP_FIND_GROWTH));
+    assert_null(finding(p, GP_FIND_GRAPH_WITHOUT_GRAD));
+    assert_null(finding(p, GP_FIND_PARAM_GRAD_IN_INFERENCE));
+    gp_profile_free(p);
+}
+
+static void test_mlp_nograd(void **state)
+{
+    gp_profile *p = load("mlp_nograd");
+    /* the peak: a linear output and a ReLU output at once, nothing saved */
+    assert_int_equal(p->peak_bytes, PARAMS + INPUT + 2 * A);
+    assert_int_equal(at_peak(p, LP_CAT_ACTIVATION), 2 * A);
+    assert_int_equal(at_peak(p, LP_CAT_SAVED), 0);
+    assert_int_equal(at_peak(p, LP_CAT_AUTOGRAD), 0);
+    assert_tables_sum_to_peak(p);
+    assert_int_equal(p->n_saved, 0);
+    assert_int_equal(p->n_findings, 0); /* every detector's negative case */
+    gp_profile_free(p);
+}
+
+static void test_leak_accumulate_grows(void **state)
+{
+    gp_profile *p = load("leak_accumulate");
+    const uint64_t kept = OUT + 2 * A + 5 * N; /* what each iteration leaves alive */
+    assert_int_equal(p->n_iterations, 6);
+    for (size_t i = 0; i < 6; i++)
+        assert_int_equal(p->iterations[i].live_bytes, PARAMS + INPUT + i * kept);
+    assert_int_equal(p->peak_bytes, PARAMS + INPUT + 5 * kept + 3 * A + 4 * N);
+    assert_tables_sum_to_peak(p);
+    const gp_finding *f = finding(p, GP_FIND_GROWTH);
+    assert_non_null(f);
+    assert_int_equal(f->bytes, 5 * kept);
+    assert_int_equal(f->count, 5); /* grew in all 5 intervals */
+    uint64_t items = 0;
+    for (size_t i = 0; i < f->n_items; i++)
+        items += f->items[i].bytes;
+    assert_int_equal(items, 5 * kept); /* the growing sites explain all of it */
+    assert_int_equal(p->leaked_bytes, PARAMS + INPUT + 6 * kept);
+    gp_profile_free(p);
+}
+
+static void test_raw_sites_temporaries_leaks_devices(void **state)
+{
+    gp_profile *p = load("raw");
+    /* host: two leaked blocks and ten 2 KiB blocks from the worker at once */
+    assert_int_equal(p->peak_bytes, 4096 + 1000 + 10 * 2048);
+    assert_int_equal(at_peak(p, LP_CAT_OTHER), p->peak_bytes);
+    assert_int_equal(p->leaked_bytes, 4096 + 1000);
+    assert_int_equal(p->leaked_count, 2);
+    assert_int_equal(p->unknown_frees, 1);
+    /* 100 alloc/free pairs, the worker's last block, main's device block (freed before main
+     * allocated again) */
+    assert_int_equal(p->temporary_count, 102);
+    assert_int_equal(p->n_devices, 2);
+    const gp_device_stats *cuda = &p->devices[1];
+    assert_int_equal(cuda->device, 0);
+    assert_int_equal(cuda->peak_bytes, 1 << 20);
+    assert_int_equal(cuda->live_bytes, 0);
+    assert_tables_sum_to_peak(p);
+    /* three call sites on the host (hot, leaky, cold) plus the device one */
+    uint64_t leaked = 0;
+    for (size_t i = 0; i < p->n_sites; i++)
+        leaked += p->sites[i].stats.live_bytes;
+    assert_int_equal(leaked, 4096 + 1000);
+    size_t *order = gp_sites_by(p, "total");
+    assert_non_null(order);
+    assert_int_equal(p->sites[order[0]].stats.total_bytes, 1 << 20); /* the device block */
+    assert_int_equal(p->sites[order[0]].device, 0);
+    assert_int_equal(p->sites[order[1]].stats.total_bytes, 20480); /* the worker's */
+    assert_int_equal(p->sites[order[2]].stats.total_bytes, 100 * 64); /* the temporaries */
+    assert_int_equal(p->sites[order[2]].stats.temporaries, 100);
+    free(order);
+    assert_int_equal(p->n_findings, 0);
+    gp_profile_free(p);
+}
+
+static void test_detectors_positive_and_negative(void **state)
+{
+    gp_profile *p = load("detectors");
+    const gp_finding *f = finding(p, GP_FIND_GRAPH_WITHOUT_GRAD);
+    assert_non_null(f);
+    assert_int_equal(f->bytes, 512); /* not the node made inside enable_grad */
+    assert_int_equal(f->n_items, 1);
+    assert_string_equal(f->items[0].op, "custom_op");
+    f = finding(p, GP_FIND_PARAM_GRAD_IN_INFERENCE);
+    assert_non_null(f);
+    assert_int_equal(f->bytes, 4096); /* not the one inside "backward" */
+    assert_string_equal(f->items[0].op, "accumulate_grad");
+    assert_null(finding(p, GP_FIND_FORGOT_NO_GRAD));
+    gp_profile_free(p);
+}
+
+static void test_damaged_trace_is_not_an_error(void **state)
+{
+    gp_profile *p = load("damaged");
+    assert_true(p->info->damaged);
+    assert_true(p->info->bytes_lost > 0);
+    assert_false(p->info->clean_end);
+    assert_int_equal(p->peak_bytes, PARAMS + INPUT + 3 * A + 4 * N); /* before the damage */
+    gp_profile_free(p);
+}
+
+static void test_errors(void **state)
+{
+    gp_profile *p = (gp_profile *)1;
+    char err[512];
+    assert_int_equal(gp_profile_load("/nonexistent/x.gptrace", NULL, &p, err, sizeof err), -1);
+    assert_null(p);
+    assert_non_null(strstr(err, "/nonexistent/x.gptrace"));
+    gp_profile_free(NULL);
+}
+
+static void test_timeline_keeps_the_peak(void **state)
+{
+    gp_profile *p = load("leak_accumulate");
+    uint64_t max = 0;
+    for (size_t i = 0; i < p->n_timeline; i++) {
+        if (p->timeline[i].max_total > max)
+            max = p->timeline[i].max_total;
+        if (i)
+            assert_true(p->timeline[i].time_ns > p->timeline[i - 1].time_ns);
+    }
+    assert_int_equal(max, p->peak_bytes);
+    assert_true(p->n_timeline <= 512);
+    gp_profile_free(p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mlp_grad),
+        cmocka_unit_test(test_mlp_nograd),
+        cmocka_unit_test(test_leak_accumulate_grows),
+        cmocka_unit_test(test_raw_sites_temporaries_leaks_devices),
+        cmocka_unit_test(test_detectors_positive_and_negative),
+        cmocka_unit_test(test_damaged_trace_is_not_an_error),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_timeline_keeps_the_peak),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

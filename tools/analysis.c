@@ -1,0 +1,1318 @@
+/*
+ * The replay engine (see analysis.h for what it computes and the definitions).
+ *
+ * Live at peak, in one pass. Each key (a tag key, a site, a module, a saved-tensor key) belongs
+ * to one device and keeps its live bytes; when the device reaches a new peak its epoch advances,
+ * and a key copies its live bytes into peak_bytes the next time it changes (or at the end) if it
+ * has not done so since that epoch: a key that did not change since the peak still holds the value
+ * it had at the peak. That makes every table exact at the peak instant for O(1) per event.
+ *
+ * Regions. Each push opens an instance (a node in a tree of instances, parent = the enclosing
+ * instance on the same thread); a buffer remembers the innermost instance open when it was made.
+ * Making or freeing it adjusts the live-inside counters of that instance and its open ancestors,
+ * so at a pop the bytes made inside and still live (and the graph part of them) are known. Closed
+ * instances are recycled once no buffer or child refers to them.
+ */
+#include "analysis.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NONE UINT32_MAX
+
+/* ---- small utilities ------------------------------------------------------------------------- */
+
+/* Grows *items to hold n+1 elements of `size` bytes; returns the new element (zeroed) or NULL. */
+static void *push(void **items, size_t *n, size_t *cap, size_t size)
+{
+    if (*n == *cap) {
+        size_t c = *cap ? 2 * *cap : 16;
+        void *p = realloc(*items, c * size);
+        if (!p)
+            return NULL;
+        *items = p;
+        *cap = c;
+    }
+    void *e = (char *)*items + (*n)++ * size;
+    memset(e, 0, size);
+    return e;
+}
+
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return x;
+}
+
+/* Open addressing from a (k1, k2, k3) key to a uint32 value; value NONE marks an empty slot. */
+typedef struct map {
+    struct slot {
+        uint64_t k1, k2, k3;
+        uint32_t v;
+    } *slots;
+    size_t cap, len, tombs;
+} map;
+
+#define TOMB (NONE - 1)
+
+static size_t map_hash(uint64_t a, uint64_t b, uint64_t c) { return mix64(a ^ mix64(b ^ mix64(c))); }
+
+static struct slot *map_find(const map *m, uint64_t a, uint64_t b, uint64_t c)
+{
+    if (!m->cap)
+        return NULL;
+    for (size_t i = map_hash(a, b, c) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+        struct slot *s = &m->slots[i];
+        if (s->v == NONE)
+            return NULL;
+        if (s->v != TOMB && s->k1 == a && s->k2 == b && s->k3 == c)
+            return s;
+    }
+}
+
+static bool map_grow(map *m)
+{
+    size_t cap = m->cap ? 2 * m->cap : 256;
+    if (m->len * 2 < m->cap)
+        cap = m->cap; /* mostly tombstones: rehash in place-size */
+    struct slot *slots = malloc(cap * sizeof *slots);
+    if (!slots)
+        return false;
+    for (size_t i = 0; i < cap; i++)
+        slots[i].v = NONE;
+    for (size_t i = 0; i < m->cap; i++) {
+        struct slot *s = &m->slots[i];
+        if (s->v == NONE || s->v == TOMB)
+            continue;
+        size_t j = map_hash(s->k1, s->k2, s->k3) & (cap - 1);
+        while (slots[j].v != NONE)
+            j = (j + 1) & (cap - 1);
+        slots[j] = *s;
+    }
+    free(m->slots);
+    m->slots = slots;
+    m->cap = cap;
+    m->tombs = 0;
+    return true;
+}
+
+static bool map_put(map *m, uint64_t a, uint64_t b, uint64_t c, uint32_t v)
+{
+    if ((m->len + m->tombs + 1) * 4 > m->cap * 3 && !map_grow(m))
+        return false;
+    size_t i = map_hash(a, b, c) & (m->cap - 1);
+    while (m->slots[i].v != NONE && m->slots[i].v != TOMB)
+        i = (i + 1) & (m->cap - 1);
+    if (m->slots[i].v == TOMB)
+        m->tombs--;
+    m->slots[i] = (struct slot){a, b, c, v};
+    m->len++;
+    return true;
+}
+
+static void map_remove(map *m, struct slot *s)
+{
+    s->v = TOMB;
+    m->len--;
+    m->tombs++;
+}
+
+/* ---- engine state ---------------------------------------------------------------------------- */
+
+typedef struct object {
+    uint64_t addr, size;
+    int32_t device;
+    lp_category category;
+    uint32_t tag_key, site, module, saved; /* indexes; saved = NONE unless SAVED */
+    uint32_t instance;                     /* innermost region instance at birth, or NONE */
+    uint64_t seq;                          /* birth number (slots are reused, numbers not) */
+    bool tagged;
+} object;
+
+typedef struct instance {
+    const char *name;
+    uint32_t parent, region, thread, depth;
+    uint32_t refs; /* live objects made inside + child instances */
+    bool open, inference;
+    uint64_t live_inside, graph_inside, begin_ns;
+} instance;
+
+typedef struct thread_state {
+    uint32_t top; /* innermost open instance, or NONE */
+    uint32_t depth;
+    bool grad_disabled;
+    int no_grad_depth, enable_grad_depth, backward_depth, inference_depth;
+    uint64_t last_alloc_addr;
+    int32_t last_alloc_device;
+    bool last_alloc_valid;
+} thread_state;
+
+typedef struct device_state {
+    gp_device_stats pub;
+    uint64_t epoch;
+    uint64_t peak_seq; /* the allocation (by birth number) that set the peak */
+    uint64_t live_by_cat[LP_CAT_COUNT];
+} device_state;
+
+typedef struct site_growth {
+    uint64_t first, last, prev;
+    uint32_t grew;
+    bool seen;
+} site_growth;
+
+typedef struct finding_acc {
+    bool used;
+    gp_finding f;
+    size_t cap;
+    map items; /* (category, op, module) -> item index */
+} finding_acc;
+
+struct gp__profile_internal {
+    map objects_map;
+    object *objects;
+    size_t n_objects, cap_objects;
+    uint32_t free_object; /* free list through object.tag_key */
+
+    map tag_map, site_map, module_map, saved_map, region_map;
+    size_t cap_tag_keys, cap_sites, cap_modules, cap_saved, cap_regions, cap_iterations, cap_spans;
+    site_growth *growth;
+    size_t cap_growth;
+
+    instance *instances;
+    size_t n_instances, cap_instances;
+    uint32_t free_instance;
+
+    thread_state *threads;
+    size_t n_threads;
+    device_state *devices;
+    size_t cap_devices;
+
+    /* timeline: buckets of `width` ns; when full, pairs merge and the width doubles */
+    uint64_t bucket_width, bucket_end;
+    uint64_t bucket_max;
+    size_t cap_timeline;
+
+    finding_acc findings[GP_FIND_KIND_COUNT];
+    const gp_analysis_options *opts;
+    gp_analysis_options opts_copy;
+    uint64_t now;
+    bool oom;
+    char **owned_strings;
+    size_t n_owned, cap_owned;
+    uint32_t symbolized_modules;
+};
+
+typedef struct gp__profile_internal engine;
+
+static const char *const gp__finding_names[GP_FIND_KIND_COUNT] = {
+    "graph_without_grad", "forgot_no_grad", "growth_across_iterations",
+    "param_grad_in_inference", "graph_escapes_inference"};
+
+const char *gp_finding_kind_name(gp_finding_kind k)
+{
+    return (unsigned)k < GP_FIND_KIND_COUNT ? gp__finding_names[k] : "unknown";
+}
+
+void gp_analysis_options_default(gp_analysis_options *o)
+{
+    static const char *const inference[] = {"inference"};
+    memset(o, 0, sizeof *o);
+    o->inference_regions = inference;
+    o->n_inference_regions = 1;
+    o->timeline_points = 512;
+    o->growth_threshold = 64 << 10;
+}
+
+static bool is_graph(lp_category c)
+{
+    return c == LP_CAT_SAVED || c == LP_CAT_AUTOGRAD || c == LP_CAT_GRADIENT;
+}
+
+/* ---- keys and stats -------------------------------------------------------------------------- */
+
+static device_state *device_get(gp_profile *p, int32_t device)
+{
+    engine *e = p->internal;
+    for (size_t i = 0; i < p->n_devices; i++)
+        if (e->devices[i].pub.device == device)
+            return &e->devices[i];
+    device_state *d = push((void **)&e->devices, &p->n_devices, &e->cap_devices, sizeof *d);
+    if (!d) {
+        e->oom = true;
+        return &e->devices[0];
+    }
+    d->pub.device = device;
+    return d;
+}
+
+/* Brings a key's peak_bytes up to date before it changes (see the top of this file). */
+static void stats_sync(gp_stats *s, const device_state *d)
+{
+    if (s->snap_epoch != d->epoch) {
+        s->peak_bytes = s->live_bytes;
+        s->snap_epoch = d->epoch;
+    }
+}
+
+static void stats_add(gp_stats *s, const device_state *d, uint64_t size, bool count)
+{
+    stats_sync(s, d);
+    if (count) {
+        s->count++;
+        s->total_bytes += size;
+    }
+    s->live_bytes += size;
+    s->live_count++;
+    if (s->live_bytes > s->max_live_bytes)
+        s->max_live_bytes = s->live_bytes;
+}
+
+static void stats_sub(gp_stats *s, const device_state *d, uint64_t size)
+{
+    stats_sync(s, d);
+    s->frees++;
+    s->live_bytes -= size;
+    s->live_count--;
+}
+
+static uint32_t tag_key_get(gp_profile *p, lp_category cat, const char *op, const char *module,
+                            int32_t device)
+{
+    engine *e = p->internal;
+    struct slot *s = map_find(&e->tag_map, (uint64_t)cat << 32 | (uint32_t)device,
+                              (uintptr_t)op, (uintptr_t)module);
+    if (s)
+        return s->v;
+    gp_tag_key *k = push((void **)&p->tag_keys, &p->n_tag_keys, &e->cap_tag_keys, sizeof *k);
+    if (!k || !map_put(&e->tag_map, (uint64_t)cat << 32 | (uint32_t)device, (uintptr_t)op,
+                       (uintptr_t)module, (uint32_t)(p->n_tag_keys - 1))) {
+        e->oom = true;
+        return 0;
+    }
+    *k = (gp_tag_key){.category = cat, .op = op, .module = module, .device = device};
+    return (uint32_t)(p->n_tag_keys - 1);
+}
+
+static uint32_t site_get(gp_profile *p, uint32_t stack, int32_t device)
+{
+    engine *e = p->internal;
+    struct slot *s = map_find(&e->site_map, stack, (uint32_t)device, 0);
+    if (s)
+        return s->v;
+    gp_site *site = push((void **)&p->sites, &p->n_sites, &e->cap_sites, sizeof *site);
+    size_t n_growth = p->n_sites - 1; /* growth runs parallel to sites */
+    site_growth *g = push((void **)&e->growth, &n_growth, &e->cap_growth, sizeof *g);
+    if (!site || !g || !map_put(&e->site_map, stack, (uint32_t)device, 0,
+                                (uint32_t)(p->n_sites - 1))) {
+        e->oom = true;
+        return 0;
+    }
+    site->stack = stack;
+    site->device = device;
+    site->category = LP_CAT_OTHER;
+    site->op = site->module = "";
+    return (uint32_t)(p->n_sites - 1);
+}
+
+static uint32_t module_get(gp_profile *p, const char *module, int32_t device)
+{
+    engine *e = p->internal;
+    struct slot *s = map_find(&e->module_map, (uintptr_t)module, (uint32_t)device, 0);
+    if (s)
+        return s->v;
+    gp_module_stats *m = push((void **)&p->modules, &p->n_modules, &e->cap_modules, sizeof *m);
+    if (!m || !map_put(&e->module_map, (uintptr_t)module, (uint32_t)device, 0,
+                       (uint32_t)(p->n_modules - 1))) {
+        e->oom = true;
+        return 0;
+    }
+    m->module = module;
+    m->device = device;
+    return (uint32_t)(p->n_modules - 1);
+}
+
+static uint32_t saved_get(gp_profile *p, const char *module, const char *op, const char *shape,
+                          int32_t device)
+{
+    engine *e = p->internal;
+    struct slot *s = map_find(&e->saved_map, (uintptr_t)module ^ (uint32_t)device, (uintptr_t)op,
+                              (uintptr_t)shape);
+    if (s && p->saved[s->v].device == device)
+        return s->v;
+    gp_saved_tensor *t = push((void **)&p->saved, &p->n_saved, &e->cap_saved, sizeof *t);
+    if (!t || !map_put(&e->saved_map, (uintptr_t)module ^ (uint32_t)device, (uintptr_t)op,
+                       (uintptr_t)shape, (uint32_t)(p->n_saved - 1))) {
+        e->oom = true;
+        return 0;
+    }
+    t->module = module;
+    t->op = op;
+    t->shape = shape;
+    t->device = device;
+    return (uint32_t)(p->n_saved - 1);
+}
+
+static uint32_t region_get(gp_profile *p, const char *name)
+{
+    engine *e = p->internal;
+    struct slot *s = map_find(&e->region_map, (uintptr_t)name, 0, 0);
+    if (s)
+        return s->v;
+    gp_region_stats *r = push((void **)&p->regions, &p->n_regions, &e->cap_regions, sizeof *r);
+    if (!r || !map_put(&e->region_map, (uintptr_t)name, 0, 0, (uint32_t)(p->n_regions - 1))) {
+        e->oom = true;
+        return 0;
+    }
+    r->name = name;
+    return (uint32_t)(p->n_regions - 1);
+}
+
+static thread_state *thread_get(gp_profile *p, uint32_t thread)
+{
+    engine *e = p->internal;
+    static thread_state spare = {.top = NONE};
+    if (thread >= e->n_threads) {
+        size_t n = thread + 16;
+        thread_state *t = realloc(e->threads, n * sizeof *t);
+        if (!t) {
+            e->oom = true;
+            return &spare;
+        }
+        for (size_t i = e->n_threads; i < n; i++)
+            t[i] = (thread_state){.top = NONE};
+        e->threads = t;
+        e->n_threads = n;
+    }
+    return &e->threads[thread];
+}
+
+/* ---- findings -------------------------------------------------------------------------------- */
+
+static void finding_add(gp_profile *p, gp_finding_kind kind, const char *region, lp_category cat,
+                        const char *op, const char *module, uint32_t stack, uint64_t bytes)
+{
+    engine *e = p->internal;
+    finding_acc *a = &e->findings[kind];
+    if (!a->used) {
+        a->used = true;
+        a->f.kind = kind;
+        a->f.region = region ? region : "";
+        a->f.first_time_ns = e->now;
+    }
+    a->f.bytes += bytes;
+    a->f.count++;
+    struct slot *s = map_find(&a->items, (uint64_t)cat, (uintptr_t)op, (uintptr_t)module);
+    gp_finding_item *it;
+    if (s) {
+        it = &a->f.items[s->v];
+    } else {
+        it = push((void **)&a->f.items, &a->f.n_items, &a->cap, sizeof *it);
+        if (!it || !map_put(&a->items, (uint64_t)cat, (uintptr_t)op, (uintptr_t)module,
+                            (uint32_t)(a->f.n_items - 1))) {
+            e->oom = true;
+            return;
+        }
+        *it = (gp_finding_item){.category = cat, .op = op, .module = module, .stack = stack};
+    }
+    it->bytes += bytes;
+    it->count++;
+}
+
+/* The innermost open region of the thread that is one of the inference regions, or NULL. */
+static const char *inference_region(gp_profile *p, const thread_state *t)
+{
+    engine *e = p->internal;
+    if (t->inference_depth == 0)
+        return NULL;
+    for (uint32_t i = t->top; i != NONE; i = e->instances[i].parent)
+        if (e->instances[i].inference)
+            return e->instances[i].name;
+    return NULL;
+}
+
+/* The per-buffer detectors, run when a buffer enters a graph category on thread t:
+ * - graph memory inside a no_grad / inference_mode region (not inside enable_grad or backward);
+ * - a graph built (SAVED, AUTOGRAD) with grad on inside an inference region: forgot no_grad;
+ * - gradients (GRADIENT) allocated inside an inference region. */
+static void detect(gp_profile *p, const thread_state *t, const object *o, bool grad_flag)
+{
+    if (!is_graph(o->category))
+        return;
+    const gp_tag_key *k = &p->tag_keys[o->tag_key];
+    uint32_t stack = p->sites[o->site].stack;
+    if (t->no_grad_depth > 0 && t->enable_grad_depth == 0 && t->backward_depth == 0)
+        finding_add(p, GP_FIND_GRAPH_WITHOUT_GRAD, "no_grad", o->category, k->op, k->module, stack,
+                    o->size);
+    const char *inf = inference_region(p, t);
+    if (!inf || t->backward_depth > 0)
+        return;
+    bool grad_on = !t->grad_disabled && t->no_grad_depth == 0 && grad_flag;
+    if ((o->category == LP_CAT_SAVED || o->category == LP_CAT_AUTOGRAD) && grad_on)
+        finding_add(p, GP_FIND_FORGOT_NO_GRAD, inf, o->category, k->op, k->module, stack, o->size);
+    if (o->category == LP_CAT_GRADIENT)
+        finding_add(p, GP_FIND_PARAM_GRAD_IN_INFERENCE, inf, o->category, k->op, k->module, stack,
+                    o->size);
+}
+
+/* ---- the live set ---------------------------------------------------------------------------- */
+
+static uint32_t object_new(engine *e)
+{
+    if (e->free_object != NONE) {
+        uint32_t i = e->free_object;
+        e->free_object = e->objects[i].tag_key;
+        return i;
+    }
+    object *o = push((void **)&e->objects, &e->n_objects, &e->cap_objects, sizeof *o);
+    if (!o) {
+        e->oom = true;
+        return NONE;
+    }
+    return (uint32_t)(e->n_objects - 1);
+}
+
+static void object_delete(engine *e, uint32_t i)
+{
+    e->objects[i].tag_key = e->free_object;
+    e->free_object = i;
+}
+
+static bool counts_as_graph(lp_category c) { return c == LP_CAT_SAVED || c == LP_CAT_AUTOGRAD; }
+
+/* Adds o's bytes to every key it belongs to. `count` also counts it as an allocation (or a
+ * retag into) there; `count_site` does the same for its site, which counts only allocations. */
+static void object_enter(gp_profile *p, object *o, bool count, bool count_site)
+{
+    engine *e = p->internal;
+    device_state *d = device_get(p, o->device);
+    stats_add(&p->tag_keys[o->tag_key].stats, d, o->size, count);
+    gp_site *site = &p->sites[o->site];
+    stats_add(&site->stats, d, o->size, count_site);
+    if (count_site)
+        site->by_category[o->category] += o->size;
+    gp_module_stats *m = &p->modules[o->module];
+    stats_add(&m->stats, d, o->size, count);
+    stats_add(&m->by_category[o->category], d, o->size, count);
+    if (o->saved != NONE)
+        stats_add(&p->saved[o->saved].stats, d, o->size, count);
+    for (uint32_t i = o->instance; i != NONE; i = e->instances[i].parent) {
+        instance *in = &e->instances[i];
+        if (!in->open)
+            continue;
+        in->live_inside += o->size;
+        if (counts_as_graph(o->category))
+            in->graph_inside += o->size;
+    }
+    d->live_by_cat[o->category] += o->size;
+    if (d->live_by_cat[o->category] > d->pub.by_category_max[o->category])
+        d->pub.by_category_max[o->category] = d->live_by_cat[o->category];
+    d->pub.live_bytes += o->size;
+    if (d->pub.live_bytes > d->pub.peak_bytes) {
+        d->pub.peak_bytes = d->pub.live_bytes;
+        d->pub.peak_time_ns = e->now;
+        memcpy(d->pub.by_category_at_peak, d->live_by_cat, sizeof d->live_by_cat);
+        d->epoch++;
+        d->peak_seq = o->seq;
+    }
+    if (o->device == p->primary_device && d->pub.live_bytes > e->bucket_max)
+        e->bucket_max = d->pub.live_bytes;
+}
+
+/* Takes o's bytes out of every key (a free, or the first half of a retag). */
+static void object_leave(gp_profile *p, object *o)
+{
+    engine *e = p->internal;
+    device_state *d = device_get(p, o->device);
+    stats_sub(&p->tag_keys[o->tag_key].stats, d, o->size);
+    stats_sub(&p->sites[o->site].stats, d, o->size);
+    gp_module_stats *m = &p->modules[o->module];
+    stats_sub(&m->stats, d, o->size);
+    stats_sub(&m->by_category[o->category], d, o->size);
+    if (o->saved != NONE)
+        stats_sub(&p->saved[o->saved].stats, d, o->size);
+    for (uint32_t i = o->instance; i != NONE; i = e->instances[i].parent) {
+        instance *in = &e->instances[i];
+        if (!in->open)
+            continue;
+        in->live_inside -= o->size;
+        if (counts_as_graph(o->category))
+            in->graph_inside -= o->size;
+    }
+    d->live_by_cat[o->category] -= o->size;
+    d->pub.live_bytes -= o->size;
+}
+
+/* Gives o the role of tag key `k` (category, op, module) and the matching module/saved keys. */
+static void object_set_role(gp_profile *p, object *o, lp_category cat, const char *op,
+                            const char *module, const char *detail)
+{
+    o->category = cat;
+    o->tag_key = tag_key_get(p, cat, op, module, o->device);
+    o->module = module_get(p, module, o->device);
+    o->saved = cat == LP_CAT_SAVED ? saved_get(p, module, op, detail, o->device) : NONE;
+    gp_site *site = &p->sites[o->site];
+    if (*op || *module) {
+        site->op = op;
+        site->module = module;
+    }
+}
+
+/* ---- region instances ------------------------------------------------------------------------ */
+
+static void instance_unref(engine *e, uint32_t i)
+{
+    while (i != NONE) {
+        instance *in = &e->instances[i];
+        if (--in->refs > 0 || in->open)
+            return;
+        uint32_t parent = in->parent;
+        in->parent = e->free_instance; /* recycle */
+        e->free_instance = i;
+        i = parent;
+    }
+}
+
+static uint32_t instance_new(engine *e)
+{
+    if (e->free_instance != NONE) {
+        uint32_t i = e->free_instance;
+        e->free_instance = e->instances[i].parent;
+        return i;
+    }
+    instance *in = push((void **)&e->instances, &e->n_instances, &e->cap_instances, sizeof *in);
+    if (!in) {
+        e->oom = true;
+        return NONE;
+    }
+    return (uint32_t)(e->n_instances - 1);
+}
+
+static bool is_inference_name(const engine *e, const char *name)
+{
+    for (size_t i = 0; i < e->opts->n_inference_regions; i++)
+        if (!strcmp(name, e->opts->inference_regions[i]))
+            return true;
+    return false;
+}
+
+static void region_push(gp_profile *p, thread_state *t, uint32_t thread, const char *name)
+{
+    engine *e = p->internal;
+    uint32_t i = instance_new(e);
+    if (i == NONE)
+        return;
+    instance *in = &e->instances[i];
+    *in = (instance){.name = name, .parent = t->top, .region = region_get(p, name),
+                     .thread = thread, .depth = t->depth, .refs = 1, .open = true,
+                     .inference = is_inference_name(e, name), .begin_ns = e->now};
+    if (t->top != NONE)
+        e->instances[t->top].refs++;
+    t->top = i;
+    t->depth++;
+    p->regions[in->region].entries++;
+    if (!strcmp(name, "no_grad") || !strcmp(name, "inference_mode"))
+        t->no_grad_depth++;
+    else if (!strcmp(name, "enable_grad") || !strcmp(name, "inference_mode(false)"))
+        t->enable_grad_depth++;
+    else if (!strcmp(name, "backward"))
+        t->backward_depth++;
+    if (in->inference)
+        t->inference_depth++;
+}
+
+/* Scans the live set for graph buffers made inside instance i (for the escape finding's items);
+ * bounded to the first few escapes so a long run cannot make this quadratic. */
+static void escape_items(gp_profile *p, uint32_t inst, const char *region)
+{
+    engine *e = p->internal;
+    for (size_t k = 0; k < e->n_objects; k++) {
+        object *o = &e->objects[k];
+        if (!o->size || !counts_as_graph(o->category))
+            continue;
+        for (uint32_t i = o->instance; i != NONE; i = e->instances[i].parent)
+            if (i == inst) {
+                const gp_tag_key *key = &p->tag_keys[o->tag_key];
+                finding_add(p, GP_FIND_GRAPH_ESCAPES, region, o->category, key->op, key->module,
+                            p->sites[o->site].stack, o->size);
+                break;
+            }
+    }
+}
+
+static void region_pop(gp_profile *p, thread_state *t)
+{
+    engine *e = p->internal;
+    uint32_t i = t->top;
+    if (i == NONE)
+        return; /* unbalanced pop: ignored, as the recorder does */
+    instance *in = &e->instances[i];
+    gp_region_stats *r = &p->regions[in->region];
+    if (in->live_inside > r->retained_bytes)
+        r->retained_bytes = in->live_inside;
+    if (in->inference && in->graph_inside > 0) {
+        finding_acc *a = &e->findings[GP_FIND_GRAPH_ESCAPES];
+        if (a->f.count < 64) {
+            escape_items(p, i, in->name);
+        } else { /* counted, not itemised */
+            a->f.bytes += in->graph_inside;
+            a->f.count++;
+        }
+    }
+    if (p->n_spans < 10000) {
+        gp_region_span *s = push((void **)&p->spans, &p->n_spans, &e->cap_spans, sizeof *s);
+        if (s)
+            *s = (gp_region_span){in->name, in->thread, in->depth, in->begin_ns, e->now};
+    }
+    const char *name = in->name;
+    if (!strcmp(name, "no_grad") || !strcmp(name, "inference_mode"))
+        t->no_grad_depth--;
+    else if (!strcmp(name, "enable_grad") || !strcmp(name, "inference_mode(false)"))
+        t->enable_grad_depth--;
+    else if (!strcmp(name, "backward"))
+        t->backward_depth--;
+    if (in->inference)
+        t->inference_depth--;
+    in->open = false;
+    t->top = in->parent;
+    t->depth--;
+    instance_unref(e, i);
+}
+
+/* Region statistics that depend on the live total: the max while inside, per open region. */
+static void regions_note_live(gp_profile *p, const thread_state *t, uint64_t live)
+{
+    engine *e = p->internal;
+    for (uint32_t i = t->top; i != NONE; i = e->instances[i].parent) {
+        gp_region_stats *r = &p->regions[e->instances[i].region];
+        if (live > r->max_live_bytes)
+            r->max_live_bytes = live;
+    }
+}
+
+/* Counts o into the open regions of its thread: as allocated bytes when `allocated`, and as graph
+ * bytes if it is (now) graph memory. */
+static void regions_note_alloc(gp_profile *p, const thread_state *t, const object *o,
+                               bool allocated)
+{
+    engine *e = p->internal;
+    for (uint32_t i = t->top; i != NONE; i = e->instances[i].parent) {
+        gp_region_stats *r = &p->regions[e->instances[i].region];
+        if (allocated)
+            r->allocated_bytes += o->size;
+        if (is_graph(o->category))
+            r->graph_bytes += o->size;
+    }
+}
+
+/* ---- timeline -------------------------------------------------------------------------------- */
+
+static void timeline_close_bucket(gp_profile *p)
+{
+    engine *e = p->internal;
+    if (p->n_timeline == e->cap_timeline) { /* full: merge pairs, double the width */
+        size_t n = p->n_timeline / 2;
+        for (size_t i = 0; i < n; i++) {
+            gp_timeline_point a = p->timeline[2 * i], b = p->timeline[2 * i + 1];
+            b.max_total = a.max_total > b.max_total ? a.max_total : b.max_total;
+            p->timeline[i] = b;
+        }
+        if (p->n_timeline % 2)
+            p->timeline[n++] = p->timeline[p->n_timeline - 1];
+        p->n_timeline = n;
+        e->bucket_width *= 2;
+    }
+    const device_state *d = device_get(p, p->primary_device);
+    gp_timeline_point *pt = &p->timeline[p->n_timeline++];
+    pt->time_ns = e->bucket_end;
+    pt->live_total = d->pub.live_bytes;
+    pt->max_total = e->bucket_max > d->pub.live_bytes ? e->bucket_max : d->pub.live_bytes;
+    memcpy(pt->live_by_category, d->live_by_cat, sizeof d->live_by_cat);
+    e->bucket_max = d->pub.live_bytes;
+}
+
+/* Called before each event at time `now`: closes the buckets that ended before it. */
+static void timeline_advance(gp_profile *p, uint64_t now)
+{
+    engine *e = p->internal;
+    if (now < e->bucket_end)
+        return;
+    timeline_close_bucket(p);
+    if (now >= e->bucket_end + e->bucket_width) /* a quiet stretch: one point, then jump */
+        e->bucket_end = now - now % e->bucket_width;
+    e->bucket_end += e->bucket_width;
+}
+
+/* ---- iterations ------------------------------------------------------------------------------ */
+
+static void iteration_mark(gp_profile *p, const char *name)
+{
+    engine *e = p->internal;
+    gp_iteration *it = push((void **)&p->iterations, &p->n_iterations, &e->cap_iterations,
+                            sizeof *it);
+    if (!it) {
+        e->oom = true;
+        return;
+    }
+    const device_state *d = device_get(p, p->primary_device);
+    it->mark = name;
+    it->time_ns = e->now;
+    it->live_bytes = d->pub.live_bytes;
+    memcpy(it->live_by_category, d->live_by_cat, sizeof d->live_by_cat);
+    for (size_t s = 0; s < p->n_sites; s++) {
+        site_growth *g = &e->growth[s];
+        uint64_t live = p->sites[s].stats.live_bytes;
+        if (!g->seen) { /* a site born after the first mark had nothing live there */
+            g->seen = true;
+            g->first = g->prev = p->n_iterations == 1 ? live : 0;
+        }
+        if (p->n_iterations > 1 && live > g->prev)
+            g->grew++;
+        g->prev = g->last = live;
+    }
+}
+
+/* The growth detector, at the end: live bytes at the last mark exceed the first by more than the
+ * threshold, having grown in at least 3/4 of the intervals (3 marks or more). */
+static void detect_growth(gp_profile *p)
+{
+    engine *e = p->internal;
+    size_t n = p->n_iterations;
+    if (n < 3)
+        return;
+    const gp_iteration *first = &p->iterations[0], *last = &p->iterations[n - 1];
+    if (last->live_bytes <= first->live_bytes + e->opts->growth_threshold)
+        return;
+    size_t grew = 0;
+    for (size_t i = 1; i < n; i++)
+        grew += p->iterations[i].live_bytes > p->iterations[i - 1].live_bytes;
+    if (grew * 4 < (n - 1) * 3)
+        return;
+    finding_acc *a = &e->findings[GP_FIND_GROWTH];
+    a->used = true;
+    a->f.kind = GP_FIND_GROWTH;
+    a->f.region = "";
+    a->f.first_time_ns = first->time_ns;
+    a->f.bytes = last->live_bytes - first->live_bytes;
+    a->f.count = grew;
+    for (size_t s = 0; s < p->n_sites; s++) {
+        site_growth *g = &e->growth[s];
+        if (!g->seen || g->last <= g->first)
+            continue;
+        const gp_site *site = &p->sites[s];
+        gp_finding_item *it = push((void **)&a->f.items, &a->f.n_items, &a->cap, sizeof *it);
+        if (!it) {
+            e->oom = true;
+            return;
+        }
+        *it = (gp_finding_item){site->category, site->op, site->module, site->stack,
+                                g->last - g->first, g->grew};
+    }
+}
+
+/* ---- events ---------------------------------------------------------------------------------- */
+
+static void on_alloc(gp_profile *p, thread_state *t, const gp_event *ev, bool tagged)
+{
+    engine *e = p->internal;
+    struct slot *s = map_find(&e->objects_map, ev->addr, (uint32_t)ev->device, 0);
+    if (s) { /* allocated again without a free in between (missed free): drop the old one */
+        object_leave(p, &e->objects[s->v]);
+        instance_unref(e, e->objects[s->v].instance);
+        e->objects[s->v].size = 0;
+        object_delete(e, s->v);
+        map_remove(&e->objects_map, s);
+        p->unknown_frees++;
+    }
+    uint32_t i = object_new(e);
+    if (i == NONE)
+        return;
+    object *o = &e->objects[i];
+    *o = (object){.addr = ev->addr, .size = ev->size, .device = ev->device,
+                  .instance = t->top, .saved = NONE, .seq = p->alloc_count + 1};
+    o->site = site_get(p, ev->stack, ev->device);
+    if (tagged) {
+        o->tagged = true;
+        object_set_role(p, o, ev->category, ev->op, ev->module, ev->detail);
+    } else {
+        object_set_role(p, o, LP_CAT_OTHER, "", "", "");
+    }
+    if (!map_put(&e->objects_map, ev->addr, (uint32_t)ev->device, 0, i)) {
+        e->oom = true;
+        return;
+    }
+    if (t->top != NONE)
+        e->instances[t->top].refs++;
+    object_enter(p, o, true, true);
+    p->alloc_count++;
+    p->total_allocated_bytes += ev->size;
+    t->last_alloc_addr = ev->addr;
+    t->last_alloc_device = ev->device;
+    t->last_alloc_valid = true;
+    regions_note_alloc(p, t, o, true);
+    regions_note_live(p, t, device_get(p, o->device)->pub.live_bytes);
+    detect(p, t, o, ev->grad_enabled);
+}
+
+/* A TAG: the first one of a raw allocation gives it its role (its counts move from OTHER); a
+ * later one is a retag (e.g. ACTIVATION -> SAVED), counted into the new key but not as an
+ * allocation of the site. A TAG of an unknown address is an in-process allocation. */
+static void on_tag(gp_profile *p, thread_state *t, const gp_event *ev)
+{
+    engine *e = p->internal;
+    struct slot *s = map_find(&e->objects_map, ev->addr, (uint32_t)ev->device, 0);
+    if (!s) {
+        on_alloc(p, t, ev, true);
+        return;
+    }
+    object *o = &e->objects[s->v];
+    lp_category before = o->category;
+    bool first_tag = !o->tagged;
+    object_leave(p, o);
+    gp_site *site = &p->sites[o->site];
+    site->stats.frees--; /* the site keeps its allocation */
+    if (first_tag) {     /* as if it had never been counted as OTHER */
+        gp_stats *undo[3] = {&p->tag_keys[o->tag_key].stats, &p->modules[o->module].stats,
+                             &p->modules[o->module].by_category[o->category]};
+        for (int i = 0; i < 3; i++) {
+            undo[i]->count--;
+            undo[i]->total_bytes -= o->size;
+            undo[i]->frees--;
+        }
+        site->by_category[o->category] -= o->size;
+        site->by_category[ev->category] += o->size;
+        o->tagged = true;
+    } else {
+        p->retag_count++;
+    }
+    object_set_role(p, o, ev->category, ev->op, ev->module, ev->detail);
+    object_enter(p, o, true, false);
+    /* The peak instant is the allocation that first reached it, with that buffer's own tag
+     * applied: under an interposer every buffer reaches the peak as a raw allocation and gets its
+     * tag in the next event, which changes no total. */
+    device_state *d = device_get(p, o->device);
+    if (first_tag && d->pub.live_bytes == d->pub.peak_bytes &&
+        d->peak_seq == o->seq) {
+        memcpy(d->pub.by_category_at_peak, d->live_by_cat, sizeof d->live_by_cat);
+        d->epoch++;
+    }
+    if (first_tag || o->category != before) {
+        regions_note_alloc(p, t, o, false);
+        detect(p, t, o, ev->grad_enabled);
+    }
+}
+
+static void on_free(gp_profile *p, thread_state *t, const gp_event *ev)
+{
+    engine *e = p->internal;
+    struct slot *s = map_find(&e->objects_map, ev->addr, (uint32_t)ev->device, 0);
+    if (!s) {
+        p->unknown_frees++;
+        return;
+    }
+    uint32_t i = s->v;
+    object *o = &e->objects[i];
+    object_leave(p, o);
+    p->free_count++;
+    if (t->last_alloc_valid && t->last_alloc_addr == ev->addr &&
+        t->last_alloc_device == ev->device) {
+        p->temporary_count++;
+        p->tag_keys[o->tag_key].stats.temporaries++;
+        p->sites[o->site].stats.temporaries++;
+        t->last_alloc_valid = false;
+    }
+    instance_unref(e, o->instance);
+    map_remove(&e->objects_map, s);
+    o->size = 0;
+    object_delete(e, i);
+}
+
+static void on_event(gp_profile *p, const gp_event *ev)
+{
+    engine *e = p->internal;
+    e->now = ev->time_ns;
+    timeline_advance(p, ev->time_ns);
+    thread_state *t = thread_get(p, ev->thread);
+    switch (ev->kind) {
+    case GP_EV_ALLOC:
+        on_alloc(p, t, ev, false);
+        break;
+    case GP_EV_TAG:
+        on_tag(p, t, ev);
+        break;
+    case GP_EV_FREE:
+        on_free(p, t, ev);
+        break;
+    case GP_EV_REGION_PUSH:
+        region_push(p, t, ev->thread, ev->name);
+        break;
+    case GP_EV_REGION_POP:
+        region_pop(p, t);
+        break;
+    case GP_EV_MARK:
+        iteration_mark(p, ev->name);
+        break;
+    case GP_EV_GRAD_MODE:
+        t->grad_disabled = !ev->grad_enabled;
+        break;
+    case GP_EV_LOST:
+    case GP_EV_END:
+        break;
+    }
+}
+
+/* ---- loading --------------------------------------------------------------------------------- */
+
+static int finish(gp_profile *p)
+{
+    engine *e = p->internal;
+    /* Bring every key's live-at-peak up to date (see the top of the file). */
+    for (size_t i = 0; i < p->n_tag_keys; i++)
+        stats_sync(&p->tag_keys[i].stats, device_get(p, p->tag_keys[i].device));
+    for (size_t i = 0; i < p->n_sites; i++) {
+        gp_site *s = &p->sites[i];
+        stats_sync(&s->stats, device_get(p, s->device));
+        lp_category best = LP_CAT_OTHER;
+        for (int c = 0; c < LP_CAT_COUNT; c++)
+            if (s->by_category[c] > s->by_category[best])
+                best = (lp_category)c;
+        s->category = best;
+    }
+    for (size_t i = 0; i < p->n_saved; i++)
+        stats_sync(&p->saved[i].stats, device_get(p, p->saved[i].device));
+    for (size_t i = 0; i < p->n_modules; i++) {
+        gp_module_stats *m = &p->modules[i];
+        const device_state *d = device_get(p, m->device);
+        stats_sync(&m->stats, d);
+        for (int c = 0; c < LP_CAT_COUNT; c++)
+            stats_sync(&m->by_category[c], d);
+    }
+    for (size_t i = 0; i < p->n_devices; i++) {
+        device_state *d = &e->devices[i];
+        memcpy(d->pub.by_category_live, d->live_by_cat, sizeof d->live_by_cat);
+        p->leaked_bytes += d->pub.live_bytes;
+    }
+    for (size_t i = 0; i < p->n_tag_keys; i++)
+        p->leaked_count += p->tag_keys[i].stats.live_count;
+    timeline_close_bucket(p);
+    detect_growth(p);
+    /* findings: items by bytes, largest first; one finding per kind that fired */
+    p->findings = calloc(GP_FIND_KIND_COUNT, sizeof *p->findings);
+    if (!p->findings)
+        return -1;
+    for (int k = 0; k < GP_FIND_KIND_COUNT; k++) {
+        finding_acc *a = &e->findings[k];
+        if (!a->used)
+            continue;
+        for (size_t i = 1; i < a->f.n_items; i++) /* insertion sort: few items, stable */
+            for (size_t j = i; j > 0 && a->f.items[j].bytes > a->f.items[j - 1].bytes; j--) {
+                gp_finding_item tmp = a->f.items[j];
+                a->f.items[j] = a->f.items[j - 1];
+                a->f.items[j - 1] = tmp;
+            }
+        gp_finding *f = &p->findings[p->n_findings++];
+        *f = a->f;
+        a->f.items = NULL;
+    }
+    /* publish the devices */
+    gp_device_stats *devs = calloc(p->n_devices ? p->n_devices : 1, sizeof *devs);
+    if (!devs)
+        return -1;
+    for (size_t i = 0; i < p->n_devices; i++)
+        devs[i] = e->devices[i].pub;
+    p->devices = devs;
+    const device_state *primary = device_get(p, p->primary_device);
+    p->peak_bytes = primary->pub.peak_bytes;
+    p->peak_time_ns = primary->pub.peak_time_ns;
+    p->duration_ns = e->now;
+    return e->oom ? -1 : 0;
+}
+
+int gp_profile_load(const char *path, const gp_analysis_options *opts, gp_profile **out,
+                    char *err, size_t err_size)
+{
+    *out = NULL;
+    gp_profile *p = calloc(1, sizeof *p);
+    engine *e = p ? calloc(1, sizeof *e) : NULL;
+    if (!e) {
+        free(p);
+        snprintf(err, err_size, "%s: out of memory", path);
+        return -1;
+    }
+    p->internal = e;
+    if (opts)
+        e->opts_copy = *opts;
+    else
+        gp_analysis_options_default(&e->opts_copy);
+    e->opts = &e->opts_copy;
+    e->free_object = NONE;
+    e->free_instance = NONE;
+    p->path = path;
+    p->primary_device = LP_DEVICE_HOST;
+    if (gp_trace_open(path, &p->trace, err, err_size) != 0) {
+        gp_profile_free(p);
+        return -1;
+    }
+    p->info = gp_trace_info_get(p->trace);
+    e->cap_timeline = e->opts->timeline_points < 16 ? 16 : e->opts->timeline_points;
+    p->timeline = calloc(e->cap_timeline, sizeof *p->timeline);
+    p->symbolizer = gp_symbolizer_new();
+    if (!p->timeline || !p->symbolizer) {
+        snprintf(err, err_size, "%s: out of memory", path);
+        gp_profile_free(p);
+        return -1;
+    }
+    e->bucket_width = 1000; /* 1 µs, doubling as the run gets longer */
+    e->bucket_end = e->bucket_width;
+    device_get(p, LP_DEVICE_HOST);
+    gp_event ev;
+    int r;
+    bool host_seen = false;
+    while ((r = gp_trace_next(p->trace, &ev, err, err_size)) == 1) {
+        if (!host_seen && (ev.kind == GP_EV_ALLOC || ev.kind == GP_EV_TAG)) {
+            /* the primary device is the host, unless the first buffer is elsewhere and the host
+             * never allocates: fixed at the end */
+            host_seen = ev.device == LP_DEVICE_HOST;
+        }
+        on_event(p, &ev);
+        if (e->oom)
+            break;
+    }
+    if (r < 0) {
+        gp_profile_free(p);
+        return -1;
+    }
+    if (!host_seen) {
+        for (size_t i = 0; i < p->n_devices; i++)
+            if (e->devices[i].pub.peak_bytes > 0) {
+                p->primary_device = e->devices[i].pub.device;
+                break;
+            }
+    }
+    if (e->oom || finish(p) != 0) {
+        snprintf(err, err_size, "%s: out of memory while analysing", path);
+        gp_profile_free(p);
+        return -1;
+    }
+    *out = p;
+    return 0;
+}
+
+void gp_profile_free(gp_profile *p)
+{
+    if (!p)
+        return;
+    engine *e = p->internal;
+    if (e) {
+        free(e->objects_map.slots);
+        free(e->objects);
+        free(e->tag_map.slots);
+        free(e->site_map.slots);
+        free(e->module_map.slots);
+        free(e->saved_map.slots);
+        free(e->region_map.slots);
+        free(e->growth);
+        free(e->instances);
+        free(e->threads);
+        free(e->devices);
+        for (int k = 0; k < GP_FIND_KIND_COUNT; k++) {
+            free(e->findings[k].items.slots);
+            free(e->findings[k].f.items);
+        }
+        for (size_t i = 0; i < e->n_owned; i++)
+            free(e->owned_strings[i]);
+        free(e->owned_strings);
+        free(e);
+    }
+    for (size_t i = 0; i < p->n_findings; i++)
+        free(p->findings[i].items);
+    free(p->findings);
+    free(p->devices);
+    free(p->tag_keys);
+    free(p->sites);
+    free(p->modules);
+    free(p->saved);
+    free(p->regions);
+    free(p->iterations);
+    free(p->timeline);
+    free(p->spans);
+    gp_symbolizer_free(p->symbolizer);
+    gp_trace_close(p->trace);
+    free(p);
+}
+
+/* ---- symbolized sites ------------------------------------------------------------------------ */
+
+static const char *own(gp_profile *p, const char *s)
+{
+    engine *e = p->internal;
+    char *copy = strdup(s);
+    char **slot = copy ? push((void **)&e->owned_strings, &e->n_owned, &e->cap_owned,
+                              sizeof *slot)
+                       : NULL;
+    if (!slot) {
+        free(copy);
+        return "?";
+    }
+    *slot = copy;
+    return copy;
+}
+
+/* Registers the trace's modules the symbolizer has not seen yet. */
+static void sync_modules(gp_profile *p)
+{
+    engine *e = p->internal;
+    size_t n = gp_trace_module_count(p->trace);
+    for (uint32_t id = e->symbolized_modules + 1; id <= n; id++) {
+        const gp_module *m = gp_trace_module(p->trace, id);
+        if (m)
+            gp_symbolizer_add_module(p->symbolizer, id, m->path, m->build_id, m->base, m->size);
+    }
+    e->symbolized_modules = (uint32_t)n;
+}
+
+/* Whether a frame is allocator or profiler plumbing rather than the code that wanted memory. */
+static bool is_plumbing(const gp_symbol *s)
+{
+    static const char *const prefixes[] = {
+        "malloc", "calloc", "realloc", "free", "posix_memalign", "aligned_alloc", "memalign",
+        "valloc", "pvalloc", "reallocarray", "__libc_", "_int_", "operator new", "operator delete",
+        "lp_", "lp__", "__wrap_", "tn__alloc", "tn__storage_new", "tn__new_tensor",
+        "tn__new_output", "tn_empty", "tn_zeros", "tn_full", "__GI_", "tcache", "sysmalloc"};
+    const char *f = s->function;
+    for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++)
+        if (!strncmp(f, prefixes[i], strlen(prefixes[i])))
+            return true;
+    return strstr(s->module, "libprof_preload") != NULL;
+}
+
+static const char *frame_text(gp_profile *p, const gp_symbol *s, char *buf, size_t size)
+{
+    (void)p;
+    if (s->file && s->line > 0) {
+        const char *base = strrchr(s->file, '/');
+        snprintf(buf, size, "%s (%s:%d)", s->function, base ? base + 1 : s->file, s->line);
+    } else {
+        snprintf(buf, size, "%s", s->function);
+    }
+    return buf;
+}
+
+size_t gp_site_frames(gp_profile *p, uint32_t stack, const char **frames, size_t max)
+{
+    sync_modules(p);
+    size_t n = 0;
+    bool leading = true; /* plumbing is skipped only at the innermost end */
+    uint32_t module, parent;
+    uint64_t offset;
+    for (uint32_t id = stack; id && n < max; id = parent) {
+        if (gp_trace_stack_frame(p->trace, id, &module, &offset, &parent) != 0)
+            break;
+        const gp_symbol *s = gp_symbolize(p->symbolizer, module, offset);
+        if (!s)
+            break;
+        if (leading && is_plumbing(s))
+            continue;
+        leading = false;
+        char buf[512];
+        frames[n++] = own(p, frame_text(p, s, buf, sizeof buf));
+    }
+    return n;
+}
+
+const char *gp_site_label(gp_profile *p, uint32_t stack)
+{
+    const char *frame;
+    if (!stack || gp_site_frames(p, stack, &frame, 1) == 0)
+        return "[no stack]";
+    return frame;
+}
+
+const char *gp_site_key(gp_profile *p, uint32_t stack)
+{
+    if (!stack)
+        return "[no stack]";
+    sync_modules(p);
+    char key[1024] = "";
+    size_t used = 0, n = 0;
+    bool leading = true;
+    uint32_t module, parent;
+    uint64_t offset;
+    for (uint32_t id = stack; id && n < 4; id = parent) {
+        if (gp_trace_stack_frame(p->trace, id, &module, &offset, &parent) != 0)
+            break;
+        const gp_symbol *s = gp_symbolize(p->symbolizer, module, offset);
+        if (!s || (leading && is_plumbing(s)))
+            continue;
+        leading = false;
+        /* Unresolved frames carry an offset that is the same across runs of the same binary. */
+        used += (size_t)snprintf(key + used, sizeof key - used, "%s%s", n ? ";" : "",
+                                 s->function);
+        if (used >= sizeof key)
+            break;
+        n++;
+    }
+    return own(p, n ? key : "[no stack]");
+}
+
+/* ---- sorting --------------------------------------------------------------------------------- */
+
+static uint64_t measure_of(const gp_stats *s, const char *measure)
+{
+    if (!strcmp(measure, "total"))
+        return s->total_bytes;
+    if (!strcmp(measure, "count"))
+        return s->count;
+    if (!strcmp(measure, "leaked"))
+        return s->live_bytes;
+    return s->peak_bytes;
+}
+
+typedef struct sort_item {
+    uint64_t value;
+    size_t index;
+} sort_item;
+
+static int sort_desc(const void *a, const void *b)
+{
+    const sort_item *x = a, *y = b;
+    if (x->value != y->value)
+        return x->value < y->value ? 1 : -1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+static size_t *sorted(size_t n, const gp_stats *(*get)(const gp_profile *, size_t),
+                      const gp_profile *p, const char *measure)
+{
+    sort_item *items = malloc((n ? n : 1) * sizeof *items);
+    size_t *order = malloc((n ? n : 1) * sizeof *order);
+    if (!items || !order) {
+        free(items);
+        free(order);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+        items[i] = (sort_item){measure_of(get(p, i), measure ? measure : "peak"), i};
+    qsort(items, n, sizeof *items, sort_desc);
+    for (size_t i = 0; i < n; i++)
+        order[i] = items[i].index;
+    free(items);
+    return order;
+}
+
+static const gp_stats *site_stats(const gp_profile *p, size_t i) { return &p->sites[i].stats; }
+static const gp_stats *tag_stats(const gp_profile *p, size_t i) { return &p->tag_keys[i].stats; }
+
+size_t *gp_sites_by(const gp_profile *p, const char *measure)
+{
+    return sorted(p->n_sites, site_stats, p, measure);
+}
+
+size_t *gp_tag_keys_by(const gp_profile *p, const char *measure)
+{
+    return sorted(p->n_tag_keys, tag_stats, p, measure);
+}
