@@ -4,7 +4,7 @@
 set -euo pipefail
 
 GRADPROF_PACKAGES=(build-essential cmake pkg-config libopenblas-dev libunwind-dev libcmocka-dev
-                   libdw-dev libelf-dev)
+                   libdw-dev libelf-dev python3 chromium)
 
 gradprof_bootstrap() {
     local missing=()

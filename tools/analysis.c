@@ -122,6 +122,8 @@ static void map_remove(map *m, struct slot *s)
     m->tombs++;
 }
 
+static const char *own(gp_profile *p, const char *s);
+
 /* ---- engine state ---------------------------------------------------------------------------- */
 
 typedef struct object {
@@ -197,7 +199,9 @@ struct gp__profile_internal {
     uint64_t bucket_max;
     size_t cap_timeline;
 
-    finding_acc findings[GP_FIND_KIND_COUNT];
+    finding_acc *findings; /* one per (kind, region), in order of first occurrence */
+    size_t n_findings, cap_findings;
+    map finding_map;       /* (kind, region) -> index */
     const gp_analysis_options *opts;
     gp_analysis_options opts_copy;
     uint64_t now;
@@ -393,17 +397,34 @@ static thread_state *thread_get(gp_profile *p, uint32_t thread)
 
 /* ---- findings -------------------------------------------------------------------------------- */
 
+/* The accumulator of findings of `kind` in `region` (NULL = none), made on first use. */
+static finding_acc *finding_get(gp_profile *p, gp_finding_kind kind, const char *region)
+{
+    engine *e = p->internal;
+    region = region ? region : "";
+    struct slot *s = map_find(&e->finding_map, kind, (uintptr_t)region, 0);
+    if (s)
+        return &e->findings[s->v];
+    finding_acc *a = push((void **)&e->findings, &e->n_findings, &e->cap_findings, sizeof *a);
+    if (!a || !map_put(&e->finding_map, kind, (uintptr_t)region, 0,
+                       (uint32_t)(e->n_findings - 1))) {
+        e->oom = true;
+        return NULL;
+    }
+    a->used = true;
+    a->f.kind = kind;
+    a->f.region = region;
+    a->f.first_time_ns = e->now;
+    return a;
+}
+
 static void finding_add(gp_profile *p, gp_finding_kind kind, const char *region, lp_category cat,
                         const char *op, const char *module, uint32_t stack, uint64_t bytes)
 {
+    finding_acc *a = finding_get(p, kind, region);
+    if (!a)
+        return;
     engine *e = p->internal;
-    finding_acc *a = &e->findings[kind];
-    if (!a->used) {
-        a->used = true;
-        a->f.kind = kind;
-        a->f.region = region ? region : "";
-        a->f.first_time_ns = e->now;
-    }
     a->f.bytes += bytes;
     a->f.count++;
     struct slot *s = map_find(&a->items, (uint64_t)cat, (uintptr_t)op, (uintptr_t)module);
@@ -655,10 +676,10 @@ static void region_pop(gp_profile *p, thread_state *t)
     if (in->live_inside > r->retained_bytes)
         r->retained_bytes = in->live_inside;
     if (in->inference && in->graph_inside > 0) {
-        finding_acc *a = &e->findings[GP_FIND_GRAPH_ESCAPES];
-        if (a->f.count < 64) {
+        finding_acc *a = finding_get(p, GP_FIND_GRAPH_ESCAPES, in->name);
+        if (a && a->f.count < 64) {
             escape_items(p, i, in->name);
-        } else { /* counted, not itemised */
+        } else if (a) { /* counted, not itemised */
             a->f.bytes += in->graph_inside;
             a->f.count++;
         }
@@ -704,6 +725,7 @@ static void regions_note_alloc(gp_profile *p, const thread_state *t, const objec
         gp_region_stats *r = &p->regions[e->instances[i].region];
         if (allocated)
             r->allocated_bytes += o->size;
+        r->allocated_by_category[o->category] += o->size;
         if (is_graph(o->category))
             r->graph_bytes += o->size;
     }
@@ -792,10 +814,9 @@ static void detect_growth(gp_profile *p)
         grew += p->iterations[i].live_bytes > p->iterations[i - 1].live_bytes;
     if (grew * 4 < (n - 1) * 3)
         return;
-    finding_acc *a = &e->findings[GP_FIND_GROWTH];
-    a->used = true;
-    a->f.kind = GP_FIND_GROWTH;
-    a->f.region = "";
+    finding_acc *a = finding_get(p, GP_FIND_GROWTH, "");
+    if (!a)
+        return;
     a->f.first_time_ns = first->time_ns;
     a->f.bytes = last->live_bytes - first->live_bytes;
     a->f.count = grew;
@@ -1000,13 +1021,14 @@ static int finish(gp_profile *p)
         p->leaked_count += p->tag_keys[i].stats.live_count;
     timeline_close_bucket(p);
     detect_growth(p);
-    /* findings: items by bytes, largest first; one finding per kind that fired */
-    p->findings = calloc(GP_FIND_KIND_COUNT, sizeof *p->findings);
+    /* findings: items by bytes, largest first; one per (kind, region), by kind then first seen */
+    p->findings = calloc(e->n_findings ? e->n_findings : 1, sizeof *p->findings);
     if (!p->findings)
         return -1;
-    for (int k = 0; k < GP_FIND_KIND_COUNT; k++) {
-        finding_acc *a = &e->findings[k];
-        if (!a->used)
+    for (int k = 0; k < GP_FIND_KIND_COUNT; k++)
+    for (size_t fi = 0; fi < e->n_findings; fi++) {
+        finding_acc *a = &e->findings[fi];
+        if (a->f.kind != (gp_finding_kind)k)
             continue;
         for (size_t i = 1; i < a->f.n_items; i++) /* insertion sort: few items, stable */
             for (size_t j = i; j > 0 && a->f.items[j].bytes > a->f.items[j - 1].bytes; j--) {
@@ -1029,6 +1051,7 @@ static int finish(gp_profile *p)
     p->peak_bytes = primary->pub.peak_bytes;
     p->peak_time_ns = primary->pub.peak_time_ns;
     p->duration_ns = e->now;
+    p->timeline_bucket_ns = e->bucket_width;
     return e->oom ? -1 : 0;
 }
 
@@ -1051,8 +1074,8 @@ int gp_profile_load(const char *path, const gp_analysis_options *opts, gp_profil
     e->opts = &e->opts_copy;
     e->free_object = NONE;
     e->free_instance = NONE;
-    p->path = path;
     p->primary_device = LP_DEVICE_HOST;
+    p->path = own(p, path);
     if (gp_trace_open(path, &p->trace, err, err_size) != 0) {
         gp_profile_free(p);
         return -1;
@@ -1119,10 +1142,12 @@ void gp_profile_free(gp_profile *p)
         free(e->instances);
         free(e->threads);
         free(e->devices);
-        for (int k = 0; k < GP_FIND_KIND_COUNT; k++) {
+        for (size_t k = 0; k < e->n_findings; k++) {
             free(e->findings[k].items.slots);
             free(e->findings[k].f.items);
         }
+        free(e->findings);
+        free(e->finding_map.slots);
         for (size_t i = 0; i < e->n_owned; i++)
             free(e->owned_strings[i]);
         free(e->owned_strings);
@@ -1175,19 +1200,25 @@ static void sync_modules(gp_profile *p)
     e->symbolized_modules = (uint32_t)n;
 }
 
-/* Whether a frame is allocator or profiler plumbing rather than the code that wanted memory. */
+/* Whether a frame is allocator or profiler plumbing rather than the code that wanted memory:
+ * the malloc family, libprof, the tensor library's allocator, C++ new, c10's CPU allocator; and
+ * any frame of the C library or the preload library that could not be symbolized. */
 static bool is_plumbing(const gp_symbol *s)
 {
     static const char *const prefixes[] = {
         "malloc", "calloc", "realloc", "free", "posix_memalign", "aligned_alloc", "memalign",
         "valloc", "pvalloc", "reallocarray", "__libc_", "_int_", "operator new", "operator delete",
-        "lp_", "lp__", "__wrap_", "tn__alloc", "tn__storage_new", "tn__new_tensor",
-        "tn__new_output", "tn_empty", "tn_zeros", "tn_full", "__GI_", "tcache", "sysmalloc"};
+        "lp_", "lp__", "__wrap_", "tn__alloc", "tn__default_alloc", "tn__storage_new",
+        "tn__new_tensor", "tn__new_output", "tn_empty", "tn_zeros", "tn_full", "__GI_", "tcache",
+        "sysmalloc", "c10::alloc_cpu", "c10::DefaultCPUAllocator"};
     const char *f = s->function;
     for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++)
         if (!strncmp(f, prefixes[i], strlen(prefixes[i])))
             return true;
-    return strstr(s->module, "libprof_preload") != NULL;
+    const char *base = strrchr(s->module, '/');
+    base = base ? base + 1 : s->module;
+    return strstr(base, "libprof_preload") != NULL ||
+           (!s->resolved && (!strncmp(base, "libc.so", 7) || !strncmp(base, "libc-", 5)));
 }
 
 static const char *frame_text(gp_profile *p, const gp_symbol *s, char *buf, size_t size)

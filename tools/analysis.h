@@ -82,6 +82,9 @@ typedef struct gp_region_stats {
     uint64_t max_live_bytes;   /* the device total's maximum while inside it */
     uint64_t retained_bytes;   /* the most bytes, at one exit, allocated inside and still live */
     uint64_t graph_bytes;      /* SAVED + AUTOGRAD + GRADIENT allocated inside */
+    /* bytes that entered each category inside it: allocated there, or tagged/retagged into it
+     * there (a buffer allocated raw and tagged counts under both OTHER and its tag) */
+    uint64_t allocated_by_category[LP_CAT_COUNT];
 } gp_region_stats;
 
 typedef struct gp_iteration {
@@ -127,6 +130,7 @@ typedef struct gp_finding_item { /* an op/module/site behind a finding */
     uint64_t count;
 } gp_finding_item;
 
+/* Findings are one per (kind, region): the same detector firing in two regions gives two. */
 typedef struct gp_finding {
     gp_finding_kind kind;
     const char *region;   /* the region it happened in, "" if none */
@@ -166,7 +170,7 @@ void gp_analysis_options_default(gp_analysis_options *o);
 typedef struct gp_profile {
     /* the trace */
     gp_trace *trace; /* owned: closed by gp_profile_free */
-    const char *path;
+    const char *path; /* a copy, owned by the profile */
     const gp_trace_info *info;
 
     /* totals over the run, all devices */
@@ -194,8 +198,9 @@ typedef struct gp_profile {
     size_t n_regions;
     gp_iteration *iterations;
     size_t n_iterations;
-    gp_timeline_point *timeline;
+    gp_timeline_point *timeline; /* point i covers (time_ns - timeline_bucket_ns, time_ns] */
     size_t n_timeline;
+    uint64_t timeline_bucket_ns;
     gp_region_span *spans; /* capped (the first 10000) */
     size_t n_spans;
     gp_finding *findings;

@@ -28,7 +28,7 @@ static void modules(tb *b)
 {
     tb_module(b, EXE, 0x400000, 0x100000, "/opt/gradprof-test/bin/infer", "");
     tb_module(b, LIBTENSOR, 0x7f0000000000, 0x200000, "/opt/gradprof-test/lib/libtensor.so", "");
-    tb_module(b, LIBC, 0x7f1000000000, 0x200000, "/lib/x86_64-linux-gnu/libc.so.6", "");
+    tb_module(b, LIBC, 0x7f1000000000, 0x200000, "/opt/gradprof-test/lib/libc.so.6", "");
 }
 
 /* The stack of a tensor op's buffer: malloc <- tn__alloc <- op <- main. */

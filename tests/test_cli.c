@@ -1,0 +1,975 @@
+/*
+ * The gradprof command line: option helpers (cli.c) called directly, and the gradprof binary run
+ * as a subprocess for exit codes and messages of every command, the check rules on the fixture
+ * traces (numbers from tests/traces/make_traces.c, derived below), JUnit XML and JSON
+ * well-formedness (parsed by /usr/bin/python3), and `gradprof run`.
+ *
+ * Golden files: tests/golden/check_* hold the text, JSON and JUnit output of `gradprof check` on
+ * the fixtures; a test compares byte for byte, or rewrites them when GRADPROF_UPDATE_GOLDEN=1.
+ *
+ * Fixture numbers (make_traces.c: B=32, W=256, OUT=10, ACT = B*W*4 = 32768, graph node 512):
+ *   parameters 2*(256*256*4 + 256*4) + 10*256*4 + 10*4 = 536616, input 32768: 569384 never freed.
+ *   mlp_grad peak: + ReLU-0 output (saved) + linear-1 output + ReLU-1 output + 4 nodes
+ *                  = 569384 + 3*32768 + 4*512 = 669736.
+ *   mlp_nograd peak: + two activations = 569384 + 65536 = 634920.
+ *   leak_accumulate: each iteration keeps 2 saved ReLU outputs, the 32x10 output (1280) and 5
+ *                  nodes = 69376; the 6 marks see 0..5 of them: growth 5*69376 = 346880.
+ *   raw: 4096 + 1000 = 5096 bytes never freed.
+ */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "render.h"
+#include "traces/trace_builder.h"
+
+#define PEAK_GRAD 669736ull
+#define PEAK_NOGRAD 634920ull
+#define LEAKED_MLP 569384ull
+#define GROWTH_ACCUMULATE 346880ull
+#define LEAKED_RAW 5096ull
+#define PYTHON "/usr/bin/python3"
+
+static char tmpdir[256];
+static char out_path[512], err_path[512];
+static char *out, *err; /* the last run's stdout and stderr */
+
+/* ---- helpers --------------------------------------------------------------------------------- */
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0, k;
+    char *buf = malloc(cap);
+    while (buf && (k = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += k;
+        if (cap - n < 2) {
+            char *b = realloc(buf, cap *= 2);
+            if (!b)
+                free(buf);
+            buf = b;
+        }
+    }
+    fclose(f);
+    if (buf)
+        buf[n] = '\0';
+    return buf;
+}
+
+/* Runs `sh -c CMD` in tmpdir with stdout and stderr captured into `out` and `err`; returns the
+ * exit status (128 + N for signal N). */
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+    char cmd[8192], full[8192 + 2 * sizeof out_path + sizeof tmpdir + 64];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    snprintf(full, sizeof full, "cd '%s' && ( %s ) >'%s' 2>'%s'", tmpdir, cmd, out_path, err_path);
+    int st = system(full);
+    free(out);
+    free(err);
+    out = slurp(out_path);
+    err = slurp(err_path);
+    assert_non_null(out);
+    assert_non_null(err);
+    if (st == -1)
+        return -1;
+    return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
+}
+
+/* gradprof ARGS (a shell fragment), from tmpdir. */
+#define gradprof(...) sh("'" GRADPROF_BIN "' " __VA_ARGS__)
+/* A fixture trace by name. */
+#define TRACE(name) "'" GRADPROF_TEST_TRACES "/" name ".gptrace'"
+
+static void show(void)
+{
+    print_message("---- stdout\n%s---- stderr\n%s----\n", out, err);
+}
+
+static void contains(const char *hay, const char *needle)
+{
+    if (!strstr(hay, needle)) {
+        print_message("expected to find: %s\n", needle);
+        show();
+        fail();
+    }
+}
+
+static void lacks(const char *hay, const char *needle)
+{
+    if (strstr(hay, needle)) {
+        print_message("expected not to find: %s\n", needle);
+        show();
+        fail();
+    }
+}
+
+static void expect_rc(int rc, int want)
+{
+    if (rc != want) {
+        print_message("exit status %d, expected %d\n", rc, want);
+        show();
+    }
+    assert_int_equal(rc, want);
+}
+
+/* One line on stderr: usage errors are one clear line. */
+static void one_line_error(void)
+{
+    size_t n = strlen(err);
+    if (n == 0 || err[n - 1] != '\n' || strchr(err, '\n') != err + n - 1) {
+        print_message("expected exactly one line on stderr\n");
+        show();
+        fail();
+    }
+    contains(err, "gradprof");
+}
+
+static void python_parses(const char *what, const char *path)
+{
+    char cmd[1024];
+    if (strcmp(what, "xml") == 0)
+        snprintf(cmd, sizeof cmd,
+                 PYTHON " -c \"import xml.dom.minidom,sys; xml.dom.minidom.parse(sys.argv[1])\" "
+                        "'%s'",
+                 path);
+    else
+        snprintf(cmd, sizeof cmd,
+                 PYTHON " -c \"import json,sys; json.load(open(sys.argv[1]))\" '%s'", path);
+    char *keep_out = out, *keep_err = err;
+    out = err = NULL;
+    int rc = sh("%s", cmd);
+    if (rc != 0) {
+        print_message("%s does not parse as %s:\n", path, what);
+        char *doc = slurp(path);
+        print_message("%s\n", doc ? doc : "(unreadable)");
+        free(doc);
+        show();
+    }
+    free(out);
+    free(err);
+    out = keep_out;
+    err = keep_err;
+    assert_int_equal(rc, 0);
+}
+
+/* Compares `text` with tests/golden/NAME, or rewrites it when GRADPROF_UPDATE_GOLDEN=1. */
+static void golden(const char *name, const char *text)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", GRADPROF_GOLDEN_DIR, name);
+    const char *update = getenv("GRADPROF_UPDATE_GOLDEN");
+    if (update && strcmp(update, "1") == 0) {
+        FILE *f = fopen(path, "wb");
+        assert_non_null(f);
+        assert_int_equal(fwrite(text, 1, strlen(text), f), strlen(text));
+        assert_int_equal(fclose(f), 0);
+        return;
+    }
+    char *want = slurp(path);
+    if (!want)
+        print_message("missing golden file %s (GRADPROF_UPDATE_GOLDEN=1 writes it)\n", path);
+    assert_non_null(want);
+    if (strcmp(want, text) != 0) {
+        print_message("output differs from %s (GRADPROF_UPDATE_GOLDEN=1 rewrites it)\n---- got\n"
+                      "%s---- want\n%s----\n",
+                      path, text, want);
+        free(want);
+        fail();
+    }
+    free(want);
+}
+
+static int setup(void **state)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/gradprof_test_cli.XXXXXX");
+    if (!mkdtemp(tmpdir))
+        return -1;
+    snprintf(out_path, sizeof out_path, "%s/.stdout", tmpdir);
+    snprintf(err_path, sizeof err_path, "%s/.stderr", tmpdir);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    free(out);
+    free(err);
+    out = err = NULL;
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* ---- option helpers -------------------------------------------------------------------------- */
+
+static void test_parse_size(void **state)
+{
+    static const struct {
+        const char *text;
+        uint64_t want;
+    } good[] = {
+        {"0", 0},
+        {"512", 512},
+        {"512B", 512},
+        {"64k", 65536},
+        {"64K", 65536},
+        {"64KiB", 65536},
+        {"64kib", 65536},
+        {"2KB", 2000},
+        {"100MB", 100000000},
+        {"100mb", 100000000},
+        {"1.5GiB", 1610612736},
+        {"1.5 GiB", 1610612736},
+        {"1.5g", 1610612736},
+        {"2GB", 2000000000},
+        {"1TiB", 1099511627776ull},
+        {"1T", 1099511627776ull},
+        {"0.5k", 512},
+        {"0.0001k", 0}, /* 0.1024 bytes: rounded to the nearest byte */
+        {"0.0005k", 1}, /* 0.512 */
+        {".5KiB", 512},
+        {"1.0", 1},
+        {"18446744073709551615", UINT64_MAX},
+        {"16383PiB", 16383ull << 50},
+    };
+    char e[512];
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        uint64_t v = 12345;
+        int rc = gp_parse_size(good[i].text, &v, e, sizeof e);
+        if (rc != 0 || v != good[i].want)
+            print_message("'%s': rc %d, %llu (want %llu): %s\n", good[i].text, rc,
+                          (unsigned long long)v, (unsigned long long)good[i].want, e);
+        assert_int_equal(rc, 0);
+        assert_true(v == good[i].want);
+    }
+    static const struct {
+        const char *text, *message;
+    } bad[] = {
+        {"", "empty size"},
+        {"-1", "size '-1' is negative"},
+        {"-0", "negative"},
+        {"1.5XB", "unknown unit 'XB' in size '1.5XB'"},
+        {"12 34", "unknown unit '34'"},
+        {"1e3", "unknown unit 'e3'"},
+        {"abc", "size 'abc' is not a number"},
+        {".", "not a number"},
+        {"+5", "not a number"},
+        {"1.5", "size '1.5' is not a whole number of bytes"},
+        {"1.5B", "not a whole number"},
+        {"99999999999999999999", "size '99999999999999999999' is too large"},
+        {"18446744073709551616", "too large"},
+        {"16384PiB", "too large"},
+        {"17179869184GiB", "too large"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        uint64_t v = 777;
+        e[0] = '\0';
+        int rc = gp_parse_size(bad[i].text, &v, e, sizeof e);
+        if (rc != -1 || !strstr(e, bad[i].message))
+            print_message("'%s': rc %d, message '%s' (want '%s')\n", bad[i].text, rc, e,
+                          bad[i].message);
+        assert_int_equal(rc, -1);
+        assert_non_null(strstr(e, bad[i].message));
+        assert_true(v == 777); /* untouched on error */
+    }
+}
+
+static void test_parse_uint(void **state)
+{
+    char e[256];
+    uint64_t v = 0;
+    assert_int_equal(gp_parse_uint("0", 0, 256, &v, e, sizeof e), 0);
+    assert_true(v == 0);
+    assert_int_equal(gp_parse_uint("256", 0, 256, &v, e, sizeof e), 0);
+    assert_true(v == 256);
+    assert_int_equal(gp_parse_uint("257", 0, 256, &v, e, sizeof e), -1);
+    assert_non_null(strstr(e, "257 is out of range (expected 0-256)"));
+    assert_int_equal(gp_parse_uint("0", 1, 10000, &v, e, sizeof e), -1);
+    assert_int_equal(gp_parse_uint("-3", 0, 10, &v, e, sizeof e), -1);
+    assert_non_null(strstr(e, "'-3' is not a whole number"));
+    assert_int_equal(gp_parse_uint("4x", 0, 10, &v, e, sizeof e), -1);
+    assert_int_equal(gp_parse_uint("", 0, 10, &v, e, sizeof e), -1);
+    assert_int_equal(gp_parse_uint("99999999999999999999", 0, UINT64_MAX, &v, e, sizeof e), -1);
+    assert_non_null(strstr(e, "out of range"));
+}
+
+static void test_parse_categories(void **state)
+{
+    char e[512];
+    bool set[LP_CAT_COUNT];
+    assert_int_equal(gp_parse_categories("saved,GRADIENT,autograd", set, e, sizeof e), 0);
+    for (int c = 0; c < LP_CAT_COUNT; c++)
+        assert_int_equal(set[c], c == LP_CAT_SAVED || c == LP_CAT_GRADIENT || c == LP_CAT_AUTOGRAD);
+    assert_int_equal(gp_parse_categories("none", set, e, sizeof e), 0);
+    for (int c = 0; c < LP_CAT_COUNT; c++)
+        assert_false(set[c]);
+    set[LP_CAT_OTHER] = true;
+    assert_int_equal(gp_parse_categories("saved,foo", set, e, sizeof e), -1);
+    assert_non_null(strstr(e, "unknown category 'foo' in 'saved,foo'"));
+    assert_non_null(strstr(e, "optimizer_state"));        /* lists the categories */
+    assert_true(set[LP_CAT_OTHER] && !set[LP_CAT_SAVED]); /* untouched on error */
+    assert_int_equal(gp_parse_categories("saved,,autograd", set, e, sizeof e), -1);
+    assert_non_null(strstr(e, "empty category name"));
+    assert_int_equal(gp_parse_categories("saved,", set, e, sizeof e), -1);
+}
+
+static void test_format_bytes(void **state)
+{
+    static const struct {
+        uint64_t bytes;
+        const char *text;
+    } cases[] = {
+        {0, "0 B"},
+        {512, "512 B"},
+        {1023, "1023 B"},
+        {1024, "1.00 KiB"},
+        {1536, "1.50 KiB"},
+        {3407872, "3.25 MiB"},
+        {1073741824, "1.00 GiB"},
+        {1048575, "1.00 MiB"}, /* 1023.999 KiB rounds into the next unit */
+        {669736, "654.04 KiB"},
+        {UINT64_MAX, "16.00 EiB"},
+    };
+    char buf[32];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        assert_string_equal(gp_format_bytes(cases[i].bytes, buf, sizeof buf), cases[i].text);
+}
+
+/* ---- the front end --------------------------------------------------------------------------- */
+
+static void test_no_command(void **state)
+{
+    expect_rc(gradprof(""), 2);
+    contains(err, "usage: gradprof COMMAND");
+    assert_string_equal(out, "");
+}
+
+static void test_unknown_command(void **state)
+{
+    expect_rc(gradprof("frobnicate x"), 2);
+    one_line_error();
+    contains(err, "unknown command 'frobnicate'");
+    expect_rc(gradprof("--frobnicate"), 2);
+    one_line_error();
+    contains(err, "unknown option '--frobnicate'");
+    expect_rc(gradprof("help frobnicate"), 2);
+    contains(err, "unknown command 'frobnicate'");
+}
+
+static void test_top_help(void **state)
+{
+    expect_rc(gradprof("--help"), 0);
+    static const char *const words[] = {"run", "report", "diff", "check", "help", "--version"};
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        contains(out, words[i]);
+    assert_string_equal(err, "");
+    expect_rc(gradprof("help"), 0);
+    contains(out, "usage: gradprof COMMAND");
+    expect_rc(gradprof("help check"), 0);
+    contains(out, "usage: gradprof check");
+    expect_rc(gradprof("--version"), 0);
+    contains(out, "gradprof 0.");
+    contains(out, "trace format 1.");
+}
+
+/* Every command's --help: exit 0, on stdout, naming every option. */
+static void test_command_help(void **state)
+{
+    static const struct {
+        const char *cmd;
+        const char *options[16];
+    } cmds[] = {
+        {"run",
+         {"-o, --output", "--stack-depth", "--no-stacks", "--min-stack-size", "--stack-sample",
+          "--flush-ms", "--help", "PROGRAM", "Exit status", NULL}},
+        {"report",
+         {"--format", "text", "json", "html", "folded", "chrome", "-o, --output", "--top", "--help",
+          NULL}},
+        {"diff", {"--format", "text", "json", "html", "-o, --output", "--top", "--help", NULL}},
+        {"check",
+         {"--forbid", "--region", "--max-peak", "--max-growth", "--no-leaks", "--detectors",
+          "--junit", "--format", "--help", "Exit status", NULL}},
+    };
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        for (const char *flag = "--help"; flag; flag = strcmp(flag, "--help") ? NULL : "-h") {
+            expect_rc(gradprof("%s %s", cmds[i].cmd, flag), 0);
+            char usage[64];
+            snprintf(usage, sizeof usage, "usage: gradprof %s", cmds[i].cmd);
+            contains(out, usage);
+            for (size_t j = 0; cmds[i].options[j]; j++)
+                contains(out, cmds[i].options[j]);
+            assert_string_equal(err, "");
+        }
+    }
+}
+
+static void test_unknown_option(void **state)
+{
+    static const char *const cmds[] = {"run", "report", "diff", "check"};
+    for (size_t i = 0; i < 4; i++) {
+        expect_rc(gradprof("%s --bogus " TRACE("mlp_grad") " " TRACE("mlp_nograd"), cmds[i]), 2);
+        one_line_error();
+        contains(err, "'--bogus'");
+        expect_rc(gradprof("%s -Z " TRACE("mlp_grad") " " TRACE("mlp_nograd"), cmds[i]), 2);
+        one_line_error();
+        contains(err, "'-Z'");
+    }
+    expect_rc(gradprof("check " TRACE("mlp_grad") " --max-peak"), 2);
+    one_line_error();
+    contains(err, "'--max-peak' needs a value");
+    expect_rc(gradprof("check " TRACE("mlp_grad") " --no-leaks=yes"), 2);
+    one_line_error();
+    contains(err, "'--no-leaks' takes no value");
+    expect_rc(gradprof("check " TRACE("mlp_grad") " --format xml"), 2);
+    contains(err, "unknown format 'xml'");
+    expect_rc(gradprof("check " TRACE("mlp_grad") " " TRACE("mlp_nograd")), 2);
+    contains(err, "one trace file expected");
+    expect_rc(gradprof("check " TRACE("mlp_grad") " --detectors forgot_no_grad,bogus"), 2);
+    contains(err, "unknown detector 'bogus'");
+}
+
+/* ---- unreadable input ------------------------------------------------------------------------ */
+
+static void test_missing_file(void **state)
+{
+    expect_rc(gradprof("check"), 2);
+    one_line_error();
+    contains(err, "no trace file");
+    expect_rc(gradprof("report"), 2);
+    one_line_error();
+    expect_rc(gradprof("diff"), 2);
+    one_line_error();
+    expect_rc(gradprof("diff " TRACE("mlp_grad")), 2);
+    one_line_error();
+}
+
+/* Nonexistent, empty and not-a-trace files: exit 2 with one line naming the file, for every
+ * command that reads traces. */
+static void test_bad_files(void **state)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/empty.gptrace", tmpdir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/text.gptrace", tmpdir);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("this is a text file, not a gradprof trace\nsecond line\n", f);
+    fclose(f);
+    static const char *const files[] = {"does-not-exist.gptrace", "empty.gptrace", "text.gptrace"};
+    for (size_t i = 0; i < 3; i++) {
+        expect_rc(gradprof("check %s", files[i]), 2);
+        one_line_error();
+        contains(err, files[i]);
+        assert_string_equal(out, "");
+        expect_rc(gradprof("report %s", files[i]), 2);
+        one_line_error();
+        contains(err, files[i]);
+        expect_rc(gradprof("diff %s " TRACE("mlp_nograd"), files[i]), 2);
+        one_line_error();
+        contains(err, files[i]);
+        expect_rc(gradprof("diff " TRACE("mlp_grad") " %s", files[i]), 2);
+        one_line_error();
+        contains(err, files[i]);
+    }
+    /* a directory */
+    expect_rc(gradprof("check ."), 2);
+    one_line_error();
+}
+
+/* The damaged fixture (mlp_grad cut inside its last chunk): analysed up to the damage, with one
+ * warning line saying what was lost. */
+static void test_damaged(void **state)
+{
+    expect_rc(gradprof("report " TRACE("damaged")), 0);
+    contains(err, "warning");
+    contains(err, "damaged");
+    expect_rc(gradprof("check " TRACE("damaged")), 1); /* it still holds saved tensors */
+    one_line_error();
+    contains(err, "warning: '" GRADPROF_TEST_TRACES "/damaged.gptrace' is damaged at byte");
+    contains(err, "lost");
+    contains(err, "events before it");
+    contains(out, "FAIL");
+    expect_rc(gradprof("check " TRACE("damaged") " --forbid none --detectors none"), 0);
+    contains(out, "PASS");
+    expect_rc(gradprof("diff " TRACE("damaged") " " TRACE("mlp_nograd")), 0);
+    contains(err, "damaged");
+}
+
+static void test_bad_values(void **state)
+{
+    static const char *const sizes[] = {"1.5XB", "-1", "99999999999999999999"};
+    for (size_t i = 0; i < 3; i++) {
+        expect_rc(gradprof("check " TRACE("mlp_grad") " --max-peak %s", sizes[i]), 2);
+        one_line_error();
+        contains(err, "--max-peak");
+        contains(err, sizes[i]);
+        expect_rc(gradprof("check " TRACE("mlp_grad") " --max-growth=%s", sizes[i]), 2);
+        one_line_error();
+        contains(err, "--max-growth");
+        contains(err, sizes[i]);
+        expect_rc(gradprof("run --min-stack-size %s -- /bin/true", sizes[i]), 2);
+        one_line_error();
+        contains(err, sizes[i]);
+    }
+    expect_rc(gradprof("check " TRACE("mlp_grad") " --forbid saved,foo"), 2);
+    one_line_error();
+    contains(err, "--forbid: unknown category 'foo' in 'saved,foo'");
+    expect_rc(gradprof("run --stack-depth 257 -- /bin/true"), 2);
+    contains(err, "--stack-depth: 257 is out of range (expected 0-256)");
+    expect_rc(gradprof("run --flush-ms 0 -- /bin/true"), 2);
+    contains(err, "--flush-ms");
+}
+
+/* ---- check rules ----------------------------------------------------------------------------- */
+
+static void test_check_default(void **state)
+{
+    /* mlp_grad: grad left on inside "inference": saved ReLU outputs and graph nodes. */
+    expect_rc(gradprof("check " TRACE("mlp_grad")), 1);
+    contains(out, "FAIL");
+    contains(out, "[forbid] 256.00 KiB (262144 bytes) of saved memory allocated in 8 buffers");
+    contains(out, "[forbid] 10.00 KiB (10240 bytes) of autograd memory allocated in 20 buffers");
+    contains(out, "relu  mlp.1");
+    contains(out, "[forgot_no_grad]");
+    contains(out, "allocated at:");
+    lacks(out, "forbid gradient (FAILED)");
+    assert_string_equal(err, "");
+    /* mlp_nograd: the same model under no_grad. */
+    expect_rc(gradprof("check " TRACE("mlp_nograd")), 0);
+    contains(out, "PASS");
+    lacks(out, "FAIL");
+    assert_string_equal(err, "");
+}
+
+static void test_check_forbid(void **state)
+{
+    expect_rc(gradprof("check " TRACE("mlp_grad") " --forbid autograd --detectors none"), 1);
+    contains(out, "1 violation; 1 of 1 rules failed");
+    contains(out, "of autograd memory");
+    lacks(out, "of saved memory");
+    expect_rc(gradprof("check " TRACE("mlp_grad") " --forbid AUTOGRAD --format json"), 1);
+    contains(out, "\"rule\": \"forbid\", \"region\": \"\", \"category\": \"autograd\", "
+                  "\"bytes\": 10240");
+    lacks(out, "\"rule\": \"forbid\", \"region\": \"\", \"category\": \"saved\"");
+    expect_rc(gradprof("check " TRACE("mlp_nograd") " --forbid autograd"), 0);
+    /* every category the MLP allocates */
+    expect_rc(gradprof("check " TRACE("mlp_nograd") " --forbid parameter --detectors none"), 1);
+    contains(out, "[forbid] 524.04 KiB (536616 bytes) of parameter memory allocated in 6 buffers");
+}
+
+static void test_check_max_peak(void **state)
+{
+    const char *only = "--forbid none --detectors none";
+    expect_rc(gradprof("check " TRACE("mlp_grad") " %s --max-peak %llu", only, PEAK_GRAD), 0);
+    expect_rc(gradprof("check " TRACE("mlp_grad") " %s --max-peak %llu", only, PEAK_GRAD - 1), 1);
+    contains(out, "[max-peak] peak 654.04 KiB (669736 bytes)");
+    contains(out, "exceeds --max-peak 654.04 KiB (669735 bytes)");
+    contains(out, "parameter   parameter  mlp.0"); /* the largest at the peak */
+    expect_rc(gradprof("check " TRACE("mlp_grad") " %s --max-peak 655KiB", only), 0);
+    expect_rc(gradprof("check " TRACE("mlp_grad") " %s --max-peak 654KiB", only), 1);
+    expect_rc(gradprof("check " TRACE("mlp_grad") " %s --max-peak 0.67MB", only), 0);
+    expect_rc(gradprof("check " TRACE("mlp_nograd") " %s --max-peak %llu", only, PEAK_NOGRAD), 0);
+    expect_rc(gradprof("check " TRACE("mlp_nograd") " %s --max-peak %llu", only, PEAK_NOGRAD - 1),
+              1);
+    expect_rc(gradprof("check " TRACE("mlp_grad") " %s --max-peak %llu --format json", only,
+                       PEAK_GRAD - 1),
+              1);
+    contains(out, "\"rule\": \"max-peak\", \"region\": \"\", \"category\": \"parameter\", "
+                  "\"bytes\": 669736, \"limit\": 669735");
+}
+
+static void test_check_leaks(void **state)
+{
+    const char *only = "--forbid none --detectors none";
+    expect_rc(gradprof("check " TRACE("raw") " %s --no-leaks", only), 1);
+    contains(out, "[no-leaks] 4.98 KiB (5096 bytes) in 2 buffers still live at the end");
+    contains(out, "infer+0x1a00");                             /* the leaking call site */
+    expect_rc(gradprof("check " TRACE("raw") " %s", only), 0); /* not checked unless asked */
+    /* The MLP fixtures never free their parameters and input. */
+    expect_rc(gradprof("check " TRACE("mlp_grad") " %s --no-leaks", only), 1);
+    contains(out, "556.04 KiB (569384 bytes) in 7 buffers still live");
+    expect_rc(gradprof("check " TRACE("mlp_grad") " %s --no-leaks --format json", only), 1);
+    contains(out, "\"rule\": \"no-leaks\"");
+    contains(out, "\"bytes\": 569384");
+}
+
+static void test_check_region(void **state)
+{
+    expect_rc(gradprof("check " TRACE("mlp_grad") " --region inference --detectors none"), 1);
+    contains(out, "graph memory (saved, gradient, autograd) allocated inside region 'inference'");
+    contains(out, "266.00 KiB (272384 bytes)"); /* 262144 saved + 10240 autograd */
+    contains(out, "relu    mlp.1");
+    expect_rc(gradprof("check " TRACE("mlp_nograd") " --region inference"), 0);
+    /* mlp.0 (the first Linear): its graph node, 512 bytes per iteration */
+    expect_rc(gradprof("check " TRACE("mlp_grad") " --region mlp.0 --detectors none"), 1);
+    contains(out, "2.00 KiB (2048 bytes) of graph memory");
+    expect_rc(gradprof("check " TRACE("mlp_grad") " --region inference --forbid none "
+                                                  "--detectors none --max-peak %llu",
+                       PEAK_GRAD - 1),
+              1);
+    contains(out, "live while inside region 'inference'");
+    expect_rc(gradprof("check " TRACE("mlp_grad") " --region nosuch"), 2);
+    one_line_error();
+    contains(err, "no region 'nosuch'");
+    contains(err, "inference"); /* lists the regions there are */
+    expect_rc(gradprof("check " TRACE("mlp_grad") " --region inference --forbid autograd"), 2);
+    one_line_error();
+    contains(err, "inside a region only graph memory can be forbidden");
+}
+
+static void test_check_growth(void **state)
+{
+    const char *only = "--forbid none --detectors none";
+    expect_rc(gradprof("check " TRACE("leak_accumulate") " %s --max-growth 64k", only), 1);
+    contains(out, "[max-growth] live memory grew by 338.75 KiB (346880 bytes) from mark 'iter 0' "
+                  "to mark 'iter 5'");
+    contains(out, "relu    mlp.3"); /* a growing site */
+    expect_rc(gradprof("check " TRACE("leak_accumulate") " %s --max-growth %llu", only,
+                       GROWTH_ACCUMULATE),
+              0);
+    expect_rc(gradprof("check " TRACE("leak_accumulate") " %s --max-growth %llu", only,
+                       GROWTH_ACCUMULATE - 1),
+              1);
+    expect_rc(gradprof("check " TRACE("mlp_grad") " %s --max-growth 0", only), 0);
+    expect_rc(gradprof("check " TRACE("mlp_nograd") " %s --max-growth 0", only), 0);
+    /* raw has no marks: the rule is skipped, and says why */
+    expect_rc(gradprof("check " TRACE("raw") " %s --max-growth 0", only), 0);
+    contains(out, "1 skipped");
+    contains(out, "skipped max-growth: the trace has 0 marks");
+    /* The growth detector alone (default threshold 64 KiB) */
+    expect_rc(gradprof("check " TRACE("leak_accumulate") " --forbid none "
+                                                         "--detectors growth_across_iterations"),
+              1);
+    contains(out, "[growth_across_iterations]");
+    expect_rc(gradprof("check " TRACE("mlp_grad") " --forbid none "
+                                                  "--detectors growth_across_iterations"),
+              0);
+}
+
+static void test_check_json(void **state)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/check.json", tmpdir);
+    static const char *const runs[] = {
+        TRACE("mlp_grad"),
+        TRACE("mlp_nograd"),
+        TRACE("leak_accumulate") " --max-growth 1k --no-leaks --max-peak 1",
+        TRACE("raw") " --max-growth 1k --no-leaks",
+    };
+    for (size_t i = 0; i < 4; i++) {
+        int rc = gradprof("check %s --format json > '%s'", runs[i], path);
+        assert_true(rc == 0 || rc == 1);
+        python_parses("json", path);
+    }
+    expect_rc(gradprof("check " TRACE("mlp_nograd") " --format json"), 0);
+    contains(out, "\"schema\": \"gradprof-check/1\"");
+    contains(out, "\"passed\": true");
+    contains(out, "\"violations\": []");
+    expect_rc(gradprof("check " TRACE("mlp_grad") " --format json"), 1);
+    contains(out, "\"passed\": false");
+    contains(out, "\"op\": \"relu\", \"module\": \"mlp.1\"");
+    contains(out, "\"frames\": [\"");
+}
+
+static void test_check_junit(void **state)
+{
+    char xml[600];
+    snprintf(xml, sizeof xml, "%s/junit.xml", tmpdir);
+    expect_rc(gradprof("check " TRACE("mlp_grad") " --junit '%s'", xml), 1);
+    python_parses("xml", xml);
+    char *doc = slurp(xml);
+    assert_non_null(doc);
+    contains(doc, "<testsuite name=\"gradprof-check\" tests=\"8\" failures=\"4\"");
+    contains(doc, "<testcase classname=\"gradprof-check\" name=\"forbid saved\">");
+    contains(doc, "<failure type=\"forbid\" message=\"256.00 KiB (262144 bytes) of saved memory");
+    contains(doc, "<testcase classname=\"gradprof-check\" name=\"forbid gradient\"/>");
+    free(doc);
+
+    expect_rc(gradprof("check " TRACE("mlp_nograd") " --junit '%s'", xml), 0);
+    python_parses("xml", xml);
+    doc = slurp(xml);
+    assert_non_null(doc);
+    lacks(doc, "<failure");
+    contains(doc, "failures=\"0\"");
+    free(doc);
+
+    expect_rc(gradprof("check " TRACE("raw") " --max-growth 1 --junit '%s'", xml), 0);
+    python_parses("xml", xml);
+    doc = slurp(xml);
+    assert_non_null(doc);
+    contains(doc, "<skipped message=\"the trace has 0 marks");
+    free(doc);
+
+    expect_rc(gradprof("check " TRACE("mlp_grad") " --junit /nonexistent-dir/j.xml"), 2);
+    one_line_error();
+    contains(err, "/nonexistent-dir/j.xml");
+}
+
+/* A trace whose op and module names hold XML and JSON metacharacters, control characters and
+ * bytes that are not UTF-8: the JUnit and JSON outputs must still parse. */
+static void test_check_hostile_names(void **state)
+{
+    char trace[600], xml[600], json[600];
+    snprintf(trace, sizeof trace, "%s/hostile.gptrace", tmpdir);
+    snprintf(xml, sizeof xml, "%s/hostile.xml", tmpdir);
+    snprintf(json, sizeof json, "%s/hostile.json", tmpdir);
+    tb *b = tb_open(trace, "hostile <&>");
+    assert_non_null(b);
+    tb_module(b, 1, 0x400000, 0x1000, "/opt/x/<prog>&\"'", "");
+    tb_thread(b, 1, "main");
+    const uint32_t m[1] = {1};
+    const uint64_t o[1] = {0x10};
+    uint32_t s = tb_stack(b, 1, m, o);
+    tb_region_push(b, "inference");
+    tb_at(b, 1000);
+    tb_alloc(b, 0x1000, 4096, s);
+    tb_tag(b, 0x1000, 4096, LP_CAT_AUTOGRAD, "op<&>\"'\x01\x1b]", "mod\xff\xfe\xc3(\t\n\r]]>", NULL,
+           true, 0);
+    tb_region_pop(b);
+    tb_at(b, 2000);
+    tb_end(b);
+    assert_int_equal(tb_close(b), 0);
+    expect_rc(gradprof("check '%s' --junit '%s' --format json > '%s'", trace, xml, json), 1);
+    python_parses("xml", xml);
+    python_parses("json", json);
+    expect_rc(gradprof("check '%s'", trace), 1);
+    contains(out, "of autograd memory");
+}
+
+/* A trace with everything freed and no graph: every rule passes. */
+static void test_check_clean(void **state)
+{
+    char trace[600];
+    snprintf(trace, sizeof trace, "%s/clean.gptrace", tmpdir);
+    tb *b = tb_open(trace, "clean");
+    assert_non_null(b);
+    tb_thread(b, 1, "main");
+    for (int i = 0; i < 4; i++) {
+        char mark[16];
+        snprintf(mark, sizeof mark, "iter %d", i);
+        tb_at(b, (uint64_t)i * 1000 + 1);
+        tb_mark(b, mark);
+        tb_alloc(b, 0x1000, 100, 0);
+        tb_tag(b, 0x1000, 100, LP_CAT_ACTIVATION, "linear", "fc", NULL, false, 0);
+        tb_free(b, 0x1000);
+    }
+    tb_end(b);
+    assert_int_equal(tb_close(b), 0);
+    expect_rc(gradprof("check '%s' --no-leaks --max-growth 0 --max-peak 100", trace), 0);
+    contains(out, "PASS");
+    contains(out, "rules passed");
+    expect_rc(gradprof("check '%s' --max-peak 99", trace), 1);
+}
+
+/* Golden text, JSON and JUnit outputs, run from the traces directory so paths are relative. */
+static void test_check_golden(void **state)
+{
+    static const struct {
+        const char *golden, *args;
+        int rc;
+    } cases[] = {
+        {"check_mlp_grad.txt", "mlp_grad.gptrace", 1},
+        {"check_mlp_grad.json", "mlp_grad.gptrace --format json", 1},
+        {"check_leak_accumulate.txt",
+         "leak_accumulate.gptrace --max-growth 64k --no-leaks --max-peak 1MiB", 1},
+        {"check_mlp_nograd.txt", "mlp_nograd.gptrace --no-leaks --max-growth 0", 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        expect_rc(sh("cd '" GRADPROF_TEST_TRACES "' && '" GRADPROF_BIN "' check %s", cases[i].args),
+                  cases[i].rc);
+        golden(cases[i].golden, out);
+    }
+    char xml[600];
+    snprintf(xml, sizeof xml, "%s/golden.xml", tmpdir);
+    expect_rc(sh("cd '" GRADPROF_TEST_TRACES "' && '" GRADPROF_BIN "' check mlp_grad.gptrace "
+                 "--max-peak 600k --junit '%s'",
+                 xml),
+              1);
+    char *doc = slurp(xml);
+    assert_non_null(doc);
+    golden("check_mlp_grad.xml", doc);
+    free(doc);
+}
+
+/* ---- gradprof run ---------------------------------------------------------------------------- */
+
+/* How many names in tmpdir start with `prefix`. */
+static int count_files(const char *prefix)
+{
+    DIR *d = opendir(tmpdir);
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    closedir(d);
+    return n;
+}
+
+/* Under GRADPROF_SANITIZE, programs carrying ASan (mlp_infer, gradprof) refuse to start when
+ * another library is preloaded before the ASan runtime unless told this is fine. */
+#define ASAN_PRELOAD_OK "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0\" "
+
+#ifdef GRADPROF_MLP_INFER
+static void test_run_mlp_infer(void **state)
+{
+    expect_rc(sh(ASAN_PRELOAD_OK "'" GRADPROF_BIN "' run -o infer.%%p.gptrace -- '%s' --iters 2 "
+                                 "--layers 3 --width 64 --batch 4",
+                 GRADPROF_MLP_INFER),
+              0);
+    contains(err, "gradprof: trace written to infer.");
+    assert_int_equal(count_files("infer."), 1);
+    /* the path it names is the trace, and it reads */
+    char *line = strstr(err, "trace written to ");
+    assert_non_null(line);
+    char path[512];
+    assert_int_equal(sscanf(line, "trace written to %511s", path), 1);
+    expect_rc(gradprof("report '%s'", path), 0);
+    contains(out, "saved"); /* mlp_infer leaves grad on by default */
+    expect_rc(gradprof("check '%s' --forbid saved --detectors none", path), 1);
+    contains(out, "of saved memory allocated");
+}
+#endif
+
+static void test_run_exit_status(void **state)
+{
+    expect_rc(gradprof("run -- /bin/false"), 1);
+    contains(err, "gradprof: trace written to gradprof.false.");
+    expect_rc(gradprof("run -o t.%%p.gptrace /bin/sh -c 'exit 7'"), 7);
+    contains(err, "trace written to t.");
+    expect_rc(gradprof("run -- /bin/sh -c 'kill -TERM $$'"), 143);
+    contains(err, "gradprof run: /bin/sh was killed by signal 15 (Terminated)");
+    contains(err, "trace written to gradprof.sh.");
+}
+
+static void test_run_not_found(void **state)
+{
+    expect_rc(gradprof("run -- /nonexistent/program"), 127);
+    one_line_error();
+    contains(err, "/nonexistent/program: no such file");
+    expect_rc(gradprof("run -- gradprof-no-such-command-xyz arg"), 127);
+    one_line_error();
+    contains(err, "gradprof-no-such-command-xyz: command not found");
+    expect_rc(gradprof("run -- /"), 126);
+    one_line_error();
+    expect_rc(gradprof("run"), 2);
+    one_line_error();
+    contains(err, "no program to run");
+    expect_rc(gradprof("run --"), 2);
+    one_line_error();
+    /* nothing was recorded */
+    assert_int_equal(count_files("gradprof."), 0);
+}
+
+static void test_run_output(void **state)
+{
+    /* a fixed name: the second run must not overwrite the first */
+    expect_rc(gradprof("run -o fixed.gptrace -- /bin/true"), 0);
+    contains(err, "trace written to fixed.gptrace\n");
+    expect_rc(gradprof("run -o fixed.gptrace -- /bin/true"), 0);
+    contains(err, "trace written to fixed.gptrace.1\n");
+    /* a subdirectory, kept relative in the message */
+    expect_rc(sh("mkdir -p sub"), 0);
+    expect_rc(gradprof("run -o sub/x.%%p.gptrace -- /bin/true"), 0);
+    contains(err, "trace written to sub/x.");
+    /* forked children write their own traces, all listed */
+    expect_rc(gradprof("run -o fork.%%p.gptrace -- /bin/sh -c '/bin/true; /bin/true; exit 0'"), 0);
+    contains(err, "trace written to fork.");
+    int n = count_files("fork.");
+    assert_true(n >= 2);
+    int commas = 0;
+    for (const char *c = strstr(err, "trace written to"); c && *c; c++)
+        commas += *c == ',';
+    assert_int_equal(commas, n - 1);
+    /* bad output locations */
+    expect_rc(gradprof("run -o /nonexistent-dir/t.gptrace -- /bin/true"), 2);
+    one_line_error();
+    contains(err, "/nonexistent-dir");
+    expect_rc(gradprof("run -o sub/ -- /bin/true"), 2);
+    one_line_error();
+}
+
+static void test_run_preload_env(void **state)
+{
+    expect_rc(gradprof("run -- /bin/true"), 0); /* found next to the binary (build tree) */
+    expect_rc(sh("GRADPROF_PRELOAD=/nonexistent/libprof_preload.so '" GRADPROF_BIN "' run -- "
+                 "/bin/true"),
+              2);
+    one_line_error();
+    contains(err, "GRADPROF_PRELOAD='/nonexistent/libprof_preload.so'");
+    expect_rc(sh("GRADPROF_PRELOAD='" GRADPROF_PRELOAD_LIB "' '" GRADPROF_BIN "' run -o e.%%p "
+                 "-- /bin/true"),
+              0);
+    contains(err, "trace written to e.");
+    /* A copy of gradprof with no preload library next to it says where it looked. */
+    expect_rc(sh("mkdir -p bin && cp '" GRADPROF_BIN "' bin/gradprof && ./bin/gradprof run -- "
+                 "/bin/true"),
+              2);
+    one_line_error();
+    contains(err, "cannot find libprof_preload.so; tried");
+    contains(err, "/bin/../libprof/libprof_preload.so and");
+    contains(err, "/bin/../lib/gradprof/libprof_preload.so");
+    /* the program's own LD_PRELOAD is kept, after ours */
+    expect_rc(sh(ASAN_PRELOAD_OK "LD_PRELOAD=libm.so.6 '" GRADPROF_BIN
+                                 "' run -o p.%%p -- /bin/sh -c "
+                                 "'echo \"$LD_PRELOAD\"'"),
+              0);
+    contains(out, "libprof_preload.so:libm.so.6");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse_size),
+        cmocka_unit_test(test_parse_uint),
+        cmocka_unit_test(test_parse_categories),
+        cmocka_unit_test(test_format_bytes),
+        cmocka_unit_test_setup_teardown(test_no_command, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unknown_command, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_top_help, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_command_help, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unknown_option, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_missing_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_damaged, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_values, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check_default, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check_forbid, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check_max_peak, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check_leaks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check_region, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check_growth, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check_json, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check_junit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check_hostile_names, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check_clean, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check_golden, setup, teardown),
+#ifdef GRADPROF_MLP_INFER
+        cmocka_unit_test_setup_teardown(test_run_mlp_infer, setup, teardown),
+#endif
+        cmocka_unit_test_setup_teardown(test_run_exit_status, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_run_not_found, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_run_output, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_run_preload_env, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

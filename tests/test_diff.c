@@ -1,0 +1,689 @@
+/*
+ * gradprof diff, end to end: the diff arithmetic on the fixture traces of traces/make_traces.c
+ * (called as a library: gp_profile_load + gp_diff_compute), and the `gradprof diff` command run
+ * as a subprocess (golden outputs, exit codes, error messages).
+ *
+ * Golden files: tests/golden/diff_*. They are compared byte for byte; run the test with
+ * GRADPROF_UPDATE_GOLDEN=1 in the environment to rewrite them from the current output instead
+ * (then review the change with git diff).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "diff.h"
+
+#ifndef GRADPROF_BIN
+#error "GRADPROF_BIN (the gradprof executable) must be defined"
+#endif
+#ifndef GRADPROF_TEST_TRACES
+#error "GRADPROF_TEST_TRACES (the fixture trace directory) must be defined"
+#endif
+#ifndef GRADPROF_GOLDEN_DIR
+#error "GRADPROF_GOLDEN_DIR (tests/golden) must be defined"
+#endif
+
+/* ---- the fixture's numbers, by hand from traces/make_traces.c -------------------------------- */
+
+/* Shapes: batch B = 32, width W = 256, OUT = 10, float32. */
+#define ACT (32ull * 256 * 4) /* a [32,256] activation: 32768 */
+#define NODE 512ull           /* an autograd node */
+/* Parameters: two [256,256] weights, two [256] biases, a [10,256] weight and a [10] bias. */
+#define PARAMS (2 * 256ull * 256 * 4 + 2 * 256ull * 4 + 10ull * 256 * 4 + 10ull * 4)
+#define INPUT ACT /* the [32,256] input */
+
+/*
+ * mlp_nograd's peak (first reached in iteration 0): in mlp.1, the relu output a0 is allocated
+ * while the linear output h0 of mlp.0 is still live (h0 is freed right after). Later layers never
+ * hold more: mlp.2 frees a0 once h1 exists, mlp.4's output is [32,10]. Live: params, input,
+ * h0 (activation, linear, mlp.0) and a0 (activation, relu, mlp.1).
+ */
+#define NOGRAD_PEAK (PARAMS + INPUT + 2 * ACT)
+/*
+ * mlp_grad's peak (iteration 0, the instant mlp.3's graph node is made): a0 is kept (SAVED by
+ * relu, mlp.1), h1 (activation, linear, mlp.2) is not freed yet, a1 (relu, mlp.3) has just been
+ * made, and four graph nodes exist (linear mlp.0, relu mlp.1, linear mlp.2, relu mlp.3). Right
+ * after, h1 is freed; mlp.4 then adds only a [32,10] output and a fifth node, 1280 + 512 bytes
+ * against the 32768 just freed, so the end of the forward pass (2 SAVED + 5 nodes + the output)
+ * is not the peak.
+ */
+#define GRAD_PEAK (PARAMS + INPUT + 3 * ACT + 4 * NODE)
+/*
+ * Held by graph construction = sum over tag keys of max(0, a - b). Parameters and the input are
+ * the same in both runs. A's a0 (saved relu mlp.1), h1 (linear mlp.2), a1 (relu mlp.3, SAVED at
+ * that instant or a moment later: either way B has nothing under that key) and the 4 nodes are
+ * not live at B's peak: 3 ACT + 4 NODE. B's h0 (linear mlp.0) and a0 (activation relu mlp.1) are
+ * not live at A's peak: they count in b_more, not in held. So held - b_more = peak delta:
+ * (3 ACT + 4 NODE) - 2 ACT = ACT + 4 NODE.
+ */
+#define HELD (3 * ACT + 4 * NODE)
+#define B_MORE (2 * ACT)
+
+static const char *const traces[] = {"mlp_grad", "mlp_nograd", "leak_accumulate", "raw", "damaged"};
+#define N_TRACES (sizeof traces / sizeof traces[0])
+
+static void trace_path(const char *name, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s/%s.gptrace", GRADPROF_TEST_TRACES, name);
+}
+
+static gp_profile *load(const char *name)
+{
+    char path[4096], err[512];
+    trace_path(name, path, sizeof path);
+    gp_analysis_options o;
+    gp_analysis_options_default(&o);
+    gp_profile *p = NULL;
+    if (gp_profile_load(path, &o, &p, err, sizeof err) != 0)
+        fail_msg("loading %s: %s", path, err);
+    return p;
+}
+
+/* Profiles and their diff, freed together. */
+typedef struct pair {
+    gp_profile *a, *b;
+    gp_diff *d;
+} pair;
+
+static pair diff_of(const char *a, const char *b)
+{
+    pair p = {load(a), load(b), NULL};
+    char err[256];
+    assert_int_equal(gp_diff_compute(p.a, p.b, a, b, &p.d, err, sizeof err), 0);
+    assert_non_null(p.d);
+    return p;
+}
+
+static void pair_free(pair *p)
+{
+    gp_diff_free(p->d);
+    gp_profile_free(p->a);
+    gp_profile_free(p->b);
+}
+
+static const gp_diff_row *find_row(const gp_diff_row *rows, size_t n, const char *label)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(rows[i].label, label) == 0)
+            return &rows[i];
+    return NULL;
+}
+
+/* ---- arithmetic ------------------------------------------------------------------------------ */
+
+static void test_held_by_graph_mlp(void **state)
+{
+    (void)state;
+    pair p = diff_of("mlp_grad", "mlp_nograd");
+    const gp_diff *d = p.d;
+    assert_int_equal(d->a.peak_bytes, GRAD_PEAK);
+    assert_int_equal(d->b.peak_bytes, NOGRAD_PEAK);
+    assert_int_equal(d->peak_delta, (int64_t)(ACT + 4 * NODE));
+    assert_int_equal(d->held_bytes, HELD);
+    assert_int_equal(d->b_more_bytes, B_MORE);
+    /* By category: the graph nodes are AUTOGRAD; the three activations are SAVED or ACTIVATION. */
+    assert_int_equal(d->by_category[LP_CAT_AUTOGRAD].held_bytes, 4 * NODE);
+    assert_int_equal(d->by_category[LP_CAT_AUTOGRAD].delta, (int64_t)(4 * NODE));
+    assert_int_equal(d->by_category[LP_CAT_SAVED].held_bytes +
+                         d->by_category[LP_CAT_ACTIVATION].held_bytes,
+                     3 * ACT);
+    assert_true(d->by_category[LP_CAT_SAVED].a_bytes >= ACT);
+    assert_int_equal(d->by_category[LP_CAT_SAVED].b_bytes, 0);
+    assert_int_equal(d->by_category[LP_CAT_PARAMETER].a_bytes, PARAMS);
+    assert_int_equal(d->by_category[LP_CAT_PARAMETER].delta, 0);
+    assert_int_equal(d->by_category[LP_CAT_INPUT].delta, 0);
+    assert_int_equal(d->by_category[LP_CAT_OTHER].a_bytes + d->by_category[LP_CAT_OTHER].b_bytes,
+                     0);
+    /* Per module: mlp.1 keeps a0 SAVED (B had it as an activation) + its node; mlp.2 and mlp.3
+     * hold an activation and a node that B never had at its peak; mlp.0 only its node (B's h0 is
+     * the other way round); mlp.4 (only its parameters are live) had not run at either peak. */
+    const gp_diff_row *m;
+    assert_non_null(m = find_row(d->modules, d->n_modules, "mlp.1"));
+    assert_int_equal(m->held_bytes, ACT + NODE);
+    assert_int_equal(m->delta, (int64_t)NODE);
+    assert_non_null(m = find_row(d->modules, d->n_modules, "mlp.2"));
+    assert_int_equal(m->held_bytes, ACT + NODE);
+    assert_int_equal(m->delta, (int64_t)(ACT + NODE));
+    assert_non_null(m = find_row(d->modules, d->n_modules, "mlp.3"));
+    assert_int_equal(m->held_bytes, ACT + NODE);
+    assert_non_null(m = find_row(d->modules, d->n_modules, "mlp.0"));
+    assert_int_equal(m->held_bytes, NODE);
+    assert_int_equal(m->delta, (int64_t)NODE - (int64_t)ACT);
+    assert_non_null(m = find_row(d->modules, d->n_modules, "mlp.4")); /* its parameters only */
+    assert_int_equal(m->held_bytes, 0);
+    assert_int_equal(m->delta, 0);
+    /* Sorted by held; ties by delta (mlp.1 last of the three), then by A's bytes (mlp.2 has
+     * parameters). */
+    assert_string_equal(d->modules[0].module, "mlp.2");
+    assert_string_equal(d->modules[1].module, "mlp.3");
+    assert_string_equal(d->modules[2].module, "mlp.1");
+    /* The tag-key row of the saved activation. */
+    const gp_diff_row *k = find_row(d->keys, d->n_keys, "relu @ mlp.1 (saved)");
+    assert_non_null(k);
+    assert_int_equal(k->a_bytes, ACT);
+    assert_int_equal(k->b_bytes, 0);
+    assert_int_equal(k->held_bytes, ACT);
+    assert_non_null(k = find_row(d->keys, d->n_keys, "relu @ mlp.1 (activation)"));
+    assert_int_equal(k->delta, -(int64_t)ACT);
+    assert_int_equal(k->held_bytes, 0);
+    /* Ops: linear @ mlp.2 holds its output and node. */
+    assert_non_null(k = find_row(d->ops, d->n_ops, "linear @ mlp.2"));
+    assert_int_equal(k->held_bytes, ACT + NODE);
+    /* Layers: tree order, graph part = SAVED + AUTOGRAD + GRADIENT. */
+    const gp_diff_row *l = find_row(d->layers, d->n_layers, "mlp.1");
+    assert_non_null(l);
+    assert_int_equal(l->a_graph_bytes, ACT + NODE);
+    assert_int_equal(l->b_graph_bytes, 0);
+    assert_int_equal(l->depth, 1);
+    assert_int_equal(l->held_bytes, ACT + NODE);
+    pair_free(&p);
+}
+
+/* Every table of d adds up, each sum computed here from the rows. */
+static void assert_sums(const gp_diff *d)
+{
+    int64_t cat = 0, keys = 0, keys_by_cat[LP_CAT_COUNT] = {0}, sites = 0, layers = 0;
+    uint64_t held = 0, b_more = 0, held_ops = 0, held_modules = 0;
+    for (int c = 0; c < LP_CAT_COUNT; c++) {
+        const gp_diff_row *r = &d->by_category[c];
+        assert_int_equal(r->delta, (int64_t)(r->a_bytes - r->b_bytes));
+        cat += r->delta;
+    }
+    for (size_t i = 0; i < d->n_keys; i++) {
+        const gp_diff_row *r = &d->keys[i];
+        assert_int_equal(r->delta, (int64_t)(r->a_bytes - r->b_bytes));
+        assert_int_equal(r->held_bytes, r->a_bytes > r->b_bytes ? r->a_bytes - r->b_bytes : 0);
+        if (i)
+            assert_true(d->keys[i - 1].delta >= r->delta); /* sorted by delta, desc */
+        keys += r->delta;
+        keys_by_cat[r->category] += r->delta;
+        held += r->held_bytes;
+        b_more += r->b_bytes > r->a_bytes ? r->b_bytes - r->a_bytes : 0;
+    }
+    for (size_t i = 0; i < d->n_ops; i++)
+        held_ops += d->ops[i].held_bytes;
+    for (size_t i = 0; i < d->n_modules; i++)
+        held_modules += d->modules[i].held_bytes;
+    for (size_t i = 0; i < d->n_call_sites; i++)
+        sites += d->call_sites[i].delta;
+    for (size_t i = 0; i < d->n_layers; i++)
+        layers += d->layers[i].delta;
+    int64_t peak = (int64_t)(d->a.peak_bytes - d->b.peak_bytes);
+    assert_int_equal(d->peak_delta, peak);
+    assert_int_equal(cat, peak);
+    assert_int_equal(keys, peak);
+    for (int c = 0; c < LP_CAT_COUNT; c++)
+        assert_int_equal(keys_by_cat[c], d->by_category[c].delta);
+    assert_int_equal(sites, peak);
+    assert_int_equal(layers, peak);
+    assert_int_equal(held, d->held_bytes);
+    assert_int_equal(b_more, d->b_more_bytes);
+    assert_int_equal((int64_t)held - (int64_t)b_more, peak);
+    assert_int_equal(held_ops, held);
+    assert_int_equal(held_modules, held);
+    /* The diff's own remainders agree: nothing unexplained. */
+    assert_int_equal(d->remainder.categories, 0);
+    assert_int_equal(d->remainder.keys, 0);
+    assert_int_equal(d->remainder.call_sites, 0);
+    assert_int_equal(d->remainder.layers, 0);
+    for (int c = 0; c < LP_CAT_COUNT; c++)
+        assert_int_equal(d->remainder.keys_by_category[c], 0);
+}
+
+static void test_sums_add_up(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < N_TRACES; i++)
+        for (size_t j = 0; j < N_TRACES; j++) {
+            pair p = diff_of(traces[i], traces[j]);
+            print_message("%s vs %s\n", traces[i], traces[j]);
+            assert_sums(p.d);
+            pair_free(&p);
+        }
+}
+
+static void test_self_diff_is_zero(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < N_TRACES; i++) {
+        pair p = diff_of(traces[i], traces[i]);
+        const gp_diff *d = p.d;
+        assert_true(d->a.peak_bytes > 0);
+        assert_int_equal(d->peak_delta, 0);
+        assert_int_equal(d->held_bytes, 0);
+        assert_int_equal(d->b_more_bytes, 0);
+        for (int c = 0; c < LP_CAT_COUNT; c++)
+            assert_int_equal(d->by_category[c].delta, 0);
+        const gp_diff_row *tables[] = {d->keys, d->ops, d->modules, d->call_sites, d->layers};
+        size_t ns[] = {d->n_keys, d->n_ops, d->n_modules, d->n_call_sites, d->n_layers};
+        for (size_t t = 0; t < 5; t++) {
+            for (size_t r = 0; r < ns[t]; r++) {
+                assert_int_equal(tables[t][r].delta, 0);
+                assert_int_equal(tables[t][r].held_bytes, 0);
+                assert_int_equal(tables[t][r].a_bytes, tables[t][r].b_bytes);
+            }
+        }
+        assert_true(d->n_keys > 0 && d->n_call_sites > 0 && d->n_layers > 0);
+        pair_free(&p);
+    }
+}
+
+static void assert_negated(const gp_diff_row *x, size_t nx, const gp_diff_row *y, size_t ny)
+{
+    assert_int_equal(nx, ny);
+    for (size_t i = 0; i < nx; i++) {
+        const gp_diff_row *r = NULL;
+        for (size_t j = 0; j < ny && !r; j++)
+            if (strcmp(x[i].label, y[j].label) == 0 && strcmp(x[i].key, y[j].key) == 0)
+                r = &y[j];
+        if (!r)
+            fail_msg("row '%s' missing from the swapped diff", x[i].label);
+        assert_int_equal(x[i].a_bytes, r->b_bytes);
+        assert_int_equal(x[i].b_bytes, r->a_bytes);
+        assert_int_equal(x[i].delta, -r->delta);
+        assert_int_equal(x[i].a_graph_bytes, r->b_graph_bytes);
+    }
+}
+
+static void test_swapped_negates(void **state)
+{
+    (void)state;
+    const char *pairs[][2] = {
+        {"mlp_grad", "mlp_nograd"}, {"leak_accumulate", "mlp_nograd"}, {"raw", "mlp_grad"}};
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        pair p = diff_of(pairs[i][0], pairs[i][1]), q = diff_of(pairs[i][1], pairs[i][0]);
+        assert_int_equal(p.d->peak_delta, -q.d->peak_delta);
+        assert_int_equal(p.d->held_bytes, q.d->b_more_bytes);
+        assert_int_equal(p.d->b_more_bytes, q.d->held_bytes);
+        for (int c = 0; c < LP_CAT_COUNT; c++)
+            assert_int_equal(p.d->by_category[c].delta, -q.d->by_category[c].delta);
+        assert_negated(p.d->keys, p.d->n_keys, q.d->keys, q.d->n_keys);
+        assert_negated(p.d->call_sites, p.d->n_call_sites, q.d->call_sites, q.d->n_call_sites);
+        assert_negated(p.d->layers, p.d->n_layers, q.d->layers, q.d->n_layers);
+        pair_free(&p);
+        pair_free(&q);
+    }
+}
+
+/* Renders d as text or JSON into a string (caller frees). */
+static char *render(const gp_diff *d, bool json)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    gp_render_options o;
+    gp_render_options_default(&o);
+    assert_int_equal(json ? gp_render_diff_json(f, d, &o) : gp_render_diff_text(f, d, &o), 0);
+    assert_int_equal(fclose(f), 0);
+    return buf;
+}
+
+/* Profiles whose tables disagree (bytes live at the peak missing from the tag-key, call-site and
+ * module tables, as with keys an engine failed to record): the diff must report each missing
+ * amount as a remainder, and the renderers must print it. */
+static void test_remainder_is_shown(void **state)
+{
+    (void)state;
+    pair p = {load("mlp_grad"), load("mlp_nograd"), NULL};
+    size_t hidden_key = 0, hidden_site = 0, hidden_module = 0;
+    for (size_t i = 0; i < p.a->n_tag_keys; i++)
+        if (p.a->tag_keys[i].category == LP_CAT_SAVED) { /* relu @ mlp.1: ACT at the peak */
+            hidden_key += p.a->tag_keys[i].stats.peak_bytes;
+            p.a->tag_keys[i].stats.peak_bytes = 0;
+        }
+    for (size_t i = 0; i < p.a->n_sites && !hidden_site; i++)
+        if (p.a->sites[i].stats.peak_bytes == NODE * 2) { /* one node site: two nodes */
+            hidden_site = NODE * 2;
+            p.a->sites[i].stats.peak_bytes = 0;
+        }
+    for (size_t i = 0; i < p.b->n_modules; i++)
+        if (strcmp(p.b->modules[i].module, "mlp.1") == 0) { /* B's a0 */
+            hidden_module = p.b->modules[i].stats.peak_bytes;
+            p.b->modules[i].stats.peak_bytes = 0;
+        }
+    assert_int_equal(hidden_key, ACT);
+    assert_int_equal(hidden_site, 2 * NODE);
+    assert_int_equal(hidden_module, ACT);
+    char err[256];
+    assert_int_equal(gp_diff_compute(p.a, p.b, "A.gptrace", "B.gptrace", &p.d, err, sizeof err), 0);
+    const gp_diff *d = p.d;
+    assert_int_equal(d->peak_delta, (int64_t)(ACT + 4 * NODE)); /* the peaks are untouched */
+    assert_int_equal(d->remainder.categories, 0);
+    assert_int_equal(d->remainder.keys, (int64_t)ACT);
+    assert_int_equal(d->remainder.keys_by_category[LP_CAT_SAVED], (int64_t)ACT);
+    assert_int_equal(d->remainder.keys_by_category[LP_CAT_ACTIVATION], 0);
+    assert_int_equal(d->remainder.call_sites, (int64_t)(2 * NODE));
+    assert_int_equal(d->remainder.layers, -(int64_t)ACT); /* B lost bytes: A's side gains */
+    assert_int_equal(d->held_bytes, HELD - ACT);
+    char *text = render(d, false), *json = render(d, true);
+    /* Text: a remainder row in the module and op tables (+32 KiB), the call-site table (+1 KiB)
+     * and the layer table (-32 KiB), a note under the saved category, and a failed "Sums" line. */
+    const char *want[] = {"(unexplained remainder: +32.00 KiB of saved's delta is in no tag key)",
+                          "do not all add up",
+                          "tag keys 32768 B, call sites 1024 B, layers -32768 B"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!strstr(text, want[i])) {
+            fputs(text, stderr);
+            fail_msg("text output lacks '%s'", want[i]);
+        }
+    const char *rows[] = {"+32.00 KiB", "+32.00 KiB", "+1.00 KiB", "-32.00 KiB"};
+    size_t n = 0;
+    for (const char *l = text; (l = strstr(l, "  (unexplained remainder) ")); l++, n++) {
+        assert_true(n < 4);
+        size_t len = strcspn(l, "\n");
+        if (len < strlen(rows[n]) || strncmp(l + len - strlen(rows[n]), rows[n], strlen(rows[n])))
+            fail_msg("remainder row %zu: '%.*s' does not end in %s", n, (int)len, l, rows[n]);
+    }
+    assert_int_equal(n, 4); /* modules, ops, call sites, layers */
+    const char *want_json[] = {"\"remainder_bytes\": 32768,", "\"call_sites\": 1024,",
+                               "\"layers\": -32768,", "\"saved\": 32768"};
+    for (size_t i = 0; i < sizeof want_json / sizeof want_json[0]; i++)
+        if (!strstr(json, want_json[i])) {
+            fputs(json, stderr);
+            fail_msg("JSON output lacks '%s'", want_json[i]);
+        }
+    free(text);
+    free(json);
+    pair_free(&p);
+}
+
+/* ---- the command ----------------------------------------------------------------------------- */
+
+/* Runs gradprof with argv (NULL-terminated, without the program) in the traces directory, stdout
+ * and stderr to files. Returns the exit status, or -1 if it did not exit normally. */
+static int run(const char *out_file, const char *err_file, const char *const *args)
+{
+    char *argv[32];
+    size_t n = 0;
+    argv[n++] = (char *)GRADPROF_BIN;
+    for (; args[n - 1] && n < 31; n++)
+        argv[n] = (char *)args[n - 1];
+    argv[n] = NULL;
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (chdir(GRADPROF_TEST_TRACES) != 0)
+            _exit(126);
+        int o = open(out_file, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int e = open(err_file, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
+            _exit(126);
+        execv(GRADPROF_BIN, argv);
+        _exit(127);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* The whole file, NUL-terminated (caller frees); NULL if it cannot be read. */
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    size_t got;
+    while (buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (cap - n - 1 == 0) {
+            char *b = realloc(buf, cap *= 2);
+            if (!b) {
+                free(buf);
+                buf = NULL;
+            }
+            buf = b;
+        }
+    }
+    fclose(f);
+    if (buf)
+        buf[n] = 0;
+    if (len)
+        *len = n;
+    return buf;
+}
+
+typedef struct tmp {
+    char out[64], err[64], file[64];
+} tmp;
+
+static void tmp_make(tmp *t)
+{
+    strcpy(t->out, "/tmp/gp_test_diff_outXXXXXX");
+    strcpy(t->err, "/tmp/gp_test_diff_errXXXXXX");
+    strcpy(t->file, "/tmp/gp_test_diff_fileXXXXXX");
+    int a = mkstemp(t->out), b = mkstemp(t->err), c = mkstemp(t->file);
+    assert_true(a >= 0 && b >= 0 && c >= 0);
+    close(a);
+    close(b);
+    close(c);
+}
+
+static void tmp_remove(tmp *t)
+{
+    unlink(t->out);
+    unlink(t->err);
+    unlink(t->file);
+}
+
+/* Compares `path`'s contents with tests/golden/<name>, or rewrites the golden file when
+ * GRADPROF_UPDATE_GOLDEN=1. */
+static void check_golden(const char *path, const char *name)
+{
+    char golden[4096];
+    snprintf(golden, sizeof golden, "%s/%s", GRADPROF_GOLDEN_DIR, name);
+    size_t n = 0, m = 0;
+    char *got = slurp(path, &n);
+    assert_non_null(got);
+    const char *update = getenv("GRADPROF_UPDATE_GOLDEN");
+    if (update && strcmp(update, "1") == 0) {
+        FILE *f = fopen(golden, "wb");
+        assert_non_null(f);
+        assert_int_equal(fwrite(got, 1, n, f), n);
+        assert_int_equal(fclose(f), 0);
+        print_message("updated %s\n", golden);
+        free(got);
+        return;
+    }
+    char *want = slurp(golden, &m);
+    if (!want)
+        fail_msg("missing golden file %s (run with GRADPROF_UPDATE_GOLDEN=1 to create it)", golden);
+    if (n != m || memcmp(got, want, n) != 0) {
+        size_t i = 0, line = 1, start = 0;
+        for (; i < n && i < m && got[i] == want[i]; i++)
+            if (got[i] == '\n') {
+                line++;
+                start = i + 1;
+            }
+        print_message("first difference at line %zu:\n  got:  %.*s\n  want: %.*s\n", line,
+                      (int)strcspn(got + start, "\n"), got + start,
+                      (int)strcspn(want + start, "\n"), want + start);
+        fail_msg("%s differs from golden %s (GRADPROF_UPDATE_GOLDEN=1 rewrites it)", path, golden);
+    }
+    free(got);
+    free(want);
+}
+
+static void test_golden_text(void **state)
+{
+    (void)state;
+    tmp t;
+    tmp_make(&t);
+    const char *args[] = {"diff", "mlp_grad.gptrace", "mlp_nograd.gptrace", NULL};
+    assert_int_equal(run(t.out, t.err, args), 0);
+    char *err = slurp(t.err, NULL);
+    assert_string_equal(err, ""); /* nothing on stderr for two clean traces */
+    free(err);
+    check_golden(t.out, "diff_mlp.txt");
+    char *out = slurp(t.out, NULL);
+    assert_non_null(strstr(out, "A holds 34.00 KiB more at its peak than B: 98.00 KiB held by "
+                                "graph construction"));
+    assert_null(strstr(out, "unexplained remainder"));
+    free(out);
+    /* --top 1 and -o: the same diff, one row per held table, into a file. */
+    const char *top[] = {
+        "diff", "--top", "1", "-o", t.file, "mlp_grad.gptrace", "mlp_nograd.gptrace", NULL};
+    assert_int_equal(run(t.out, t.err, top), 0);
+    check_golden(t.file, "diff_mlp_top1.txt");
+    tmp_remove(&t);
+}
+
+static void test_golden_json(void **state)
+{
+    (void)state;
+    tmp t;
+    tmp_make(&t);
+    const char *args[] = {
+        "diff", "--format", "json", "-o", t.file, "mlp_grad.gptrace", "mlp_nograd.gptrace", NULL};
+    assert_int_equal(run(t.out, t.err, args), 0);
+    check_golden(t.file, "diff_mlp.json");
+    char *out = slurp(t.file, NULL);
+    char want[128];
+    snprintf(want, sizeof want, "\"held_by_graph_bytes\": %llu,", (unsigned long long)HELD);
+    assert_non_null(strstr(out, want));
+    snprintf(want, sizeof want, "\"peak_bytes\": {\"a\": %llu, \"b\": %llu, \"delta\": %llu}",
+             (unsigned long long)GRAD_PEAK, (unsigned long long)NOGRAD_PEAK,
+             (unsigned long long)(GRAD_PEAK - NOGRAD_PEAK));
+    assert_non_null(strstr(out, want));
+    assert_non_null(strstr(out, "\"schema\": \"gradprof-diff/1\""));
+    assert_non_null(strstr(out, "\"remainder_bytes\": 0,"));
+    free(out);
+    /* The reverse diff too (negative deltas in the output). */
+    const char *rev[] = {
+        "diff", "--format=json", "-o", t.file, "mlp_nograd.gptrace", "mlp_grad.gptrace", NULL};
+    assert_int_equal(run(t.out, t.err, rev), 0);
+    check_golden(t.file, "diff_mlp_reversed.json");
+    tmp_remove(&t);
+}
+
+static void test_html(void **state)
+{
+    (void)state;
+    tmp t;
+    tmp_make(&t);
+    const char *args[] = {
+        "diff", "--format", "html", "-o", t.file, "mlp_grad.gptrace", "mlp_nograd.gptrace", NULL};
+    assert_int_equal(run(t.out, t.err, args), 0);
+    char *out = slurp(t.file, NULL);
+    assert_non_null(out);
+    assert_non_null(strstr(out, "<html"));
+    assert_non_null(strstr(out, "</html>"));
+    free(out);
+    tmp_remove(&t);
+}
+
+/* Runs args, expects exit status `code` and stderr containing every string of `want`. */
+static void expect(int code, const char *const *args, const char *const *want)
+{
+    tmp t;
+    tmp_make(&t);
+    int rc = run(t.out, t.err, args);
+    char *err = slurp(t.err, NULL);
+    assert_non_null(err);
+    print_message("stderr: %s", err);
+    assert_int_equal(rc, code);
+    for (size_t i = 0; want && want[i]; i++)
+        if (!strstr(err, want[i]))
+            fail_msg("stderr lacks '%s': %s", want[i], err);
+    free(err);
+    tmp_remove(&t);
+}
+
+static void test_errors(void **state)
+{
+    (void)state;
+    /* One missing file: exit 2, the message names it; the other one is fine. */
+    expect(2, (const char *[]){"diff", "mlp_grad.gptrace", "nosuch.gptrace", NULL},
+           (const char *[]){"gradprof diff:", "nosuch.gptrace", NULL});
+    expect(2, (const char *[]){"diff", "nosuch_a.gptrace", "mlp_grad.gptrace", NULL},
+           (const char *[]){"nosuch_a.gptrace", NULL});
+    /* Not a trace at all. */
+    expect(2, (const char *[]){"diff", GRADPROF_BIN, "mlp_grad.gptrace", NULL},
+           (const char *[]){GRADPROF_BIN, NULL});
+    /* Usage. */
+    expect(2, (const char *[]){"diff", NULL}, (const char *[]){"two traces", NULL});
+    expect(2, (const char *[]){"diff", "mlp_grad.gptrace", NULL},
+           (const char *[]){"two traces", NULL});
+    expect(2, (const char *[]){"diff", "a", "b", "c", NULL}, (const char *[]){"two traces", NULL});
+    expect(2, (const char *[]){"diff", "--format", "xml", "mlp_grad.gptrace", "raw.gptrace", NULL},
+           (const char *[]){"--format", "xml", NULL});
+    expect(2, (const char *[]){"diff", "--top", "many", "mlp_grad.gptrace", "raw.gptrace", NULL},
+           (const char *[]){"--top", "many", NULL});
+    expect(2, (const char *[]){"diff", "--frobnicate", "mlp_grad.gptrace", "raw.gptrace", NULL},
+           (const char *[]){"--frobnicate", NULL});
+    expect(2, (const char *[]){"diff", "mlp_grad.gptrace", "raw.gptrace", "-o", NULL},
+           (const char *[]){"-o", NULL});
+    expect(2,
+           (const char *[]){"diff", "-o", "/nonexistent-dir/x.txt", "mlp_grad.gptrace",
+                            "raw.gptrace", NULL},
+           (const char *[]){"/nonexistent-dir/x.txt", NULL});
+    /* A write error (a full device) is reported with the output's name. */
+    if (access("/dev/full", W_OK) == 0)
+        expect(2,
+               (const char *[]){"diff", "-o", "/dev/full", "mlp_grad.gptrace", "raw.gptrace", NULL},
+               (const char *[]){"error writing '/dev/full'", NULL});
+    /* --help: usage on stdout, exit 0. */
+    tmp t;
+    tmp_make(&t);
+    assert_int_equal(run(t.out, t.err, (const char *[]){"diff", "--help", NULL}), 0);
+    char *out = slurp(t.out, NULL);
+    assert_non_null(strstr(out, "usage: gradprof diff A B"));
+    free(out);
+    tmp_remove(&t);
+}
+
+static void test_damaged(void **state)
+{
+    (void)state;
+    tmp t;
+    tmp_make(&t);
+    const char *args[] = {"diff", "damaged.gptrace", "mlp_nograd.gptrace", NULL};
+    assert_int_equal(run(t.out, t.err, args), 0);
+    char *err = slurp(t.err, NULL), *out = slurp(t.out, NULL);
+    print_message("stderr: %s", err);
+    assert_non_null(strstr(err, "warning"));
+    assert_non_null(strstr(err, "damaged.gptrace"));
+    assert_non_null(strstr(out, "A holds"));
+    assert_non_null(strstr(out, "note: A is damaged"));
+    free(err);
+    free(out);
+    check_golden(t.out, "diff_damaged.txt");
+    /* The recovered part still holds iteration 0, so the numbers match the intact trace's. */
+    pair p = diff_of("damaged", "mlp_nograd");
+    assert_true(p.d->a.damaged);
+    assert_false(p.d->b.damaged);
+    assert_int_equal(p.d->a.peak_bytes, GRAD_PEAK);
+    assert_int_equal(p.d->held_bytes, HELD);
+    assert_sums(p.d);
+    pair_free(&p);
+    tmp_remove(&t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_held_by_graph_mlp),
+        cmocka_unit_test(test_sums_add_up),
+        cmocka_unit_test(test_remainder_is_shown),
+        cmocka_unit_test(test_self_diff_is_zero),
+        cmocka_unit_test(test_swapped_negates),
+        cmocka_unit_test(test_golden_text),
+        cmocka_unit_test(test_golden_json),
+        cmocka_unit_test(test_html),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_damaged),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

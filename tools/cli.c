@@ -1,0 +1,278 @@
+/*
+ * Shared helpers of the gradprof commands (API: cli.h), and gp_format_bytes (render.h).
+ */
+#include "cli.h"
+#include "render.h"
+
+#include <ctype.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <string.h>
+#include <strings.h>
+
+/* ---- sizes and numbers ----------------------------------------------------------------------- */
+
+typedef struct size_unit {
+    const char *name;
+    uint64_t bytes;
+} size_unit;
+
+#define KI 1024ull
+#define KD 1000ull
+static const size_unit size_units[] = {
+    {"", 1},
+    {"b", 1},
+    {"kb", KD},
+    {"mb", KD *KD},
+    {"gb", KD *KD *KD},
+    {"tb", KD *KD *KD *KD},
+    {"pb", KD *KD *KD *KD *KD},
+    {"k", KI},
+    {"m", KI *KI},
+    {"g", KI *KI *KI},
+    {"t", KI *KI *KI *KI},
+    {"p", KI *KI *KI *KI *KI},
+    {"kib", KI},
+    {"mib", KI *KI},
+    {"gib", KI *KI *KI},
+    {"tib", KI *KI *KI *KI},
+    {"pib", KI *KI *KI *KI *KI},
+};
+
+int gp_parse_size(const char *text, uint64_t *out, char *err, size_t err_size)
+{
+    if (!text || !*text) {
+        snprintf(err, err_size, "empty size (expected e.g. 512, 64k, 1.5GiB, 100MB)");
+        return -1;
+    }
+    const char *s = text;
+    while (*s == ' ')
+        s++;
+    if (*s == '-') {
+        snprintf(err, err_size, "size '%s' is negative", text);
+        return -1;
+    }
+    if (!isdigit((unsigned char)*s) && !(*s == '.' && isdigit((unsigned char)s[1]))) {
+        snprintf(err, err_size, "size '%s' is not a number (expected e.g. 512, 64k, 1.5GiB, 100MB)",
+                 text);
+        return -1;
+    }
+    bool overflow = false;
+    uint64_t whole = 0;
+    for (; isdigit((unsigned char)*s); s++) {
+        unsigned d = (unsigned)(*s - '0');
+        if (whole > (UINT64_MAX - d) / 10)
+            overflow = true;
+        else
+            whole = whole * 10 + d;
+    }
+    uint64_t frac = 0, scale = 1; /* the fraction is frac / scale; digits past 18 are dropped */
+    bool has_frac = false;
+    if (*s == '.') {
+        for (s++; isdigit((unsigned char)*s); s++) {
+            if (scale < 1000000000000000000ull) {
+                frac = frac * 10 + (uint64_t)(*s - '0');
+                scale *= 10;
+            }
+            has_frac = has_frac || *s != '0';
+        }
+    }
+    if (*s == ' ')
+        s++;
+    const size_unit *unit = NULL;
+    for (size_t i = 0; i < sizeof size_units / sizeof size_units[0]; i++) {
+        if (strcasecmp(s, size_units[i].name) == 0) {
+            unit = &size_units[i];
+            break;
+        }
+    }
+    if (!unit) {
+        snprintf(err, err_size,
+                 "unknown unit '%s' in size '%s' (units: B; KB, MB, GB, TB = powers of 1000; "
+                 "KiB, MiB, GiB, TiB or K, M, G, T = powers of 1024)",
+                 s, text);
+        return -1;
+    }
+    if (has_frac && unit->bytes == 1) {
+        snprintf(err, err_size, "size '%s' is not a whole number of bytes", text);
+        return -1;
+    }
+    unsigned __int128 v = (unsigned __int128)whole * unit->bytes;
+    v += ((unsigned __int128)frac * unit->bytes + scale / 2) / scale;
+    if (overflow || v > UINT64_MAX) {
+        snprintf(err, err_size, "size '%s' is too large (at most %" PRIu64 " bytes)", text,
+                 UINT64_MAX);
+        return -1;
+    }
+    *out = (uint64_t)v;
+    return 0;
+}
+
+int gp_parse_uint(const char *text, uint64_t min, uint64_t max, uint64_t *out, char *err,
+                  size_t err_size)
+{
+    if (!text || !*text) {
+        snprintf(err, err_size, "empty number (expected %" PRIu64 "-%" PRIu64 ")", min, max);
+        return -1;
+    }
+    uint64_t v = 0;
+    bool overflow = false;
+    for (const char *s = text; *s; s++) {
+        if (!isdigit((unsigned char)*s)) {
+            snprintf(err, err_size, "'%s' is not a whole number (expected %" PRIu64 "-%" PRIu64 ")",
+                     text, min, max);
+            return -1;
+        }
+        unsigned d = (unsigned)(*s - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            overflow = true;
+        else
+            v = v * 10 + d;
+    }
+    if (overflow || v < min || v > max) {
+        snprintf(err, err_size, "%s is out of range (expected %" PRIu64 "-%" PRIu64 ")", text, min,
+                 max);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int gp_parse_categories(const char *text, bool set[LP_CAT_COUNT], char *err, size_t err_size)
+{
+    bool parsed[LP_CAT_COUNT] = {false};
+    if (text && *text && strcasecmp(text, "none") != 0) {
+        const char *s = text;
+        for (;;) {
+            size_t n = strcspn(s, ",");
+            char name[64];
+            lp_category c;
+            snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), s);
+            if (n == 0 || n >= sizeof name || lp_category_parse(name, &c) != 0) {
+                char known[256];
+                size_t k = 0;
+                for (int i = 0; i < LP_CAT_COUNT && k < sizeof known; i++)
+                    k += (size_t)snprintf(known + k, sizeof known - k, "%s%s", i ? ", " : "",
+                                          lp_category_name((lp_category)i));
+                if (n == 0)
+                    snprintf(err, err_size, "empty category name in '%s' (categories: %s)", text,
+                             known);
+                else
+                    snprintf(err, err_size, "unknown category '%.*s' in '%s' (categories: %s)",
+                             (int)n, s, text, known);
+                return -1;
+            }
+            parsed[c] = true;
+            if (!s[n])
+                break;
+            s += n + 1;
+        }
+    }
+    memcpy(set, parsed, sizeof parsed);
+    return 0;
+}
+
+const char *gp_format_bytes(uint64_t bytes, char *buf, size_t size)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    if (bytes < 1024) {
+        snprintf(buf, size, "%" PRIu64 " B", bytes);
+        return buf;
+    }
+    /* The largest unit not above the value, in hundredths rounded to nearest; a value that rounds
+     * up to 1024.00 of a unit is shown in the next one ("1.00 MiB", not "1024.00 KiB"). */
+    int u = 0;
+    while (u < 6 && bytes >> (10 * (u + 1)))
+        u++;
+    uint64_t div = 1ull << (10 * u);
+    uint64_t hundredths = (uint64_t)(((unsigned __int128)bytes * 100 + div / 2) / div);
+    if (hundredths >= 102400 && u < 6) {
+        u++;
+        div <<= 10;
+        hundredths = (uint64_t)(((unsigned __int128)bytes * 100 + div / 2) / div);
+    }
+    snprintf(buf, size, "%" PRIu64 ".%02" PRIu64 " %s", hundredths / 100, hundredths % 100,
+             units[u]);
+    return buf;
+}
+
+/* ---- messages -------------------------------------------------------------------------------- */
+
+int gp_cli_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "gradprof%s%s: ", cmd ? " " : "", cmd ? cmd : "");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return GP_EXIT_USAGE;
+}
+
+void gp_cli_warn(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "gradprof%s%s: warning: ", cmd ? " " : "", cmd ? cmd : "");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+int gp_cli_bad_option(const char *cmd, int c, char **argv)
+{
+    const char *arg = optind > 0 ? argv[optind - 1] : "";
+    bool is_long = strncmp(arg, "--", 2) == 0;
+    if (c == ':') {
+        if (is_long)
+            return gp_cli_error(cmd, "option '%s' needs a value (see 'gradprof %s --help')", arg,
+                                cmd);
+        return gp_cli_error(cmd, "option '-%c' needs a value (see 'gradprof %s --help')", optopt,
+                            cmd);
+    }
+    if (is_long && optopt != 0) {
+        int n = (int)strcspn(arg, "=");
+        return gp_cli_error(cmd,
+                            "option '%.*s' takes no value, got '%s' (see 'gradprof %s --help')", n,
+                            arg, arg, cmd);
+    }
+    if (is_long)
+        return gp_cli_error(cmd, "unknown option '%s' (see 'gradprof %s --help')", arg, cmd);
+    if (isprint(optopt))
+        return gp_cli_error(cmd, "unknown option '-%c' (see 'gradprof %s --help')", optopt, cmd);
+    return gp_cli_error(cmd, "unknown option '%s' (see 'gradprof %s --help')", arg, cmd);
+}
+
+/* ---- loading --------------------------------------------------------------------------------- */
+
+int gp_cli_load_profile(const char *cmd, const char *path, const gp_analysis_options *opts,
+                        gp_profile **out)
+{
+    char err[512] = "";
+    *out = NULL;
+    if (gp_profile_load(path, opts, out, err, sizeof err) != 0) {
+        gp_profile_free(*out);
+        *out = NULL;
+        return gp_cli_error(cmd, "%s", err[0] ? err : "cannot read the trace");
+    }
+    const gp_trace_info *info = (*out)->info;
+    if (!info)
+        return 0;
+    char lost[32];
+    if (info->damaged)
+        gp_cli_warn(cmd,
+                    "'%s' is damaged at byte %" PRIu64 " (%s): %s lost; analysed the %" PRIu64
+                    " events before it",
+                    path, info->damage_offset, info->damage_reason,
+                    gp_format_bytes(info->bytes_lost, lost, sizeof lost), info->events);
+    else if (!info->clean_end)
+        gp_cli_warn(cmd,
+                    "'%s' has no end record: the program did not finish recording (killed, or "
+                    "still running); analysed the %" PRIu64 " events written",
+                    path, info->events);
+    if (info->lost_events)
+        gp_cli_warn(cmd, "the recorder dropped %" PRIu64 " events while writing '%s'",
+                    info->lost_events, path);
+    return 0;
+}

@@ -1,0 +1,73 @@
+/*
+ * Shared helpers of the gradprof commands: exit codes, option values (sizes, counts, category
+ * lists), error and warning lines, and loading a profile with a warning about what a damaged
+ * trace lost. (JSON escaping and table helpers are in render_common.h.)
+ *
+ * Messages: every error is one line on stderr, "gradprof CMD: ...", naming the option or file and
+ * the bad value. Parsers write such a message (without the "gradprof CMD: " prefix) into err.
+ */
+#ifndef GRADPROF_TOOLS_CLI_H
+#define GRADPROF_TOOLS_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "analysis.h"
+
+/* Exit codes of every command. */
+enum {
+    GP_EXIT_OK = 0,    /* done; check: every rule passed */
+    GP_EXIT_FAIL = 1,  /* check: at least one violation */
+    GP_EXIT_USAGE = 2, /* bad command line, or input that cannot be read */
+};
+
+/*
+ * Parses a byte size: a non-negative decimal number, optionally with a fraction, and an optional
+ * unit, case-insensitive, optionally after one space:
+ *   (none) or B        bytes (a size without a unit must be a whole number)
+ *   KB MB GB TB        powers of 1000
+ *   KiB MiB GiB TiB    powers of 1024, and so are the single letters K M G T
+ * So "0", "512", "64k" (65536), "100MB" (100000000), "1.5GiB" (1610612736). A fraction is rounded
+ * to the nearest byte. Returns 0 with *out set, or -1 with a message in err for an empty, negative,
+ * malformed or too large (over 2^64 - 1 bytes) value or an unknown unit.
+ */
+int gp_parse_size(const char *text, uint64_t *out, char *err, size_t err_size);
+
+/* Parses a whole decimal number in [min, max] (digits only). 0 or -1 with a message in err. */
+int gp_parse_uint(const char *text, uint64_t min, uint64_t max, uint64_t *out, char *err,
+                  size_t err_size);
+
+/*
+ * Parses a comma-separated list of category names (lp_category_parse: case-insensitive) into
+ * set[]; the whole list is checked before set[] is written. "none" or "" gives the empty set.
+ * Returns 0, or -1 with a message in err naming the bad element and listing the categories.
+ */
+int gp_parse_categories(const char *text, bool set[LP_CAT_COUNT], char *err, size_t err_size);
+
+/* Prints "gradprof CMD: <message>" on stderr; returns GP_EXIT_USAGE. */
+int gp_cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Prints "gradprof CMD: warning: <message>" on stderr. */
+void gp_cli_warn(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/*
+ * Reports what getopt_long() returned for a bad option (call it with opterr = 0 and an optstring
+ * starting with ':', after '+' if any): '?' is an unknown option, ':' an option without its value.
+ * Prints "gradprof CMD: unknown option '--x' (see 'gradprof CMD --help')" or similar; returns
+ * GP_EXIT_USAGE.
+ */
+int gp_cli_bad_option(const char *cmd, int c, char **argv);
+
+/*
+ * Loads the profile of the trace at `path` (gp_profile_load). On failure prints
+ * "gradprof CMD: <what is wrong with the file>" and returns GP_EXIT_USAGE. On success returns 0,
+ * after printing one warning line per thing the analysis could not see: a damaged trace (where
+ * reading stopped, why, the bytes lost and the events recovered), a trace without an end record
+ * (the program did not finish recording), events the recorder dropped.
+ */
+int gp_cli_load_profile(const char *cmd, const char *path, const gp_analysis_options *opts,
+                        gp_profile **out);
+
+#endif /* GRADPROF_TOOLS_CLI_H */

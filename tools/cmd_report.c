@@ -1,0 +1,188 @@
+/*
+ * gradprof report FILE [--format text|json|html|folded|chrome] [-o OUT] [--top N]
+ *                      [--measure peak|total|count|leaked] [--region NAME]...
+ *
+ * Loads the trace (a damaged one with a warning on stderr saying what was recovered and lost: the
+ * report covers what was read), renders it in the chosen format and writes it to OUT or standard
+ * output. Exit codes: 0 done, 2 bad command line, a trace that cannot be read at all, or an output
+ * that cannot be written (the message names the file).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "render.h"
+#include "render_common.h"
+
+static const char usage[] =
+    "usage: gradprof report FILE [--format FMT] [-o OUT] [--top N] [--measure M]\n"
+    "                            [--region NAME]...\n"
+    "\n"
+    "Reads a trace and reports: the peak and when it happened; live memory at the peak by\n"
+    "category and device; the top tags (category, op, module) and call sites; temporaries;\n"
+    "leaks (live at exit) with their stacks; live bytes per region and per marked iteration;\n"
+    "the tensors saved for backward; and the gradient-leak findings.\n"
+    "\n"
+    "options:\n"
+    "  --format FMT      text (default), json (schema gradprof-report/1), html (one\n"
+    "                    self-contained page), folded (flamegraph.pl / speedscope input) or\n"
+    "                    chrome (Chrome Trace Event JSON for Perfetto / chrome://tracing)\n"
+    "  -o, --output OUT  write to OUT instead of standard output\n"
+    "  --top N           rows per table (default 10, 0 = all)\n"
+    "  --measure M       what ranks the tag and site tables and weighs folded stacks: peak\n"
+    "                    (bytes live at the peak, default), total (bytes allocated), count\n"
+    "                    (allocations) or leaked (bytes live at exit)\n"
+    "  --region NAME     a region the program marked as inference, where grad should be off\n"
+    "                    (repeatable; default 'inference')\n"
+    "  -h, --help        this help\n"
+    "\n"
+    "A damaged or truncated trace is reported up to the damage, with a warning saying what was\n"
+    "lost. Exit status: 0 done, 2 bad usage, a trace that cannot be read or an output that\n"
+    "cannot be written.\n";
+
+typedef enum { FMT_TEXT, FMT_JSON, FMT_HTML, FMT_FOLDED, FMT_CHROME } report_format;
+
+static const struct {
+    const char *name;
+    report_format format;
+} formats[] = {{"text", FMT_TEXT},
+               {"json", FMT_JSON},
+               {"html", FMT_HTML},
+               {"folded", FMT_FOLDED},
+               {"chrome", FMT_CHROME}};
+
+#define MAX_REGIONS 64
+
+int gp_cmd_report(int argc, char **argv)
+{
+    static const struct option longs[] = {{"format", required_argument, NULL, 'f'},
+                                          {"output", required_argument, NULL, 'o'},
+                                          {"top", required_argument, NULL, 't'},
+                                          {"measure", required_argument, NULL, 'm'},
+                                          {"region", required_argument, NULL, 'r'},
+                                          {"help", no_argument, NULL, 'h'},
+                                          {NULL, 0, NULL, 0}};
+    const char *cmd = "report", *out_path = NULL;
+    report_format format = FMT_TEXT;
+    const char *regions[MAX_REGIONS];
+    size_t n_regions = 0;
+    gp_render_options ro;
+    gp_render_options_default(&ro);
+    char err[512];
+
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":o:h", longs, NULL)) != -1) {
+        switch (c) {
+        case 'f': {
+            size_t i = 0;
+            while (i < sizeof formats / sizeof formats[0] && strcmp(optarg, formats[i].name))
+                i++;
+            if (i == sizeof formats / sizeof formats[0])
+                return gp_cli_error(
+                    cmd, "unknown --format '%s' (text, json, html, folded or chrome)", optarg);
+            format = formats[i].format;
+            break;
+        }
+        case 'o':
+            if (!*optarg)
+                return gp_cli_error(cmd, "-o/--output needs a file name, got ''");
+            out_path = optarg;
+            break;
+        case 't': {
+            uint64_t n;
+            if (gp_parse_uint(optarg, 0, 1000000000, &n, err, sizeof err))
+                return gp_cli_error(cmd, "--top: %s", err);
+            ro.top = (size_t)n;
+            break;
+        }
+        case 'm': {
+            gp__measure m;
+            if (gp__measure_parse(optarg, &m) != 0)
+                return gp_cli_error(cmd, "unknown --measure '%s' (peak, total, count or leaked)",
+                                    optarg);
+            ro.measure = gp__measure_name(m);
+            break;
+        }
+        case 'r':
+            if (!*optarg)
+                return gp_cli_error(cmd, "--region needs a region name, got ''");
+            if (n_regions == MAX_REGIONS)
+                return gp_cli_error(cmd, "too many --region options (at most %d)", MAX_REGIONS);
+            regions[n_regions++] = optarg;
+            break;
+        case 'h':
+            fputs(usage, stdout);
+            return GP_EXIT_OK;
+        default:
+            return gp_cli_bad_option(cmd, c, argv);
+        }
+    }
+    if (argc - optind != 1)
+        return gp_cli_error(cmd, "expected one trace file, got %d (see 'gradprof report --help')",
+                            argc - optind);
+    const char *path = argv[optind];
+
+    gp_analysis_options ao;
+    gp_analysis_options_default(&ao);
+    if (n_regions) {
+        ao.inference_regions = regions;
+        ao.n_inference_regions = n_regions;
+    }
+    gp_profile *p = NULL;
+    int rc = gp_cli_load_profile(cmd, path, &ao, &p);
+    if (rc != 0)
+        return rc;
+
+    FILE *out = stdout;
+    if (out_path && !(out = fopen(out_path, "w"))) {
+        rc = gp_cli_error(cmd, "cannot write '%s': %s", out_path, strerror(errno));
+        gp_profile_free(p);
+        return rc;
+    }
+    /* Colour only for a human at a terminal (https://no-color.org). */
+    const char *no_color = getenv("NO_COLOR");
+    ro.color = format == FMT_TEXT && !out_path && isatty(STDOUT_FILENO) && !(no_color && *no_color);
+
+    errno = 0;
+    int wrc;
+    switch (format) {
+    case FMT_JSON:
+        wrc = gp_render_json(out, p, &ro);
+        break;
+    case FMT_HTML:
+        wrc = gp_render_html(out, p, &ro);
+        break;
+    case FMT_FOLDED:
+        wrc = gp_render_folded(out, p, &ro);
+        break;
+    case FMT_CHROME:
+        wrc = gp_render_chrome(out, p, &ro);
+        break;
+    case FMT_TEXT:
+    default:
+        wrc = gp_render_text(out, p, &ro);
+        break;
+    }
+    int saved_errno = errno;
+    if (fflush(out) != 0) {
+        wrc = -1;
+        saved_errno = errno;
+    }
+    if (out != stdout && fclose(out) != 0) {
+        if (wrc == 0)
+            saved_errno = errno;
+        wrc = -1;
+    }
+    if (wrc != 0)
+        rc = gp_cli_error(cmd, "error writing '%s': %s", out_path ? out_path : "<stdout>",
+                          strerror(saved_errno ? saved_errno : EIO));
+    gp_profile_free(p);
+    return rc;
+}

@@ -1,0 +1,697 @@
+/*
+ * render_common — formatting, escaping, orderings and text tables shared by the renderers; see
+ * render_common.h. Also defines render.h's gp_render_options_default (gp_format_bytes is in
+ * cli.c).
+ */
+#define _GNU_SOURCE /* vasprintf */
+#include "render_common.h"
+
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+void gp_render_options_default(gp_render_options *o)
+{
+    o->top = 10;
+    o->measure = "peak";
+    o->color = false;
+}
+
+const char *gp__format_count(uint64_t n, char *buf, size_t size)
+{
+    char digits[32];
+    int len = snprintf(digits, sizeof digits, "%" PRIu64, n);
+    char tmp[48];
+    size_t k = 0;
+    for (int i = 0; i < len; i++) {
+        if (i > 0 && (len - i) % 3 == 0)
+            tmp[k++] = ',';
+        tmp[k++] = digits[i];
+    }
+    tmp[k] = '\0';
+    snprintf(buf, size, "%s", tmp);
+    return buf;
+}
+
+const char *gp__format_bytes_exact(uint64_t bytes, char *buf, size_t size)
+{
+    char h[32], n[32];
+    gp_format_bytes(bytes, h, sizeof h);
+    if (bytes < 1024)
+        snprintf(buf, size, "%s", h);
+    else
+        snprintf(buf, size, "%s (%s B)", h, gp__format_count(bytes, n, sizeof n));
+    return buf;
+}
+
+const char *gp__format_delta(int64_t bytes, char *buf, size_t size)
+{
+    char h[32];
+    if (bytes == 0) {
+        snprintf(buf, size, "0 B");
+        return buf;
+    }
+    uint64_t mag = bytes < 0 ? (uint64_t)0 - (uint64_t)bytes : (uint64_t)bytes;
+    snprintf(buf, size, "%c%s", bytes < 0 ? '-' : '+', gp_format_bytes(mag, h, sizeof h));
+    return buf;
+}
+
+const char *gp__format_ns(uint64_t ns, char *buf, size_t size)
+{
+    static const char *const units[] = {"us", "ms", "s"};
+    if (ns < 1000) {
+        snprintf(buf, size, "%" PRIu64 " ns", ns);
+        return buf;
+    }
+    double v = (double)ns / 1000.0;
+    size_t u = 0;
+    while (u + 1 < sizeof units / sizeof units[0] && v >= 999.5) {
+        v /= 1000.0;
+        u++;
+    }
+    if (v < 9.995)
+        snprintf(buf, size, "%.2f %s", v, units[u]);
+    else if (v < 99.95)
+        snprintf(buf, size, "%.1f %s", v, units[u]);
+    else
+        snprintf(buf, size, "%.0f %s", v, units[u]);
+    return buf;
+}
+
+const char *gp__format_percent(uint64_t part, uint64_t whole, char *buf, size_t size)
+{
+    if (whole == 0)
+        snprintf(buf, size, "-");
+    else
+        snprintf(buf, size, "%.1f%%", 100.0 * (double)part / (double)whole);
+    return buf;
+}
+
+const char *gp__device_name(int32_t device, char *buf, size_t size)
+{
+    if (device == LP_DEVICE_HOST)
+        snprintf(buf, size, "host");
+    else
+        snprintf(buf, size, "cuda:%" PRId32, device);
+    return buf;
+}
+
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 if the bytes there are not one. */
+static size_t utf8_len(const unsigned char *s)
+{
+    unsigned c = s[0];
+    size_t n;
+    unsigned min;
+    if (c >= 0xc2 && c <= 0xdf) {
+        n = 2;
+        min = 0x80;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        n = 3;
+        min = 0x800;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 4;
+        min = 0x10000;
+    } else {
+        return 0;
+    }
+    unsigned cp = c & (0x7f >> n);
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return n;
+}
+
+void gp__json_string(FILE *out, const char *s)
+{
+    fputc('"', out);
+    const unsigned char *p = (const unsigned char *)(s ? s : "");
+    while (*p) {
+        unsigned c = *p;
+        if (c == '"' || c == '\\') {
+            fputc('\\', out);
+            fputc((int)c, out);
+            p++;
+        } else if (c < 0x20 || c == 0x7f) {
+            switch (c) {
+            case '\n':
+                fputs("\\n", out);
+                break;
+            case '\r':
+                fputs("\\r", out);
+                break;
+            case '\t':
+                fputs("\\t", out);
+                break;
+            case '\b':
+                fputs("\\b", out);
+                break;
+            case '\f':
+                fputs("\\f", out);
+                break;
+            default:
+                fprintf(out, "\\u%04x", c);
+                break;
+            }
+            p++;
+        } else if (c < 0x80) {
+            fputc((int)c, out);
+            p++;
+        } else {
+            size_t n = utf8_len(p);
+            if (n == 0) {
+                fputs("\\ufffd", out); /* not UTF-8: keep the output valid */
+                p++;
+            } else {
+                fwrite(p, 1, n, out);
+                p += n;
+            }
+        }
+    }
+    fputc('"', out);
+}
+
+char *gp__sanitize_text(char *s, bool keep_newlines)
+{
+    for (unsigned char *p = (unsigned char *)s; p && *p; p++)
+        if ((*p < 0x20 && !(keep_newlines && *p == '\n')) || *p == 0x7f)
+            *p = '?';
+    return s;
+}
+
+void gp__html_escape(FILE *out, const char *s)
+{
+    for (const char *p = s ? s : ""; *p; p++) {
+        switch (*p) {
+        case '&':
+            fputs("&amp;", out);
+            break;
+        case '<':
+            fputs("&lt;", out);
+            break;
+        case '>':
+            fputs("&gt;", out);
+            break;
+        case '"':
+            fputs("&quot;", out);
+            break;
+        case '\'':
+            fputs("&#39;", out);
+            break;
+        default:
+            fputc(*p, out);
+            break;
+        }
+    }
+}
+
+/* ---- measures and orderings ------------------------------------------------------------------ */
+
+static const char *const measure_names[] = {"peak", "total", "count", "leaked"};
+
+int gp__measure_parse(const char *name, gp__measure *out)
+{
+    if (!name) {
+        *out = GP__MEASURE_PEAK;
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof measure_names / sizeof measure_names[0]; i++) {
+        if (strcmp(name, measure_names[i]) == 0) {
+            *out = (gp__measure)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+const char *gp__measure_name(gp__measure m)
+{
+    if (m == GP__MEASURE_TEMPORARIES)
+        return "temporaries";
+    return (unsigned)m < sizeof measure_names / sizeof measure_names[0] ? measure_names[m] : "peak";
+}
+
+uint64_t gp__stats_measure(const gp_stats *s, gp__measure m)
+{
+    switch (m) {
+    case GP__MEASURE_TOTAL:
+        return s->total_bytes;
+    case GP__MEASURE_COUNT:
+        return s->count;
+    case GP__MEASURE_LEAKED:
+        return s->live_bytes;
+    case GP__MEASURE_TEMPORARIES:
+        return s->temporaries;
+    case GP__MEASURE_PEAK:
+    default:
+        return s->peak_bytes;
+    }
+}
+
+/* qsort has no context argument in C11: the comparators read these (renderers are not run
+ * concurrently; see symbolize.h, the symbolizer is single-threaded too). */
+static const gp_profile *sort_profile;
+static gp__measure sort_measure;
+static gp_profile *sort_sites_profile; /* for labels, which symbolize */
+static const char **sort_labels;       /* site labels by site index, filled when a tie needs one */
+
+/* The label of site i, symbolized on first use: only ties pay for symbolization. */
+static const char *site_label(size_t i)
+{
+    if (!sort_labels[i])
+        sort_labels[i] = gp_site_label(sort_sites_profile, sort_sites_profile->sites[i].stack);
+    return sort_labels[i];
+}
+
+static int cmp_u64_desc(uint64_t a, uint64_t b)
+{
+    return a > b ? -1 : a < b ? 1 : 0;
+}
+
+static int cmp_str(const char *a, const char *b)
+{
+    return strcmp(a ? a : "", b ? b : "");
+}
+
+static int cmp_index(size_t a, size_t b)
+{
+    return a < b ? -1 : a > b ? 1 : 0;
+}
+
+static size_t *index_array(size_t n)
+{
+    if (n == 0)
+        return NULL;
+    size_t *ix = malloc(n * sizeof *ix);
+    if (ix)
+        for (size_t i = 0; i < n; i++)
+            ix[i] = i;
+    return ix;
+}
+
+static int cmp_sites(const void *pa, const void *pb)
+{
+    size_t a = *(const size_t *)pa, b = *(const size_t *)pb;
+    const gp_site *sa = &sort_profile->sites[a], *sb = &sort_profile->sites[b];
+    int c = cmp_u64_desc(gp__stats_measure(&sa->stats, sort_measure),
+                         gp__stats_measure(&sb->stats, sort_measure));
+    if (!c)
+        c = cmp_u64_desc(sa->stats.total_bytes, sb->stats.total_bytes);
+    if (!c)
+        c = cmp_str(site_label(a), site_label(b));
+    if (!c)
+        c = cmp_index(a, b);
+    return c;
+}
+
+size_t *gp__sorted_sites(gp_profile *p, gp__measure m, size_t *n)
+{
+    *n = p->n_sites;
+    size_t *ix = index_array(p->n_sites);
+    const char **labels = p->n_sites ? calloc(p->n_sites, sizeof *labels) : NULL;
+    if (!ix || !labels) {
+        free(ix);
+        free(labels);
+        *n = 0;
+        return NULL;
+    }
+    sort_profile = p;
+    sort_sites_profile = p;
+    sort_measure = m;
+    sort_labels = labels;
+    qsort(ix, p->n_sites, sizeof *ix, cmp_sites);
+    sort_labels = NULL;
+    free(labels);
+    return ix;
+}
+
+static int cmp_tag_keys(const void *pa, const void *pb)
+{
+    size_t a = *(const size_t *)pa, b = *(const size_t *)pb;
+    const gp_tag_key *ka = &sort_profile->tag_keys[a], *kb = &sort_profile->tag_keys[b];
+    int c = cmp_u64_desc(gp__stats_measure(&ka->stats, sort_measure),
+                         gp__stats_measure(&kb->stats, sort_measure));
+    if (!c)
+        c = cmp_u64_desc(ka->stats.total_bytes, kb->stats.total_bytes);
+    if (!c)
+        c = cmp_str(lp_category_name(ka->category), lp_category_name(kb->category));
+    if (!c)
+        c = cmp_str(ka->op, kb->op);
+    if (!c)
+        c = cmp_str(ka->module, kb->module);
+    if (!c)
+        c = ka->device < kb->device ? -1 : ka->device > kb->device;
+    if (!c)
+        c = cmp_index(a, b);
+    return c;
+}
+
+size_t *gp__sorted_tag_keys(const gp_profile *p, gp__measure m, size_t *n)
+{
+    size_t *ix = index_array(p->n_tag_keys);
+    *n = ix ? p->n_tag_keys : 0;
+    if (ix) {
+        sort_profile = p;
+        sort_measure = m;
+        qsort(ix, p->n_tag_keys, sizeof *ix, cmp_tag_keys);
+    }
+    return ix;
+}
+
+static int cmp_saved(const void *pa, const void *pb)
+{
+    size_t a = *(const size_t *)pa, b = *(const size_t *)pb;
+    const gp_saved_tensor *sa = &sort_profile->saved[a], *sb = &sort_profile->saved[b];
+    int c = cmp_u64_desc(sa->stats.peak_bytes, sb->stats.peak_bytes);
+    if (!c)
+        c = cmp_u64_desc(sa->stats.total_bytes, sb->stats.total_bytes);
+    if (!c)
+        c = cmp_str(sa->module, sb->module);
+    if (!c)
+        c = cmp_str(sa->op, sb->op);
+    if (!c)
+        c = cmp_str(sa->shape, sb->shape);
+    if (!c)
+        c = sa->device < sb->device ? -1 : sa->device > sb->device;
+    if (!c)
+        c = cmp_index(a, b);
+    return c;
+}
+
+size_t *gp__sorted_saved(const gp_profile *p, size_t *n)
+{
+    size_t *ix = index_array(p->n_saved);
+    *n = ix ? p->n_saved : 0;
+    if (ix) {
+        sort_profile = p;
+        qsort(ix, p->n_saved, sizeof *ix, cmp_saved);
+    }
+    return ix;
+}
+
+static int cmp_regions(const void *pa, const void *pb)
+{
+    size_t a = *(const size_t *)pa, b = *(const size_t *)pb;
+    const gp_region_stats *ra = &sort_profile->regions[a], *rb = &sort_profile->regions[b];
+    int c = cmp_u64_desc(ra->max_live_bytes, rb->max_live_bytes);
+    if (!c)
+        c = cmp_str(ra->name, rb->name);
+    if (!c)
+        c = cmp_index(a, b);
+    return c;
+}
+
+size_t *gp__sorted_regions(const gp_profile *p, size_t *n)
+{
+    size_t *ix = index_array(p->n_regions);
+    *n = ix ? p->n_regions : 0;
+    if (ix) {
+        sort_profile = p;
+        qsort(ix, p->n_regions, sizeof *ix, cmp_regions);
+    }
+    return ix;
+}
+
+static int cmp_modules(const void *pa, const void *pb)
+{
+    size_t a = *(const size_t *)pa, b = *(const size_t *)pb;
+    const gp_module_stats *ma = &sort_profile->modules[a], *mb = &sort_profile->modules[b];
+    int c = cmp_u64_desc(gp__stats_measure(&ma->stats, sort_measure),
+                         gp__stats_measure(&mb->stats, sort_measure));
+    if (!c)
+        c = cmp_u64_desc(ma->stats.total_bytes, mb->stats.total_bytes);
+    if (!c)
+        c = cmp_str(ma->module, mb->module);
+    if (!c)
+        c = cmp_index(a, b);
+    return c;
+}
+
+size_t *gp__sorted_modules(const gp_profile *p, gp__measure m, size_t *n)
+{
+    size_t *ix = index_array(p->n_modules);
+    *n = ix ? p->n_modules : 0;
+    if (ix) {
+        sort_profile = p;
+        sort_measure = m;
+        qsort(ix, p->n_modules, sizeof *ix, cmp_modules);
+    }
+    return ix;
+}
+
+static const gp_finding *sort_finding;
+
+static int cmp_items(const void *pa, const void *pb)
+{
+    size_t a = *(const size_t *)pa, b = *(const size_t *)pb;
+    const gp_finding_item *x = &sort_finding->items[a], *y = &sort_finding->items[b];
+    int c = cmp_u64_desc(x->bytes, y->bytes);
+    if (!c)
+        c = cmp_u64_desc(x->count, y->count);
+    if (!c)
+        c = cmp_str(lp_category_name(x->category), lp_category_name(y->category));
+    if (!c)
+        c = cmp_str(x->op, y->op);
+    if (!c)
+        c = cmp_str(x->module, y->module);
+    if (!c)
+        c = x->stack < y->stack ? -1 : x->stack > y->stack;
+    if (!c)
+        c = cmp_index(a, b);
+    return c;
+}
+
+size_t *gp__sorted_finding_items(const gp_finding *f)
+{
+    size_t *ix = index_array(f->n_items);
+    if (ix) {
+        sort_finding = f;
+        qsort(ix, f->n_items, sizeof *ix, cmp_items);
+    }
+    return ix;
+}
+
+const char *gp__finding_text(const gp_finding *f)
+{
+    if (f->message[0])
+        return f->message;
+    switch (f->kind) {
+    case GP_FIND_GRAPH_WITHOUT_GRAD:
+        return "graph memory (saved, autograd, gradient) was allocated where grad should be off";
+    case GP_FIND_FORGOT_NO_GRAD:
+        return "grad was on inside an inference region: these ops built an autograd graph "
+               "(forgot no_grad?)";
+    case GP_FIND_GROWTH:
+        return "live memory grew across marked iterations: something keeps each iteration's "
+               "memory alive (e.g. total += loss keeps every graph)";
+    case GP_FIND_PARAM_GRAD_IN_INFERENCE:
+        return "parameter gradients were allocated during inference";
+    case GP_FIND_GRAPH_ESCAPES:
+        return "outputs left the inference region still attached to an autograd graph, which "
+               "stays alive with them";
+    default:
+        return "unknown finding";
+    }
+}
+
+const gp_device_stats *gp__primary_device(const gp_profile *p)
+{
+    for (size_t i = 0; i < p->n_devices; i++)
+        if (p->devices[i].device == p->primary_device)
+            return &p->devices[i];
+    return p->n_devices ? &p->devices[0] : NULL;
+}
+
+/* ---- text tables ----------------------------------------------------------------------------- */
+
+typedef struct table_line {
+    char **cells; /* ncols cells, or NULL for a note */
+    char *note;
+} table_line;
+
+struct gp__table {
+    size_t ncols;
+    char **headers;
+    char *align;
+    table_line *lines;
+    size_t n_lines, cap_lines;
+    size_t col; /* next cell's column in the current row */
+    bool failed;
+};
+
+gp__table *gp__table_new(size_t ncols, const char *const *headers, const char *align)
+{
+    gp__table *t = calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
+    t->ncols = ncols;
+    t->headers = calloc(ncols, sizeof *t->headers);
+    t->align = calloc(ncols + 1, 1);
+    if (!t->headers || !t->align) {
+        gp__table_free(t);
+        return NULL;
+    }
+    for (size_t i = 0; i < ncols; i++) {
+        t->headers[i] = strdup(headers[i]);
+        t->align[i] = align && align[i] == 'r' ? 'r' : 'l';
+        if (!t->headers[i]) {
+            gp__table_free(t);
+            return NULL;
+        }
+    }
+    return t;
+}
+
+void gp__table_free(gp__table *t)
+{
+    if (!t)
+        return;
+    for (size_t i = 0; i < t->n_lines; i++) {
+        if (t->lines[i].cells)
+            for (size_t c = 0; c < t->ncols; c++)
+                free(t->lines[i].cells[c]);
+        free(t->lines[i].cells);
+        free(t->lines[i].note);
+    }
+    free(t->lines);
+    if (t->headers)
+        for (size_t i = 0; i < t->ncols; i++)
+            free(t->headers[i]);
+    free(t->headers);
+    free(t->align);
+    free(t);
+}
+
+static table_line *table_push(gp__table *t)
+{
+    if (t->n_lines == t->cap_lines) {
+        size_t cap = t->cap_lines ? 2 * t->cap_lines : 16;
+        table_line *l = realloc(t->lines, cap * sizeof *l);
+        if (!l)
+            return NULL;
+        t->lines = l;
+        t->cap_lines = cap;
+    }
+    table_line *l = &t->lines[t->n_lines++];
+    l->cells = NULL;
+    l->note = NULL;
+    return l;
+}
+
+void gp__table_cell(gp__table *t, const char *fmt, ...)
+{
+    if (!t || t->failed)
+        return;
+    if (t->col == 0) {
+        table_line *l = table_push(t);
+        if (!l || !(l->cells = calloc(t->ncols, sizeof *l->cells))) {
+            if (l)
+                t->n_lines--;
+            t->failed = true;
+            return;
+        }
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0) {
+        s = NULL;
+        t->failed = true;
+    }
+    va_end(ap);
+    gp__sanitize_text(s, false);
+    t->lines[t->n_lines - 1].cells[t->col] = s;
+    t->col = (t->col + 1) % t->ncols;
+}
+
+void gp__table_note(gp__table *t, const char *fmt, ...)
+{
+    if (!t || t->failed)
+        return;
+    table_line *l = table_push(t);
+    if (!l) {
+        t->failed = true;
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    if (vasprintf(&l->note, fmt, ap) < 0) {
+        l->note = NULL;
+        t->failed = true;
+    }
+    va_end(ap);
+    gp__sanitize_text(l->note, false);
+    t->col = 0;
+}
+
+size_t gp__table_rows(const gp__table *t)
+{
+    size_t n = 0;
+    for (size_t i = 0; t && i < t->n_lines; i++)
+        n += t->lines[i].cells != NULL;
+    return n;
+}
+
+/* Display width of a UTF-8 string: code points, not bytes (labels may hold non-ASCII names). */
+static size_t text_width(const char *s)
+{
+    size_t w = 0;
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++)
+        w += (*p & 0xc0) != 0x80;
+    return w;
+}
+
+static void print_cell(FILE *out, const char *s, size_t width, char align, bool last)
+{
+    size_t w = text_width(s), pad = width > w ? width - w : 0;
+    if (align == 'r')
+        fprintf(out, "%*s", (int)pad, "");
+    fputs(s ? s : "", out);
+    if (align == 'l' && !last)
+        fprintf(out, "%*s", (int)pad, "");
+}
+
+static void print_row(FILE *out, const gp__table *t, char *const *cells, const size_t *width,
+                      const char *indent)
+{
+    fputs(indent, out);
+    for (size_t c = 0; c < t->ncols; c++) {
+        if (c)
+            fputs("  ", out);
+        print_cell(out, cells[c], width[c], t->align[c], c + 1 == t->ncols);
+    }
+    fputc('\n', out);
+}
+
+int gp__table_print(FILE *out, const gp__table *t, const char *indent)
+{
+    if (!t || t->failed)
+        return -1;
+    size_t *width = calloc(t->ncols, sizeof *width);
+    if (!width)
+        return -1;
+    for (size_t c = 0; c < t->ncols; c++)
+        width[c] = text_width(t->headers[c]);
+    for (size_t i = 0; i < t->n_lines; i++) {
+        if (!t->lines[i].cells)
+            continue;
+        for (size_t c = 0; c < t->ncols; c++) {
+            size_t w = text_width(t->lines[i].cells[c]);
+            if (w > width[c])
+                width[c] = w;
+        }
+    }
+    print_row(out, t, t->headers, width, indent);
+    for (size_t i = 0; i < t->n_lines; i++) {
+        if (t->lines[i].cells)
+            print_row(out, t, t->lines[i].cells, width, indent);
+        else
+            fprintf(out, "%s%s\n", indent, t->lines[i].note ? t->lines[i].note : "");
+    }
+    free(width);
+    return ferror(out) ? -1 : 0;
+}

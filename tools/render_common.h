@@ -1,0 +1,108 @@
+/*
+ * Helpers shared by the renderers (text, JSON, HTML, folded, Chrome, diff): number and time
+ * formatting, JSON string escaping, deterministic orderings of the profile's tables, and an
+ * aligned text table. Internal to tools/ (gp__ prefix); the public renderer API is render.h.
+ *
+ * Orderings: every sort here breaks ties by name (label, category, op, module, ...) and last by
+ * index, so output is byte-for-byte stable across runs and machines (golden files rely on it).
+ */
+#ifndef GRADPROF_TOOLS_RENDER_COMMON_H
+#define GRADPROF_TOOLS_RENDER_COMMON_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "analysis.h"
+#include "render.h"
+
+/* "1,290,000": decimal with thousands separators. Returns buf. */
+const char *gp__format_count(uint64_t n, char *buf, size_t size);
+
+/* A human size with the exact count when they differ: "512 B", "1.50 KiB (1,536 B)". Returns
+ * buf (64 bytes are always enough). */
+const char *gp__format_bytes_exact(uint64_t bytes, char *buf, size_t size);
+
+/* Signed human size: "+1.50 KiB", "-512 B", "0 B". Returns buf. */
+const char *gp__format_delta(int64_t bytes, char *buf, size_t size);
+
+/* A duration in ns with three significant digits: "850 ns", "60.0 us", "4.53 ms", "1.20 s".
+ * Returns buf. */
+const char *gp__format_ns(uint64_t ns, char *buf, size_t size);
+
+/* "12.3%" of part in whole ("-" when whole is 0). Returns buf. */
+const char *gp__format_percent(uint64_t part, uint64_t whole, char *buf, size_t size);
+
+/* "host" for LP_DEVICE_HOST, "cuda:N" otherwise. Returns buf. */
+const char *gp__device_name(int32_t device, char *buf, size_t size);
+
+/* Writes s as a JSON string literal (with the quotes): quotes, backslashes and control characters
+ * escaped (\n, \t, \uXXXX ...), bytes >= 0x80 passed through when they form valid UTF-8 and
+ * replaced by U+FFFD otherwise, so the output is always valid JSON. NULL writes "". */
+void gp__json_string(FILE *out, const char *s);
+
+/* Replaces control characters (below 0x20, and 0x7f) in s with '?', keeping '\n' when
+ * keep_newlines: strings from a trace must not move the cursor or send escape sequences to a
+ * terminal. Returns s. */
+char *gp__sanitize_text(char *s, bool keep_newlines);
+
+/* Writes s HTML-escaped (& < > " '). NULL writes nothing. */
+void gp__html_escape(FILE *out, const char *s);
+
+/* Measures for the ranked tables; gp__measure_parse accepts "peak", "total", "count", "leaked"
+ * (and NULL = peak). Returns 0, or -1 for an unknown name. */
+typedef enum gp__measure {
+    GP__MEASURE_PEAK,
+    GP__MEASURE_TOTAL,
+    GP__MEASURE_COUNT,
+    GP__MEASURE_LEAKED,
+    GP__MEASURE_TEMPORARIES /* not parsed: for the temporaries table */
+} gp__measure;
+int gp__measure_parse(const char *name, gp__measure *out);
+const char *gp__measure_name(gp__measure m);
+/* The value of a measure in a key's stats (peak_bytes, total_bytes, count, live_bytes,
+ * temporaries). */
+uint64_t gp__stats_measure(const gp_stats *s, gp__measure m);
+
+/* Index arrays (caller frees; NULL when out of memory or the table is empty, *n = its length),
+ * ordered by the measure, largest first; ties by name, then index.
+ * Sites tie on their label (gp_site_label), tag keys on (category, op, module, device), saved
+ * tensors on bytes_at_peak then (module, op, shape), regions on max live then name, modules on
+ * the measure then path. */
+size_t *gp__sorted_sites(gp_profile *p, gp__measure m, size_t *n);
+size_t *gp__sorted_tag_keys(const gp_profile *p, gp__measure m, size_t *n);
+size_t *gp__sorted_saved(const gp_profile *p, size_t *n);
+size_t *gp__sorted_regions(const gp_profile *p, size_t *n);
+size_t *gp__sorted_modules(const gp_profile *p, gp__measure m, size_t *n);
+/* A finding's items by bytes, then count (largest first), then category, op, module, stack. */
+size_t *gp__sorted_finding_items(const gp_finding *f);
+
+/* What a finding means, in one line: its message, or when the engine left that empty, a
+ * description of its kind ("grad was on inside an inference region: ops built an autograd
+ * graph"). Never NULL. */
+const char *gp__finding_text(const gp_finding *f);
+
+/* The device stats of the profile's primary device, or NULL when the profile has none. */
+const gp_device_stats *gp__primary_device(const gp_profile *p);
+
+/*
+ * An aligned text table: columns with a header and an alignment ('l' or 'r'); cells added left to
+ * right with printf formats, a row ends after the last column. The last column is not padded.
+ * Cells are sanitized (gp__sanitize_text). Allocation failures are remembered and make
+ * gp__table_print return -1.
+ */
+typedef struct gp__table gp__table;
+
+/* `align` has one character per column ("lrrl"); headers are copied. NULL when out of memory. */
+gp__table *gp__table_new(size_t ncols, const char *const *headers, const char *align);
+void gp__table_free(gp__table *t); /* NULL is a no-op */
+void gp__table_cell(gp__table *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A line printed between rows as is (not aligned), e.g. "(12 more)". */
+void gp__table_note(gp__table *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+size_t gp__table_rows(const gp__table *t);
+/* Prints the header line and the rows, each line prefixed by `indent`. Returns 0 or -1. */
+int gp__table_print(FILE *out, const gp__table *t, const char *indent);
+
+#endif /* GRADPROF_TOOLS_RENDER_COMMON_H */

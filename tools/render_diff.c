@@ -1,0 +1,444 @@
+/*
+ * Text and JSON renderings of a gp_diff (diff.h). Nothing is recomputed here except the column
+ * totals of the tables, which are summed from the rows printed (and the rows folded into the
+ * "(N more)" line), so a reader can check that each table adds up to the peak delta; whatever does
+ * not is printed as an "(unexplained remainder)" row, from the diff's own remainder fields.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "diff.h"
+#include "render_common.h"
+
+/* ---- text ------------------------------------------------------------------------------- */
+
+/* Prints a table like gp__table_print, without the trailing blanks that empty right-aligned cells
+ * leave at the end of a line. Returns 0 or -1. */
+static int table_print(FILE *out, const gp__table *t)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    if (!m)
+        return -1;
+    int rc = gp__table_print(m, t, "  ");
+    if (fclose(m) != 0 || !buf) {
+        free(buf);
+        return -1;
+    }
+    for (char *line = buf; rc == 0 && *line;) {
+        char *nl = strchr(line, '\n');
+        size_t n = nl ? (size_t)(nl - line) : strlen(line);
+        size_t end = n;
+        while (end > 0 && line[end - 1] == ' ')
+            end--;
+        if (fwrite(line, 1, end, out) != end || fputc('\n', out) == EOF)
+            rc = -1;
+        line += n + (nl != NULL);
+    }
+    free(buf);
+    return rc;
+}
+
+/* A table's running totals, summed from its rows. */
+typedef struct totals {
+    uint64_t a, b, held;
+    int64_t delta;
+} totals;
+
+static void totals_add(totals *t, const gp_diff_row *r)
+{
+    t->a += r->a_bytes;
+    t->b += r->b_bytes;
+    t->delta += r->delta;
+    t->held += r->held_bytes;
+}
+
+/* Cells "A", "B", "delta", "held" of a row (or of totals). */
+static void cells_abdh(gp__table *t, uint64_t a, uint64_t b, int64_t delta, uint64_t held)
+{
+    char x[32];
+    gp__table_cell(t, "%s", gp_format_bytes(a, x, sizeof x));
+    gp__table_cell(t, "%s", gp_format_bytes(b, x, sizeof x));
+    gp__table_cell(t, "%s", gp__format_delta(delta, x, sizeof x));
+    gp__table_cell(t, "%s", gp_format_bytes(held, x, sizeof x));
+}
+
+/* Labels longer than this are cut in the middle, so file:line at the end stays visible. */
+#define LABEL_MAX 64
+
+static const char *short_label(const char *s, char *buf, size_t size)
+{
+    size_t n = strlen(s);
+    if (n <= LABEL_MAX || size < LABEL_MAX + 1)
+        return s;
+    size_t head = (LABEL_MAX - 3) / 2, tail = LABEL_MAX - 3 - head;
+    snprintf(buf, size, "%.*s...%s", (int)head, s, s + n - tail);
+    return buf;
+}
+
+/* The remainder row (label, A, B, delta, held), printed whenever a table's deltas do not sum to
+ * the peak delta. */
+static void remainder_row(gp__table *t, int64_t remainder)
+{
+    char x[32];
+    if (remainder == 0)
+        return;
+    gp__table_cell(t, "(unexplained remainder)");
+    gp__table_cell(t, "%s", "");
+    gp__table_cell(t, "%s", "");
+    gp__table_cell(t, "%s", gp__format_delta(remainder, x, sizeof x));
+    gp__table_cell(t, "%s", "");
+}
+
+/*
+ * A "held by graph construction" table: the rows with held bytes, largest first, at most `top`
+ * (0 = all); the other rows folded into one "(N more)" row; a total over every row; the remainder
+ * against the peak delta. Columns: label, A, B, delta, held.
+ */
+static int held_table(FILE *out, const char *title, const char *what, const gp_diff_row *rows,
+                      size_t n, size_t top, int64_t remainder)
+{
+    size_t shown = 0, with_held = 0;
+    for (size_t i = 0; i < n; i++)
+        with_held += rows[i].held_bytes > 0;
+    if (with_held == 0) {
+        char x[32];
+        fprintf(out, "\n%s: none\n", title);
+        if (remainder != 0)
+            fprintf(out, "  (unexplained remainder: %s)\n",
+                    gp__format_delta(remainder, x, sizeof x));
+        return ferror(out) ? -1 : 0;
+    }
+    size_t limit = top && top < with_held ? top : with_held;
+    if (limit < with_held)
+        fprintf(out, "\n%s (top %zu of %zu)\n", title, limit, with_held);
+    else
+        fprintf(out, "\n%s\n", title);
+    const char *headers[] = {what, "A", "B", "delta", "held"};
+    gp__table *t = gp__table_new(5, headers, "lrrrr");
+    totals all = {0}, rest = {0};
+    size_t n_rest = 0;
+    char lb[LABEL_MAX + 8];
+    /* The rows come sorted by held (ops, modules) or by delta (call sites, whose held is
+     * max(0, delta)): either way the rows with held bytes come first, largest first. */
+    for (size_t k = 0; k < n; k++) {
+        const gp_diff_row *r = &rows[k];
+        totals_add(&all, r);
+        if (r->held_bytes > 0 && shown < limit) {
+            gp__table_cell(t, "%s", short_label(r->label, lb, sizeof lb));
+            cells_abdh(t, r->a_bytes, r->b_bytes, r->delta, r->held_bytes);
+            shown++;
+        } else {
+            totals_add(&rest, r);
+            n_rest++;
+        }
+    }
+    if (n_rest) {
+        gp__table_cell(t, "(%zu more)", n_rest);
+        cells_abdh(t, rest.a, rest.b, rest.delta, rest.held);
+    }
+    gp__table_cell(t, "total");
+    cells_abdh(t, all.a, all.b, all.delta, all.held);
+    remainder_row(t, remainder);
+    int rc = table_print(out, t);
+    gp__table_free(t);
+    return rc;
+}
+
+static void run_line(gp__table *t, const char *name, const gp_diff_run *r)
+{
+    char x[32], y[32], z[32], dev[32];
+    gp__table_cell(t, "%s", name);
+    gp__table_cell(t, "%s", r->path);
+    gp__table_cell(t, "%s", gp__device_name(r->device, dev, sizeof dev));
+    gp__table_cell(t, "%s", gp_format_bytes(r->peak_bytes, x, sizeof x));
+    gp__table_cell(t, "%s B", gp__format_count(r->peak_bytes, y, sizeof y));
+    gp__table_cell(t, "%s", gp__format_ns(r->peak_time_ns, z, sizeof z));
+    gp__table_cell(t, "%s", *r->command ? r->command : "-");
+}
+
+static void headline(FILE *out, const gp_diff *d)
+{
+    char x[32], y[32], pct[32];
+    uint64_t mag =
+        d->peak_delta < 0 ? (uint64_t)0 - (uint64_t)d->peak_delta : (uint64_t)d->peak_delta;
+    gp_format_bytes(mag, x, sizeof x);
+    gp_format_bytes(d->held_bytes, y, sizeof y);
+    gp__format_percent(d->held_bytes, d->a.peak_bytes, pct, sizeof pct);
+    if (d->peak_delta == 0)
+        fprintf(out,
+                "A and B peak at the same size: %s held by graph construction (%s of A's "
+                "peak)\n",
+                y, pct);
+    else
+        fprintf(out,
+                "A holds %s %s at its peak than B: %s held by graph construction (%s of A's "
+                "peak)\n",
+                x, d->peak_delta > 0 ? "more" : "less", y, pct);
+}
+
+int gp_render_diff_text(FILE *out, const gp_diff *d, const gp_render_options *o)
+{
+    size_t top = o ? o->top : 10;
+    char x[32], y[32];
+    int rc = 0;
+    headline(out, d);
+
+    /* The runs. */
+    fputc('\n', out);
+    {
+        const char *h[] = {"", "trace", "device", "peak", "bytes", "peak at", "command"};
+        gp__table *t = gp__table_new(7, h, "lllrrrl");
+        run_line(t, "A", &d->a);
+        run_line(t, "B", &d->b);
+        uint64_t mag =
+            d->peak_delta < 0 ? (uint64_t)0 - (uint64_t)d->peak_delta : (uint64_t)d->peak_delta;
+        gp__table_cell(t, "A-B");
+        gp__table_cell(t, "%s", "");
+        gp__table_cell(t, "%s", "");
+        gp__table_cell(t, "%s", gp__format_delta(d->peak_delta, x, sizeof x));
+        gp__table_cell(t, "%s%s B",
+                       d->peak_delta > 0   ? "+"
+                       : d->peak_delta < 0 ? "-"
+                                           : "",
+                       gp__format_count(mag, y, sizeof y));
+        gp__table_cell(t, "%s", "");
+        gp__table_cell(t, "%s", "");
+        rc |= table_print(out, t);
+        gp__table_free(t);
+    }
+    for (int s = 0; s < 2; s++) {
+        const gp_diff_run *r = s ? &d->b : &d->a;
+        if (r->damaged) {
+            const gp_trace_info *info = r->profile ? r->profile->info : NULL;
+            fprintf(
+                out,
+                "  note: %s is damaged (%s); the diff covers the part before byte %" PRIu64 "\n",
+                s ? "B" : "A", info ? info->damage_reason : "?", info ? info->damage_offset : 0);
+        }
+    }
+
+    /* By category. */
+    fprintf(out, "\nBy category, live at each run's peak\n");
+    {
+        const char *h[] = {"category", "A", "B", "delta", "held"};
+        gp__table *t = gp__table_new(5, h, "lrrrr");
+        totals all = {0};
+        for (int c = 0; c < LP_CAT_COUNT; c++) {
+            const gp_diff_row *r = &d->by_category[c];
+            totals_add(&all, r);
+            if (r->a_bytes == 0 && r->b_bytes == 0 && r->held_bytes == 0 &&
+                d->remainder.keys_by_category[c] == 0)
+                continue;
+            gp__table_cell(t, "%s", r->label);
+            cells_abdh(t, r->a_bytes, r->b_bytes, r->delta, r->held_bytes);
+            if (d->remainder.keys_by_category[c] != 0)
+                gp__table_note(t,
+                               "    (unexplained remainder: %s of %s's delta is in no tag "
+                               "key)",
+                               gp__format_delta(d->remainder.keys_by_category[c], x, sizeof x),
+                               r->label);
+        }
+        gp__table_cell(t, "total");
+        cells_abdh(t, all.a, all.b, all.delta, all.held);
+        remainder_row(t, d->remainder.categories);
+        rc |= table_print(out, t);
+        gp__table_free(t);
+    }
+
+    rc |= held_table(out, "Held by graph construction, by module", "module", d->modules,
+                     d->n_modules, top, d->remainder.keys);
+    rc |= held_table(out, "Held by graph construction, by op", "op @ module", d->ops, d->n_ops, top,
+                     d->remainder.keys);
+    rc |= held_table(out, "Held by graph construction, by call site", "call site", d->call_sites,
+                     d->n_call_sites, top, d->remainder.call_sites);
+    uint64_t site_held = 0;
+    for (size_t i = 0; i < d->n_call_sites; i++)
+        site_held += d->call_sites[i].held_bytes;
+    if (site_held != d->held_bytes)
+        fprintf(out,
+                "  (a call site's held is max(0, delta) over all its buffers, whatever their\n"
+                "   category, op or module: %s in all, against %s over tag keys)\n",
+                gp_format_bytes(site_held, x, sizeof x),
+                gp_format_bytes(d->held_bytes, y, sizeof y));
+
+    /* Per layer. */
+    if (d->n_layers) {
+        fprintf(out, "\nPer layer (graph = saved + autograd + gradient)\n");
+        const char *h[] = {"layer", "A", "B", "delta", "held", "graph A", "graph B"};
+        gp__table *t = gp__table_new(7, h, "lrrrrrr");
+        totals all = {0};
+        uint64_t ga = 0, gb = 0;
+        char lb[LABEL_MAX + 8];
+        int min_depth = -1; /* indent relative to the shallowest module path */
+        for (size_t i = 0; i < d->n_layers; i++)
+            if (*d->layers[i].module && (min_depth < 0 || d->layers[i].depth < min_depth))
+                min_depth = d->layers[i].depth;
+        for (size_t i = 0; i < d->n_layers; i++) {
+            const gp_diff_row *r = &d->layers[i];
+            totals_add(&all, r);
+            ga += r->a_graph_bytes;
+            gb += r->b_graph_bytes;
+            gp__table_cell(t, "%*s%s", 2 * (*r->module ? r->depth - min_depth : 0), "",
+                           short_label(r->label, lb, sizeof lb));
+            cells_abdh(t, r->a_bytes, r->b_bytes, r->delta, r->held_bytes);
+            gp__table_cell(t, "%s", gp_format_bytes(r->a_graph_bytes, x, sizeof x));
+            gp__table_cell(t, "%s", gp_format_bytes(r->b_graph_bytes, x, sizeof x));
+        }
+        gp__table_cell(t, "total");
+        cells_abdh(t, all.a, all.b, all.delta, all.held);
+        gp__table_cell(t, "%s", gp_format_bytes(ga, x, sizeof x));
+        gp__table_cell(t, "%s", gp_format_bytes(gb, x, sizeof x));
+        if (d->remainder.layers) {
+            gp__table_cell(t, "(unexplained remainder)");
+            gp__table_cell(t, "%s", "");
+            gp__table_cell(t, "%s", "");
+            gp__table_cell(t, "%s", gp__format_delta(d->remainder.layers, x, sizeof x));
+            gp__table_cell(t, "%s", "");
+            gp__table_cell(t, "%s", "");
+            gp__table_cell(t, "%s", "");
+        }
+        rc |= table_print(out, t);
+        gp__table_free(t);
+    }
+
+    /* The arithmetic, in one line. */
+    const gp_diff_remainder *rm = &d->remainder;
+    bool clean = rm->categories == 0 && rm->keys == 0 && rm->call_sites == 0 && rm->layers == 0;
+    for (int c = 0; c < LP_CAT_COUNT; c++)
+        clean = clean && rm->keys_by_category[c] == 0;
+    gp__format_delta(d->peak_delta, x, sizeof x);
+    if (clean)
+        fprintf(out,
+                "\nSums: categories, tag keys, call sites and layers each add up to the peak "
+                "delta (%s); no remainder.\n",
+                x);
+    else
+        fprintf(out,
+                "\nSums: the tables do not all add up to the peak delta (%s): remainders "
+                "categories %" PRId64 " B, tag keys %" PRId64 " B, call sites %" PRId64
+                " B, layers %" PRId64 " B.\n",
+                x, rm->categories, rm->keys, rm->call_sites, rm->layers);
+    return rc || ferror(out) ? -1 : 0;
+}
+
+/* ---- JSON ------------------------------------------------------------------------------- */
+
+static void json_run(FILE *out, const gp_diff_run *r)
+{
+    char dev[32];
+    fputs("{\"path\": ", out);
+    gp__json_string(out, r->path);
+    fputs(", \"command\": ", out);
+    gp__json_string(out, r->command);
+    fprintf(out,
+            ", \"device\": \"%s\", \"peak_bytes\": %" PRIu64 ", \"peak_time_ns\": %" PRIu64
+            ", \"damaged\": %s}",
+            gp__device_name(r->device, dev, sizeof dev), r->peak_bytes, r->peak_time_ns,
+            r->damaged ? "true" : "false");
+}
+
+static void json_numbers(FILE *out, const gp_diff_row *r)
+{
+    fprintf(out,
+            "\"a_bytes\": %" PRIu64 ", \"b_bytes\": %" PRIu64 ", \"delta\": %" PRId64
+            ", \"held_bytes\": %" PRIu64,
+            r->a_bytes, r->b_bytes, r->delta, r->held_bytes);
+}
+
+int gp_render_diff_json(FILE *out, const gp_diff *d, const gp_render_options *o)
+{
+    (void)o;
+    fputs("{\n  \"schema\": \"gradprof-diff/1\",\n  \"a\": ", out);
+    json_run(out, &d->a);
+    fputs(",\n  \"b\": ", out);
+    json_run(out, &d->b);
+    fprintf(out,
+            ",\n  \"peak_bytes\": {\"a\": %" PRIu64 ", \"b\": %" PRIu64 ", \"delta\": %" PRId64
+            "},\n",
+            d->a.peak_bytes, d->b.peak_bytes, d->peak_delta);
+    fputs("  \"by_category\": {", out);
+    for (int c = 0; c < LP_CAT_COUNT; c++) {
+        const gp_diff_row *r = &d->by_category[c];
+        fprintf(out,
+                "%s\n    \"%s\": {\"a\": %" PRIu64 ", \"b\": %" PRIu64 ", \"delta\": %" PRId64
+                ", \"held\": %" PRIu64 "}",
+                c ? "," : "", lp_category_name((lp_category)c), r->a_bytes, r->b_bytes, r->delta,
+                r->held_bytes);
+    }
+    fprintf(out,
+            "\n  },\n  \"held_by_graph_bytes\": %" PRIu64 ",\n  \"b_more_bytes\": %" PRIu64
+            ",\n  \"held_by_category\": {",
+            d->held_bytes, d->b_more_bytes);
+    for (int c = 0; c < LP_CAT_COUNT; c++)
+        fprintf(out, "%s\"%s\": %" PRIu64, c ? ", " : "", lp_category_name((lp_category)c),
+                d->by_category[c].held_bytes);
+    fputs("},\n  \"sites\": [", out);
+    for (size_t i = 0; i < d->n_keys; i++) {
+        const gp_diff_row *r = &d->keys[i];
+        fprintf(out, "%s\n    {\"op\": ", i ? "," : "");
+        gp__json_string(out, r->op);
+        fputs(", \"module\": ", out);
+        gp__json_string(out, r->module);
+        fprintf(out, ", \"category\": \"%s\", \"label\": ", lp_category_name(r->category));
+        gp__json_string(out, r->label);
+        fputs(", ", out);
+        json_numbers(out, r);
+        fputc('}', out);
+    }
+    fputs(d->n_keys ? "\n  ],\n  \"ops\": [" : "],\n  \"ops\": [", out);
+    for (size_t i = 0; i < d->n_ops; i++) {
+        const gp_diff_row *r = &d->ops[i];
+        fprintf(out, "%s\n    {\"op\": ", i ? "," : "");
+        gp__json_string(out, r->op);
+        fputs(", \"module\": ", out);
+        gp__json_string(out, r->module);
+        fputs(", ", out);
+        json_numbers(out, r);
+        fputc('}', out);
+    }
+    fputs(d->n_ops ? "\n  ],\n  \"modules\": [" : "],\n  \"modules\": [", out);
+    for (size_t i = 0; i < d->n_modules; i++) {
+        const gp_diff_row *r = &d->modules[i];
+        fprintf(out, "%s\n    {\"module\": ", i ? "," : "");
+        gp__json_string(out, r->module);
+        fputs(", ", out);
+        json_numbers(out, r);
+        fputc('}', out);
+    }
+    fputs(d->n_modules ? "\n  ],\n  \"call_sites\": [" : "],\n  \"call_sites\": [", out);
+    for (size_t i = 0; i < d->n_call_sites; i++) {
+        const gp_diff_row *r = &d->call_sites[i];
+        fprintf(out, "%s\n    {\"label\": ", i ? "," : "");
+        gp__json_string(out, r->label);
+        fputs(", \"key\": ", out);
+        gp__json_string(out, r->key);
+        fputs(", ", out);
+        json_numbers(out, r);
+        fputc('}', out);
+    }
+    fputs(d->n_call_sites ? "\n  ],\n  \"layers\": [" : "],\n  \"layers\": [", out);
+    for (size_t i = 0; i < d->n_layers; i++) {
+        const gp_diff_row *r = &d->layers[i];
+        fprintf(out, "%s\n    {\"module\": ", i ? "," : "");
+        gp__json_string(out, r->module);
+        fprintf(out, ", \"depth\": %d, ", r->depth);
+        json_numbers(out, r);
+        fprintf(out, ", \"a_graph_bytes\": %" PRIu64 ", \"b_graph_bytes\": %" PRIu64 "}",
+                r->a_graph_bytes, r->b_graph_bytes);
+    }
+    const gp_diff_remainder *rm = &d->remainder;
+    fprintf(out,
+            "%s,\n  \"remainder_bytes\": %" PRId64 ",\n  \"remainders\": {\"categories\": %" PRId64
+            ", \"sites\": %" PRId64 ", \"call_sites\": %" PRId64 ", \"layers\": %" PRId64
+            ", \"sites_by_category\": {",
+            d->n_layers ? "\n  ]" : "]", rm->keys, rm->categories, rm->keys, rm->call_sites,
+            rm->layers);
+    for (int c = 0; c < LP_CAT_COUNT; c++)
+        fprintf(out, "%s\"%s\": %" PRId64, c ? ", " : "", lp_category_name((lp_category)c),
+                rm->keys_by_category[c]);
+    fputs("}}\n}\n", out);
+    return ferror(out) ? -1 : 0;
+}
