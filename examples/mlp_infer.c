@@ -53,7 +53,7 @@ int main(int argc, char **argv)
         return ex_exit_code(rc);
 
     tn_manual_seed(0);
-    model m = {ex_mlp_new(width, width, width, layers, NULL), NULL};
+    model m = {ex_mlp_new(width, width, width, layers, "mlp"), NULL};
     m.x = m.net ? tn_randn(2, (const int64_t[]){batch, width}, LP_CAT_INPUT) : NULL;
     if (!m.x) {
         fprintf(stderr, "mlp_infer: setup failed: %s\n", tn_last_error_message());
