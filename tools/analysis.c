@@ -14,6 +14,7 @@
  * instances are recycled once no buffer or child refers to them.
  */
 #include "analysis.h"
+#include "rules.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -161,10 +162,13 @@ typedef struct device_state {
     uint64_t live_by_cat[LP_CAT_COUNT];
 } device_state;
 
+/* Engine-side facts about a site, parallel to p->sites. */
 typedef struct site_growth {
-    uint64_t first, last, prev;
+    uint64_t first, last, prev; /* live bytes at the first, last and previous mark */
     uint32_t grew;
     bool seen;
+    lp_category rule_category;  /* what the frame rules say its untagged buffers are */
+    const char *rule_op;
 } site_growth;
 
 typedef struct finding_acc {
@@ -208,6 +212,10 @@ struct gp__profile_internal {
     bool oom;
     char **owned_strings;
     size_t n_owned, cap_owned;
+    map strings_map; /* interned owned strings */
+    map frame_memo, stack_memo; /* frame rules: function -> class, stack id -> class */
+    struct stack_class *frame_classes, *stack_classes;
+    size_t n_frame_classes, cap_frame_classes, n_stack_classes, cap_stack_classes;
     uint32_t symbolized_modules;
 };
 
@@ -302,6 +310,95 @@ static uint32_t tag_key_get(gp_profile *p, lp_category cat, const char *op, cons
     return (uint32_t)(p->n_tag_keys - 1);
 }
 
+static void sync_modules(gp_profile *p);
+
+/* A stack node's classification by the frame rules, memoized per node of the calling-context
+ * tree: a node combines its parent's with its own frame's (see gp_rules_match), so each node and
+ * each distinct function is looked at once. */
+typedef struct stack_class {
+    int rule;
+    lp_category category;
+    const char *op;
+} stack_class;
+
+static stack_class frame_class(gp_profile *p, uint32_t module, uint64_t offset)
+{
+    engine *e = p->internal;
+    const gp_symbol *sym = gp_symbolize(p->symbolizer, module, offset);
+    stack_class c = {-1, LP_CAT_OTHER, ""};
+    if (!sym || !sym->resolved)
+        return c;
+    struct slot *s = map_find(&e->frame_memo, (uintptr_t)sym->function, 0, 0);
+    if (s)
+        return e->frame_classes[s->v];
+    gp_rule_match m;
+    gp_rules_match(e->opts->rules, sym->function, &m);
+    c = (stack_class){m.rule, m.category, m.op[0] ? own(p, m.op) : ""};
+    stack_class *slot = push((void **)&e->frame_classes, &e->n_frame_classes,
+                             &e->cap_frame_classes, sizeof *slot);
+    if (slot && map_put(&e->frame_memo, (uintptr_t)sym->function, 0, 0,
+                        (uint32_t)(e->n_frame_classes - 1)))
+        *slot = c;
+    return c;
+}
+
+static stack_class stack_classify(gp_profile *p, uint32_t stack)
+{
+    engine *e = p->internal;
+    stack_class none = {-1, LP_CAT_OTHER, ""};
+    if (!stack)
+        return none;
+    struct slot *s = map_find(&e->stack_memo, stack, 0, 0);
+    if (s)
+        return e->stack_classes[s->v];
+    /* Walk up to the first memoized ancestor, then fill the path back down. */
+    uint32_t path[256];
+    size_t n = 0;
+    uint32_t id = stack;
+    stack_class above = none;
+    while (id && n < 256) {
+        if ((s = map_find(&e->stack_memo, id, 0, 0))) {
+            above = e->stack_classes[s->v];
+            break;
+        }
+        path[n++] = id;
+        uint32_t module, parent;
+        uint64_t offset;
+        if (gp_trace_stack_frame(p->trace, id, &module, &offset, &parent) != 0)
+            break;
+        id = parent;
+    }
+    stack_class c = above;
+    for (size_t i = n; i-- > 0;) {
+        uint32_t module, parent;
+        uint64_t offset;
+        if (gp_trace_stack_frame(p->trace, path[i], &module, &offset, &parent) != 0)
+            break;
+        stack_class f = frame_class(p, module, offset);
+        if (f.rule >= 0 && (c.rule < 0 || f.rule < c.rule)) {
+            c.rule = f.rule;
+            c.category = f.category;
+        }
+        if (!*c.op) /* the outermost op wins: the parent's, if it has one */
+            c.op = f.op;
+        stack_class *slot = push((void **)&e->stack_classes, &e->n_stack_classes,
+                                 &e->cap_stack_classes, sizeof *slot);
+        if (slot && map_put(&e->stack_memo, path[i], 0, 0, (uint32_t)(e->n_stack_classes - 1)))
+            *slot = c;
+    }
+    return c;
+}
+
+/* Runs the frame rules on a new site's stack. */
+static void classify_site(gp_profile *p, site_growth *g, uint32_t stack)
+{
+    sync_modules(p);
+    stack_class c = stack_classify(p, stack);
+    if (c.rule >= 0)
+        g->rule_category = c.category;
+    g->rule_op = c.op;
+}
+
 static uint32_t site_get(gp_profile *p, uint32_t stack, int32_t device)
 {
     engine *e = p->internal;
@@ -320,6 +417,10 @@ static uint32_t site_get(gp_profile *p, uint32_t stack, int32_t device)
     site->device = device;
     site->category = LP_CAT_OTHER;
     site->op = site->module = "";
+    g->rule_category = LP_CAT_OTHER;
+    g->rule_op = "";
+    if (e->opts->rules && stack)
+        classify_site(p, g, stack);
     return (uint32_t)(p->n_sites - 1);
 }
 
@@ -859,8 +960,9 @@ static void on_alloc(gp_profile *p, thread_state *t, const gp_event *ev, bool ta
     if (tagged) {
         o->tagged = true;
         object_set_role(p, o, ev->category, ev->op, ev->module, ev->detail);
-    } else {
-        object_set_role(p, o, LP_CAT_OTHER, "", "", "");
+    } else { /* untagged: what the frame rules say, if anything */
+        const site_growth *g = &e->growth[o->site];
+        object_set_role(p, o, g->rule_category, g->rule_op, "", "");
     }
     if (!map_put(&e->objects_map, ev->addr, (uint32_t)ev->device, 0, i)) {
         e->oom = true;
@@ -1151,6 +1253,11 @@ void gp_profile_free(gp_profile *p)
         for (size_t i = 0; i < e->n_owned; i++)
             free(e->owned_strings[i]);
         free(e->owned_strings);
+        free(e->strings_map.slots);
+        free(e->frame_memo.slots);
+        free(e->stack_memo.slots);
+        free(e->frame_classes);
+        free(e->stack_classes);
         free(e);
     }
     for (size_t i = 0; i < p->n_findings; i++)
@@ -1172,14 +1279,25 @@ void gp_profile_free(gp_profile *p)
 
 /* ---- symbolized sites ------------------------------------------------------------------------ */
 
+/* An interned copy of s owned by the profile: equal strings get the same pointer, so they can
+ * serve as keys like the trace's own strings. */
 static const char *own(gp_profile *p, const char *s)
 {
     engine *e = p->internal;
+    uint64_t h1 = 0xcbf29ce484222325ull, h2 = 0x84222325cbf29ce4ull;
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n; i++) {
+        h1 = (h1 ^ (uint8_t)s[i]) * 0x100000001b3ull;
+        h2 = mix64(h2 + (uint8_t)s[i]);
+    }
+    struct slot *found = map_find(&e->strings_map, h1, h2, n);
+    if (found)
+        return e->owned_strings[found->v];
     char *copy = strdup(s);
     char **slot = copy ? push((void **)&e->owned_strings, &e->n_owned, &e->cap_owned,
                               sizeof *slot)
                        : NULL;
-    if (!slot) {
+    if (!slot || !map_put(&e->strings_map, h1, h2, n, (uint32_t)(e->n_owned - 1))) {
         free(copy);
         return "?";
     }

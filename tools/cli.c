@@ -2,6 +2,7 @@
  * Shared helpers of the gradprof commands (API: cli.h), and gp_format_bytes (render.h).
  */
 #include "cli.h"
+#include "rules.h"
 #include "render.h"
 
 #include <ctype.h>
@@ -245,6 +246,21 @@ int gp_cli_bad_option(const char *cmd, int c, char **argv)
 }
 
 /* ---- loading --------------------------------------------------------------------------------- */
+
+int gp_cli_rules(const char *cmd, const char *value, const struct gp_rules **out)
+{
+    static gp_rules *loaded; /* one set per process: commands take one --rules */
+    char err[512];
+    *out = NULL;
+    if (value && !strcmp(value, "none"))
+        return 0;
+    gp_rules_free(loaded);
+    loaded = value ? gp_rules_load(value, err, sizeof err) : gp_rules_default();
+    if (!loaded)
+        return gp_cli_error(cmd, "--rules: %s", value ? err : "built-in rules did not parse");
+    *out = loaded;
+    return 0;
+}
 
 int gp_cli_load_profile(const char *cmd, const char *path, const gp_analysis_options *opts,
                         gp_profile **out)

@@ -67,6 +67,11 @@ int gp_cli_bad_option(const char *cmd, int c, char **argv);
  * reading stopped, why, the bytes lost and the events recovered), a trace without an end record
  * (the program did not finish recording), events the recorder dropped.
  */
+/* Resolves a --rules value: NULL (option absent) gives the built-in PyTorch frame rules, "none"
+ * gives no rules, anything else is a rules file to load. Sets *out (owned by the CLI, lives until
+ * exit) and returns 0, or prints an error naming the file and returns GP_EXIT_USAGE. */
+int gp_cli_rules(const char *cmd, const char *value, const struct gp_rules **out);
+
 int gp_cli_load_profile(const char *cmd, const char *path, const gp_analysis_options *opts,
                         gp_profile **out);
 

@@ -58,6 +58,8 @@ static const char check_usage[] =
     "                     none, or some of graph_without_grad, forgot_no_grad,\n"
     "                     growth_across_iterations, param_grad_in_inference,\n"
     "                     graph_escapes_inference\n"
+    "  --rules FILE|none  frame rules for allocations nothing tagged (default: the built-in\n"
+    "                     PyTorch rules, tools/rules/pytorch.rules)\n"
     "\n"
     "output:\n"
     "  --format FMT       text (default) or json (schema gradprof-check/1) on standard output\n"
@@ -79,7 +81,8 @@ enum {
     OPT_NO_LEAKS,
     OPT_JUNIT,
     OPT_FORMAT,
-    OPT_DETECTORS
+    OPT_DETECTORS,
+    OPT_RULES
 };
 
 static const struct option long_options[] = {
@@ -91,6 +94,7 @@ static const struct option long_options[] = {
     {"detectors", required_argument, NULL, OPT_DETECTORS},
     {"junit", required_argument, NULL, OPT_JUNIT},
     {"format", required_argument, NULL, OPT_FORMAT},
+    {"rules", required_argument, NULL, OPT_RULES},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -980,6 +984,7 @@ int gp_cmd_check(int argc, char **argv)
         o.detectors[k] = true;
     const char *junit = NULL, *file = NULL;
     bool json = false;
+    const char *rules = NULL;
     char err[512];
     int c, rc;
     opterr = 0;
@@ -1024,6 +1029,9 @@ int gp_cmd_check(int argc, char **argv)
                 return gp_cli_error(CMD, "--format: unknown format '%s' (text or json)", optarg);
             json = strcmp(optarg, "json") == 0;
             break;
+        case OPT_RULES:
+            rules = optarg;
+            break;
         case 'h':
             fputs(check_usage, stdout);
             return GP_EXIT_OK;
@@ -1054,6 +1062,9 @@ int gp_cmd_check(int argc, char **argv)
 
     gp_analysis_options ao;
     gp_analysis_options_default(&ao);
+    int rules_rc = gp_cli_rules(CMD, rules, &ao.rules);
+    if (rules_rc)
+        return rules_rc;
     if (o.n_regions) {
         ao.inference_regions = o.regions;
         ao.n_inference_regions = o.n_regions;

@@ -31,6 +31,8 @@ static const char usage[] =
     "  --format FMT   text (default), json (schema gradprof-diff/1) or html\n"
     "  -o, --output OUT  write to OUT instead of standard output\n"
     "  --top N        rows per module/op/call-site table in text and html (default 10, 0 = all)\n"
+    "  --rules FILE|none  frame rules for allocations nothing tagged (default: the built-in\n"
+    "                     PyTorch rules, tools/rules/pytorch.rules)\n"
     "  -h, --help     this help\n"
     "\n"
     "exit status: 0 done, 2 bad usage or a trace that cannot be read\n";
@@ -42,9 +44,10 @@ int gp_cmd_diff(int argc, char **argv)
     static const struct option longs[] = {{"format", required_argument, NULL, 'f'},
                                           {"output", required_argument, NULL, 'o'},
                                           {"top", required_argument, NULL, 't'},
+                                          {"rules", required_argument, NULL, 'R'},
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
-    const char *cmd = "diff", *out_path = NULL;
+    const char *cmd = "diff", *out_path = NULL, *rules = NULL;
     diff_format format = FMT_TEXT;
     gp_render_options ro;
     gp_render_options_default(&ro);
@@ -75,6 +78,9 @@ int gp_cmd_diff(int argc, char **argv)
             ro.top = (size_t)n;
             break;
         }
+        case 'R':
+            rules = optarg;
+            break;
         case 'h':
             fputs(usage, stdout);
             return GP_EXIT_OK;
@@ -91,6 +97,9 @@ int gp_cmd_diff(int argc, char **argv)
 
     gp_analysis_options ao;
     gp_analysis_options_default(&ao);
+    int rules_rc = gp_cli_rules(cmd, rules, &ao.rules);
+    if (rules_rc)
+        return rules_rc;
     gp_profile *a = NULL, *b = NULL;
     gp_diff *d = NULL;
     int rc = gp_cli_load_profile(cmd, a_path, &ao, &a);

@@ -21,7 +21,7 @@
 
 static const char usage[] =
     "usage: gradprof report FILE [--format FMT] [-o OUT] [--top N] [--measure M]\n"
-    "                            [--region NAME]...\n"
+    "                            [--region NAME]... [--rules FILE|none]\n"
     "\n"
     "Reads a trace and reports: the peak and when it happened; live memory at the peak by\n"
     "category and device; the top tags (category, op, module) and call sites; temporaries;\n"
@@ -39,6 +39,8 @@ static const char usage[] =
     "                    (allocations) or leaked (bytes live at exit)\n"
     "  --region NAME     a region the program marked as inference, where grad should be off\n"
     "                    (repeatable; default 'inference')\n"
+    "  --rules FILE|none frame rules for allocations nothing tagged (default: the built-in\n"
+    "                    PyTorch rules, tools/rules/pytorch.rules)\n"
     "  -h, --help        this help\n"
     "\n"
     "A damaged or truncated trace is reported up to the damage, with a warning saying what was\n"
@@ -65,9 +67,10 @@ int gp_cmd_report(int argc, char **argv)
                                           {"top", required_argument, NULL, 't'},
                                           {"measure", required_argument, NULL, 'm'},
                                           {"region", required_argument, NULL, 'r'},
+                                          {"rules", required_argument, NULL, 'R'},
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
-    const char *cmd = "report", *out_path = NULL;
+    const char *cmd = "report", *out_path = NULL, *rules = NULL;
     report_format format = FMT_TEXT;
     const char *regions[MAX_REGIONS];
     size_t n_regions = 0;
@@ -117,6 +120,9 @@ int gp_cmd_report(int argc, char **argv)
                 return gp_cli_error(cmd, "too many --region options (at most %d)", MAX_REGIONS);
             regions[n_regions++] = optarg;
             break;
+        case 'R':
+            rules = optarg;
+            break;
         case 'h':
             fputs(usage, stdout);
             return GP_EXIT_OK;
@@ -131,6 +137,9 @@ int gp_cmd_report(int argc, char **argv)
 
     gp_analysis_options ao;
     gp_analysis_options_default(&ao);
+    int rules_rc = gp_cli_rules(cmd, rules, &ao.rules);
+    if (rules_rc)
+        return rules_rc;
     if (n_regions) {
         ao.inference_regions = regions;
         ao.n_inference_regions = n_regions;

@@ -48,7 +48,20 @@ typedef struct sym_module {
     bool cu_ranges_built;
     gp_sym_quality quality;
     char *why; /* owned; NULL with GP_SYM_FULL */
+    struct sym_fn *fns; /* owned; function symbols sorted by address (sym_build_fns) */
+    size_t nfns;
+    bool fns_built;
 } sym_module;
+
+/* A defined symbol: [addr, addr + size) is `name` (owned by libelf, valid while open). Data
+ * symbols are kept too, so that an address in data is not taken for the function before it. */
+typedef struct sym_fn {
+    GElf_Addr addr;
+    GElf_Xword size;
+    const char *name;
+    int rank; /* preference at equal addresses: functions first, then global < weak < local */
+    bool function;
+} sym_fn;
 
 typedef struct sym_entry {
     uint64_t offset;
@@ -177,6 +190,7 @@ void gp_symbolizer_free(gp_symbolizer *s)
         free(m->build_id);
         free(m->why);
         free(m->cu_ranges);
+        free(m->fns);
     }
     free(s->modules);
     for (size_t i = 0; i < s->cache_cap; i++)
@@ -463,6 +477,67 @@ static bool sym_find_cu(sym_module *m, Dwarf_Addr pc, Dwarf_Die *cu_out, Dwarf_A
 }
 
 /* Fills function / inlined_into / file / line of out from the module at address pc. */
+static int sym_fn_cmp(const void *a, const void *b)
+{
+    const sym_fn *x = a, *y = b;
+    if (x->addr != y->addr)
+        return x->addr < y->addr ? -1 : 1;
+    return x->rank - y->rank;
+}
+
+/* Sorts the module's symbols once: dwfl_module_addrinfo scans the whole symbol table on
+ * every lookup, which for a library such as libtorch (100k+ symbols) costs milliseconds per
+ * address. */
+static void sym_build_fns(sym_module *m)
+{
+    m->fns_built = true;
+    int n = dwfl_module_getsymtab(m->mod);
+    if (n <= 1)
+        return;
+    m->fns = malloc((size_t)n * sizeof *m->fns);
+    if (!m->fns)
+        return;
+    for (int i = 1; i < n; i++) {
+        GElf_Sym sym;
+        GElf_Addr addr;
+        const char *name = dwfl_module_getsym_info(m->mod, i, &sym, &addr, NULL, NULL, NULL);
+        int type = GELF_ST_TYPE(sym.st_info);
+        if (!name || !*name || sym.st_shndx == SHN_UNDEF ||
+            (type != STT_OBJECT && !sym_is_function(&sym)))
+            continue;
+        int bind = GELF_ST_BIND(sym.st_info);
+        bool function = sym_is_function(&sym);
+        m->fns[m->nfns++] = (sym_fn){addr, sym.st_size, name,
+                                     (function ? 0 : 3) +
+                                         (bind == STB_GLOBAL ? 0 : bind == STB_WEAK ? 1 : 2),
+                                     function};
+    }
+    qsort(m->fns, m->nfns, sizeof *m->fns, sym_fn_cmp);
+}
+
+/* The function containing pc: the nearest symbol starting at or before it (the preferred one
+ * among equals), if that is a function and pc is inside its size (or it has no size). */
+static const sym_fn *sym_find_fn(sym_module *m, GElf_Addr pc)
+{
+    if (!m->fns_built)
+        sym_build_fns(m);
+    size_t lo = 0, hi = m->nfns;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (m->fns[mid].addr <= pc)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0)
+        return NULL;
+    size_t i = lo - 1;
+    while (i > 0 && m->fns[i - 1].addr == m->fns[i].addr)
+        i--;
+    const sym_fn *f = &m->fns[i];
+    return f->function && (f->size == 0 || pc - f->addr < f->size) ? f : NULL;
+}
+
 static void sym_resolve(gp_symbolizer *s, sym_module *m, Dwarf_Addr pc, gp_symbol *out)
 {
     Dwfl_Module *mod = m->mod;
@@ -473,12 +548,9 @@ static void sym_resolve(gp_symbolizer *s, sym_module *m, Dwarf_Addr pc, gp_symbo
 
     /* The out-of-line function, from the ELF symbol table. */
     const char *symbol = NULL;
-    GElf_Sym sym;
-    GElf_Off sym_off = 0;
-    const char *name = dwfl_module_addrinfo(mod, pc, &sym_off, &sym, NULL, NULL, NULL);
-    if (name != NULL && name[0] != '\0' && sym_is_function(&sym) &&
-        (sym.st_size == 0 || sym_off < sym.st_size))
-        symbol = sym_intern_demangled(s, name);
+    const sym_fn *fn = sym_find_fn(m, pc);
+    if (fn)
+        symbol = sym_intern_demangled(s, fn->name);
 
     /* Inlining and file:line, from DWARF. */
     const char *function = symbol;
