@@ -1326,7 +1326,7 @@ static bool is_plumbing(const gp_symbol *s)
     static const char *const prefixes[] = {
         "malloc", "calloc", "realloc", "free", "posix_memalign", "aligned_alloc", "memalign",
         "valloc", "pvalloc", "reallocarray", "__libc_", "_int_", "operator new", "operator delete",
-        "lp_", "lp__", "__wrap_", "tn__alloc", "tn__default_alloc", "tn__storage_new",
+        "lp_", "lp__", "__wrap_", "tn__alloc", "tn__default_alloc", "tn__storage_new", "tn__node_",
         "tn__new_tensor", "tn__new_output", "tn_empty", "tn_zeros", "tn_full", "__GI_", "tcache",
         "sysmalloc", "c10::alloc_cpu", "c10::DefaultCPUAllocator"};
     const char *f = s->function;

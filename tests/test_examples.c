@@ -1,0 +1,195 @@
+/*
+ * End to end on the C examples: each program is recorded with `gradprof run`, then judged with
+ * `gradprof check`, `report --format json` and `diff --format json`, as a user would.
+ *   - every leak bug fails its gate and its --fixed variant passes it;
+ *   - cnn_infer and transformer_infer with grad on hold saved activations that no_grad does not;
+ *   - train_mlp shows gradients and optimizer state (Adam: two moments per parameter).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+static char dir[256];
+
+static int setup(void **state)
+{
+    snprintf(dir, sizeof dir, "/tmp/gp_examples_XXXXXX");
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* Runs a shell command, returns its exit status. */
+static int sh(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Records `example args` into dir/name.gptrace. */
+static void record(const char *name, const char *example, const char *args)
+{
+    assert_int_equal(sh("rm -f '%s/%s.gptrace'*; '%s' run -o '%s/%s.gptrace' -- '%s/%s' %s "
+                        ">/dev/null 2>&1",
+                        dir, name, GRADPROF_BIN, dir, name, GRADPROF_EXAMPLES, example, args),
+                     0);
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return buf;
+}
+
+/* The integer after "key": in text, after `after` if given (the JSON is one key per line). */
+static uint64_t json_u64(const char *text, const char *after, const char *key)
+{
+    const char *p = text;
+    if (after) {
+        p = strstr(p, after);
+        if (!p)
+            fail_msg("'%s' not found", after);
+    }
+    char needle[128];
+    snprintf(needle, sizeof needle, "\"%s\":", key);
+    p = strstr(p, needle);
+    if (!p)
+        fail_msg("key '%s' not found", key);
+    return strtoull(p + strlen(needle), NULL, 10);
+}
+
+static const char *retention_gate =
+    "--forbid none --detectors growth_across_iterations,graph_escapes_inference";
+
+static void leak_case(const char *example, const char *gate, const char *finding)
+{
+    record("bug", example, "");
+    record("fixed", example, "--fixed");
+    assert_int_equal(sh("'%s' check '%s/bug.gptrace' %s > '%s/check.txt'", GRADPROF_BIN, dir, gate,
+                        dir),
+                     1);
+    char path[512];
+    snprintf(path, sizeof path, "%s/check.txt", dir);
+    if (!strstr(slurp(path), finding))
+        fail_msg("%s: the check output does not name %s", example, finding);
+    assert_int_equal(sh("'%s' check '%s/fixed.gptrace' %s > /dev/null", GRADPROF_BIN, dir, gate),
+                     0);
+}
+
+static void test_leak_accumulate(void **state)
+{
+    leak_case("leak_accumulate", retention_gate, "growth_across_iterations");
+    /* the report names the accumulation: an add node per iteration among the growing sites */
+    assert_int_equal(sh("'%s' report '%s/bug.gptrace' --top 0 | grep -A40 growth_across | "
+                        "grep -q ' add '",
+                        GRADPROF_BIN, dir),
+                     0);
+}
+
+static void test_leak_cached_activation(void **state)
+{
+    leak_case("leak_cached_activation", retention_gate, "growth_across_iterations");
+}
+
+static void test_leak_collect_outputs(void **state)
+{
+    leak_case("leak_collect_outputs", retention_gate, "growth_across_iterations");
+}
+
+static void test_leak_eval_without_no_grad(void **state)
+{
+    leak_case("leak_eval_without_no_grad", "", "forgot_no_grad");
+}
+
+/* grad on vs off: the grad run holds saved activations at its peak and fails the gate. */
+static void grad_vs_nograd(const char *example, const char *args)
+{
+    char a[512];
+    snprintf(a, sizeof a, "--grad %s", args);
+    record("on", example, a);
+    snprintf(a, sizeof a, "--no-grad %s", args);
+    record("off", example, a);
+    char path[512];
+    assert_int_equal(sh("'%s' report '%s/on.gptrace' --format json -o '%s/on.json'", GRADPROF_BIN,
+                        dir, dir),
+                     0);
+    snprintf(path, sizeof path, "%s/on.json", dir);
+    uint64_t saved_on = json_u64(slurp(path), "\"saved\": {", "bytes_at_peak");
+    assert_true(saved_on > 0);
+    assert_int_equal(sh("'%s' report '%s/off.gptrace' --format json -o '%s/off.json'",
+                        GRADPROF_BIN, dir, dir),
+                     0);
+    snprintf(path, sizeof path, "%s/off.json", dir);
+    const char *off = slurp(path);
+    assert_int_equal(json_u64(off, "\"saved\": {", "max_live"), 0);
+    assert_int_equal(json_u64(off, "\"autograd\": {", "max_live"), 0);
+    assert_int_equal(sh("'%s' diff '%s/on.gptrace' '%s/off.gptrace' --format json -o '%s/d.json'",
+                        GRADPROF_BIN, dir, dir, dir),
+                     0);
+    snprintf(path, sizeof path, "%s/d.json", dir);
+    const char *d = slurp(path);
+    uint64_t held = json_u64(d, NULL, "held_by_graph_bytes");
+    assert_true(held >= saved_on); /* at least the saved activations */
+    assert_int_equal(json_u64(d, NULL, "remainder_bytes"), 0);
+    assert_int_equal(sh("'%s' check '%s/on.gptrace' > /dev/null", GRADPROF_BIN, dir), 1);
+    assert_int_equal(sh("'%s' check '%s/off.gptrace' > /dev/null", GRADPROF_BIN, dir), 0);
+}
+
+static void test_cnn_infer(void **state) { grad_vs_nograd("cnn_infer", "--iters 2"); }
+
+static void test_transformer_infer(void **state)
+{
+    grad_vs_nograd("transformer_infer", "--iters 2");
+}
+
+static void test_train_mlp_adam_state(void **state)
+{
+    record("train", "train_mlp", "--optimizer adam --steps 3");
+    assert_int_equal(sh("'%s' report '%s/train.gptrace' --format json -o '%s/train.json'",
+                        GRADPROF_BIN, dir, dir),
+                     0);
+    char path[512];
+    snprintf(path, sizeof path, "%s/train.json", dir);
+    const char *j = slurp(path);
+    uint64_t params = json_u64(j, "\"parameter\": {", "max_live");
+    assert_true(params > 0);
+    assert_true(json_u64(j, "\"gradient\": {", "max_live") >= params); /* a .grad per parameter */
+    assert_int_equal(json_u64(j, "\"optimizer_state\": {", "max_live"), 2 * params);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_leak_accumulate),
+        cmocka_unit_test(test_leak_cached_activation),
+        cmocka_unit_test(test_leak_collect_outputs),
+        cmocka_unit_test(test_leak_eval_without_no_grad),
+        cmocka_unit_test(test_cnn_infer),
+        cmocka_unit_test(test_transformer_infer),
+        cmocka_unit_test(test_train_mlp_adam_state),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
