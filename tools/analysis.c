@@ -50,18 +50,20 @@ static uint64_t mix64(uint64_t x)
     return x;
 }
 
-/* Open addressing from a (k1, k2, k3) key to a uint32 value; value NONE marks an empty slot. */
+/* Open addressing with linear probing from a (k1, k2, k3) key to a uint32 value; value NONE
+ * marks an empty slot. */
 typedef struct map {
     struct slot {
         uint64_t k1, k2, k3;
         uint32_t v;
     } *slots;
-    size_t cap, len, tombs;
+    size_t cap, len;
 } map;
 
-#define TOMB (NONE - 1)
-
-static size_t map_hash(uint64_t a, uint64_t b, uint64_t c) { return mix64(a ^ mix64(b ^ mix64(c))); }
+static size_t map_hash(uint64_t a, uint64_t b, uint64_t c)
+{
+    return mix64(a ^ (b * 0x9E3779B97F4A7C15ull) ^ (c * 0xC2B2AE3D27D4EB4Full));
+}
 
 static struct slot *map_find(const map *m, uint64_t a, uint64_t b, uint64_t c)
 {
@@ -71,7 +73,7 @@ static struct slot *map_find(const map *m, uint64_t a, uint64_t b, uint64_t c)
         struct slot *s = &m->slots[i];
         if (s->v == NONE)
             return NULL;
-        if (s->v != TOMB && s->k1 == a && s->k2 == b && s->k3 == c)
+        if (s->k1 == a && s->k2 == b && s->k3 == c)
             return s;
     }
 }
@@ -79,8 +81,6 @@ static struct slot *map_find(const map *m, uint64_t a, uint64_t b, uint64_t c)
 static bool map_grow(map *m)
 {
     size_t cap = m->cap ? 2 * m->cap : 256;
-    if (m->len * 2 < m->cap)
-        cap = m->cap; /* mostly tombstones: rehash in place-size */
     struct slot *slots = malloc(cap * sizeof *slots);
     if (!slots)
         return false;
@@ -88,7 +88,7 @@ static bool map_grow(map *m)
         slots[i].v = NONE;
     for (size_t i = 0; i < m->cap; i++) {
         struct slot *s = &m->slots[i];
-        if (s->v == NONE || s->v == TOMB)
+        if (s->v == NONE)
             continue;
         size_t j = map_hash(s->k1, s->k2, s->k3) & (cap - 1);
         while (slots[j].v != NONE)
@@ -98,29 +98,40 @@ static bool map_grow(map *m)
     free(m->slots);
     m->slots = slots;
     m->cap = cap;
-    m->tombs = 0;
     return true;
 }
 
 static bool map_put(map *m, uint64_t a, uint64_t b, uint64_t c, uint32_t v)
 {
-    if ((m->len + m->tombs + 1) * 4 > m->cap * 3 && !map_grow(m))
+    if ((m->len + 1) * 4 > m->cap * 3 && !map_grow(m))
         return false;
     size_t i = map_hash(a, b, c) & (m->cap - 1);
-    while (m->slots[i].v != NONE && m->slots[i].v != TOMB)
+    while (m->slots[i].v != NONE)
         i = (i + 1) & (m->cap - 1);
-    if (m->slots[i].v == TOMB)
-        m->tombs--;
     m->slots[i] = (struct slot){a, b, c, v};
     m->len++;
     return true;
 }
 
+/* Removes a slot by shifting later entries of its probe run back (no tombstones), so a table
+ * with constant churn, such as the live set, keeps short probes. */
 static void map_remove(map *m, struct slot *s)
 {
-    s->v = TOMB;
+    size_t mask = m->cap - 1, i = (size_t)(s - m->slots);
+    for (size_t j = (i + 1) & mask;; j = (j + 1) & mask) {
+        struct slot *t = &m->slots[j];
+        if (t->v == NONE)
+            break;
+        size_t home = map_hash(t->k1, t->k2, t->k3) & mask;
+        /* t may move into the hole at i unless its home lies cyclically in (i, j] */
+        bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+        if (!stays) {
+            m->slots[i] = *t;
+            i = j;
+        }
+    }
+    m->slots[i].v = NONE;
     m->len--;
-    m->tombs++;
 }
 
 static const char *own(gp_profile *p, const char *s);
@@ -169,6 +180,7 @@ typedef struct site_growth {
     bool seen;
     lp_category rule_category;  /* what the frame rules say its untagged buffers are */
     const char *rule_op;
+    uint32_t raw_tag_key, raw_module; /* the keys of its untagged buffers, once known */
 } site_growth;
 
 typedef struct finding_acc {
@@ -185,6 +197,8 @@ struct gp__profile_internal {
     uint32_t free_object; /* free list through object.tag_key */
 
     map tag_map, site_map, module_map, saved_map, region_map;
+    uint32_t *host_sites; /* host site index by stack id, NONE if none yet */
+    size_t n_host_sites;
     size_t cap_tag_keys, cap_sites, cap_modules, cap_saved, cap_regions, cap_iterations, cap_spans;
     site_growth *growth;
     size_t cap_growth;
@@ -402,14 +416,19 @@ static void classify_site(gp_profile *p, site_growth *g, uint32_t stack)
 static uint32_t site_get(gp_profile *p, uint32_t stack, int32_t device)
 {
     engine *e = p->internal;
-    struct slot *s = map_find(&e->site_map, stack, (uint32_t)device, 0);
+    /* Host sites by stack id directly (ids are dense): the lookup every allocation makes. */
+    bool host = device == LP_DEVICE_HOST;
+    if (host && stack < e->n_host_sites && e->host_sites[stack] != NONE)
+        return e->host_sites[stack];
+    struct slot *s = host ? NULL : map_find(&e->site_map, stack, (uint32_t)device, 0);
     if (s)
         return s->v;
     gp_site *site = push((void **)&p->sites, &p->n_sites, &e->cap_sites, sizeof *site);
     size_t n_growth = p->n_sites - 1; /* growth runs parallel to sites */
     site_growth *g = push((void **)&e->growth, &n_growth, &e->cap_growth, sizeof *g);
-    if (!site || !g || !map_put(&e->site_map, stack, (uint32_t)device, 0,
-                                (uint32_t)(p->n_sites - 1))) {
+    if (!site || !g ||
+        (!host && !map_put(&e->site_map, stack, (uint32_t)device, 0,
+                           (uint32_t)(p->n_sites - 1)))) {
         e->oom = true;
         return 0;
     }
@@ -419,9 +438,26 @@ static uint32_t site_get(gp_profile *p, uint32_t stack, int32_t device)
     site->op = site->module = "";
     g->rule_category = LP_CAT_OTHER;
     g->rule_op = "";
+    g->raw_tag_key = g->raw_module = NONE;
     if (e->opts->rules && stack)
         classify_site(p, g, stack);
-    return (uint32_t)(p->n_sites - 1);
+    uint32_t index = (uint32_t)(p->n_sites - 1);
+    if (host) {
+        if (stack >= e->n_host_sites) {
+            size_t n = stack + 1024 + e->n_host_sites;
+            uint32_t *t = realloc(e->host_sites, n * sizeof *t);
+            if (!t) {
+                e->oom = true;
+                return index;
+            }
+            for (size_t i = e->n_host_sites; i < n; i++)
+                t[i] = NONE;
+            e->host_sites = t;
+            e->n_host_sites = n;
+        }
+        e->host_sites[stack] = index;
+    }
+    return index;
 }
 
 static uint32_t module_get(gp_profile *p, const char *module, int32_t device)
@@ -960,9 +996,17 @@ static void on_alloc(gp_profile *p, thread_state *t, const gp_event *ev, bool ta
     if (tagged) {
         o->tagged = true;
         object_set_role(p, o, ev->category, ev->op, ev->module, ev->detail);
-    } else { /* untagged: what the frame rules say, if anything */
-        const site_growth *g = &e->growth[o->site];
-        object_set_role(p, o, g->rule_category, g->rule_op, "", "");
+    } else { /* untagged: what the frame rules say, if anything (keys cached per site) */
+        site_growth *g = &e->growth[o->site];
+        if (g->raw_tag_key == NONE || g->rule_category == LP_CAT_SAVED) {
+            object_set_role(p, o, g->rule_category, g->rule_op, "", "");
+            g->raw_tag_key = o->tag_key;
+            g->raw_module = o->module;
+        } else {
+            o->category = g->rule_category;
+            o->tag_key = g->raw_tag_key;
+            o->module = g->raw_module;
+        }
     }
     if (!map_put(&e->objects_map, ev->addr, (uint32_t)ev->device, 0, i)) {
         e->oom = true;
@@ -1241,6 +1285,7 @@ void gp_profile_free(gp_profile *p)
         free(e->saved_map.slots);
         free(e->region_map.slots);
         free(e->growth);
+        free(e->host_sites);
         free(e->instances);
         free(e->threads);
         free(e->devices);
