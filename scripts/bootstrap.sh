@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages gradprof needs to build and test, if any are missing.
-# Sourced by scripts/demo.sh and scripts/test.sh; safe to run on its own.
+# Installs the Debian 12 packages gradprof needs, if any are missing.
+#   gradprof_bootstrap            what building and the demo need
+#   gradprof_bootstrap --tests    also what the test suite runs: python3 (export checks), chromium
+#                                 (the HTML report in a headless browser), python3-torch (PyTorch
+#                                 integration tests, run with /usr/bin/python3)
+# Sourced by scripts/demo.sh and scripts/test.sh; safe to run on its own (bash scripts/bootstrap.sh).
 set -euo pipefail
 
 GRADPROF_PACKAGES=(build-essential cmake pkg-config libopenblas-dev libunwind-dev libcmocka-dev
-                   libdw-dev libelf-dev python3 chromium)
+                   libdw-dev libelf-dev)
+GRADPROF_TEST_PACKAGES=(python3 chromium python3-torch)
 
 gradprof_bootstrap() {
-    local missing=()
-    for p in "${GRADPROF_PACKAGES[@]}"; do
+    local wanted=("${GRADPROF_PACKAGES[@]}") missing=()
+    [ "${1:-}" = "--tests" ] && wanted+=("${GRADPROF_TEST_PACKAGES[@]}")
+    for p in "${wanted[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
     done
     [ ${#missing[@]} -eq 0 ] && return 0
@@ -20,5 +26,5 @@ gradprof_bootstrap() {
 }
 
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
-    gradprof_bootstrap
+    gradprof_bootstrap "$@"
 fi

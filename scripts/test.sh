@@ -5,7 +5,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/scripts/bootstrap.sh"
-gradprof_bootstrap
+gradprof_bootstrap --tests
 
 jobs="$(nproc)"
 run_suite() {
