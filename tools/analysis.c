@@ -14,6 +14,7 @@
  * instances are recycled once no buffer or child refers to them.
  */
 #include "analysis.h"
+#include "array.h"
 #include "rules.h"
 
 #include <stdio.h>
@@ -24,21 +25,6 @@
 
 /* ---- small utilities ------------------------------------------------------------------------- */
 
-/* Grows *items to hold n+1 elements of `size` bytes; returns the new element (zeroed) or NULL. */
-static void *push(void **items, size_t *n, size_t *cap, size_t size)
-{
-    if (*n == *cap) {
-        size_t c = *cap ? 2 * *cap : 16;
-        void *p = realloc(*items, c * size);
-        if (!p)
-            return NULL;
-        *items = p;
-        *cap = c;
-    }
-    void *e = (char *)*items + (*n)++ * size;
-    memset(e, 0, size);
-    return e;
-}
 
 static uint64_t mix64(uint64_t x)
 {
@@ -267,7 +253,7 @@ static device_state *device_get(gp_profile *p, int32_t device)
     for (size_t i = 0; i < p->n_devices; i++)
         if (e->devices[i].pub.device == device)
             return &e->devices[i];
-    device_state *d = push((void **)&e->devices, &p->n_devices, &e->cap_devices, sizeof *d);
+    device_state *d = gp__push((void **)&e->devices, &p->n_devices, &e->cap_devices, sizeof *d);
     if (!d) {
         e->oom = true;
         return &e->devices[0];
@@ -314,7 +300,7 @@ static uint32_t tag_key_get(gp_profile *p, lp_category cat, const char *op, cons
                               (uintptr_t)op, (uintptr_t)module);
     if (s)
         return s->v;
-    gp_tag_key *k = push((void **)&p->tag_keys, &p->n_tag_keys, &e->cap_tag_keys, sizeof *k);
+    gp_tag_key *k = gp__push((void **)&p->tag_keys, &p->n_tag_keys, &e->cap_tag_keys, sizeof *k);
     if (!k || !map_put(&e->tag_map, (uint64_t)cat << 32 | (uint32_t)device, (uintptr_t)op,
                        (uintptr_t)module, (uint32_t)(p->n_tag_keys - 1))) {
         e->oom = true;
@@ -348,7 +334,7 @@ static stack_class frame_class(gp_profile *p, uint32_t module, uint64_t offset)
     gp_rule_match m;
     gp_rules_match(e->opts->rules, sym->function, &m);
     c = (stack_class){m.rule, m.category, m.op[0] ? own(p, m.op) : ""};
-    stack_class *slot = push((void **)&e->frame_classes, &e->n_frame_classes,
+    stack_class *slot = gp__push((void **)&e->frame_classes, &e->n_frame_classes,
                              &e->cap_frame_classes, sizeof *slot);
     if (slot && map_put(&e->frame_memo, (uintptr_t)sym->function, 0, 0,
                         (uint32_t)(e->n_frame_classes - 1)))
@@ -395,7 +381,7 @@ static stack_class stack_classify(gp_profile *p, uint32_t stack)
         }
         if (!*c.op) /* the outermost op wins: the parent's, if it has one */
             c.op = f.op;
-        stack_class *slot = push((void **)&e->stack_classes, &e->n_stack_classes,
+        stack_class *slot = gp__push((void **)&e->stack_classes, &e->n_stack_classes,
                                  &e->cap_stack_classes, sizeof *slot);
         if (slot && map_put(&e->stack_memo, path[i], 0, 0, (uint32_t)(e->n_stack_classes - 1)))
             *slot = c;
@@ -423,9 +409,9 @@ static uint32_t site_get(gp_profile *p, uint32_t stack, int32_t device)
     struct slot *s = host ? NULL : map_find(&e->site_map, stack, (uint32_t)device, 0);
     if (s)
         return s->v;
-    gp_site *site = push((void **)&p->sites, &p->n_sites, &e->cap_sites, sizeof *site);
+    gp_site *site = gp__push((void **)&p->sites, &p->n_sites, &e->cap_sites, sizeof *site);
     size_t n_growth = p->n_sites - 1; /* growth runs parallel to sites */
-    site_growth *g = push((void **)&e->growth, &n_growth, &e->cap_growth, sizeof *g);
+    site_growth *g = gp__push((void **)&e->growth, &n_growth, &e->cap_growth, sizeof *g);
     if (!site || !g ||
         (!host && !map_put(&e->site_map, stack, (uint32_t)device, 0,
                            (uint32_t)(p->n_sites - 1)))) {
@@ -466,7 +452,7 @@ static uint32_t module_get(gp_profile *p, const char *module, int32_t device)
     struct slot *s = map_find(&e->module_map, (uintptr_t)module, (uint32_t)device, 0);
     if (s)
         return s->v;
-    gp_module_stats *m = push((void **)&p->modules, &p->n_modules, &e->cap_modules, sizeof *m);
+    gp_module_stats *m = gp__push((void **)&p->modules, &p->n_modules, &e->cap_modules, sizeof *m);
     if (!m || !map_put(&e->module_map, (uintptr_t)module, (uint32_t)device, 0,
                        (uint32_t)(p->n_modules - 1))) {
         e->oom = true;
@@ -485,7 +471,7 @@ static uint32_t saved_get(gp_profile *p, const char *module, const char *op, con
                               (uintptr_t)shape);
     if (s && p->saved[s->v].device == device)
         return s->v;
-    gp_saved_tensor *t = push((void **)&p->saved, &p->n_saved, &e->cap_saved, sizeof *t);
+    gp_saved_tensor *t = gp__push((void **)&p->saved, &p->n_saved, &e->cap_saved, sizeof *t);
     if (!t || !map_put(&e->saved_map, (uintptr_t)module ^ (uint32_t)device, (uintptr_t)op,
                        (uintptr_t)shape, (uint32_t)(p->n_saved - 1))) {
         e->oom = true;
@@ -504,7 +490,7 @@ static uint32_t region_get(gp_profile *p, const char *name)
     struct slot *s = map_find(&e->region_map, (uintptr_t)name, 0, 0);
     if (s)
         return s->v;
-    gp_region_stats *r = push((void **)&p->regions, &p->n_regions, &e->cap_regions, sizeof *r);
+    gp_region_stats *r = gp__push((void **)&p->regions, &p->n_regions, &e->cap_regions, sizeof *r);
     if (!r || !map_put(&e->region_map, (uintptr_t)name, 0, 0, (uint32_t)(p->n_regions - 1))) {
         e->oom = true;
         return 0;
@@ -542,7 +528,7 @@ static finding_acc *finding_get(gp_profile *p, gp_finding_kind kind, const char 
     struct slot *s = map_find(&e->finding_map, kind, (uintptr_t)region, 0);
     if (s)
         return &e->findings[s->v];
-    finding_acc *a = push((void **)&e->findings, &e->n_findings, &e->cap_findings, sizeof *a);
+    finding_acc *a = gp__push((void **)&e->findings, &e->n_findings, &e->cap_findings, sizeof *a);
     if (!a || !map_put(&e->finding_map, kind, (uintptr_t)region, 0,
                        (uint32_t)(e->n_findings - 1))) {
         e->oom = true;
@@ -569,7 +555,7 @@ static void finding_add(gp_profile *p, gp_finding_kind kind, const char *region,
     if (s) {
         it = &a->f.items[s->v];
     } else {
-        it = push((void **)&a->f.items, &a->f.n_items, &a->cap, sizeof *it);
+        it = gp__push((void **)&a->f.items, &a->f.n_items, &a->cap, sizeof *it);
         if (!it || !map_put(&a->items, (uint64_t)cat, (uintptr_t)op, (uintptr_t)module,
                             (uint32_t)(a->f.n_items - 1))) {
             e->oom = true;
@@ -626,7 +612,7 @@ static uint32_t object_new(engine *e)
         e->free_object = e->objects[i].tag_key;
         return i;
     }
-    object *o = push((void **)&e->objects, &e->n_objects, &e->cap_objects, sizeof *o);
+    object *o = gp__push((void **)&e->objects, &e->n_objects, &e->cap_objects, sizeof *o);
     if (!o) {
         e->oom = true;
         return NONE;
@@ -742,7 +728,7 @@ static uint32_t instance_new(engine *e)
         e->free_instance = e->instances[i].parent;
         return i;
     }
-    instance *in = push((void **)&e->instances, &e->n_instances, &e->cap_instances, sizeof *in);
+    instance *in = gp__push((void **)&e->instances, &e->n_instances, &e->cap_instances, sizeof *in);
     if (!in) {
         e->oom = true;
         return NONE;
@@ -822,7 +808,7 @@ static void region_pop(gp_profile *p, thread_state *t)
         }
     }
     if (p->n_spans < 10000) {
-        gp_region_span *s = push((void **)&p->spans, &p->n_spans, &e->cap_spans, sizeof *s);
+        gp_region_span *s = gp__push((void **)&p->spans, &p->n_spans, &e->cap_spans, sizeof *s);
         if (s)
             *s = (gp_region_span){in->name, in->thread, in->depth, in->begin_ns, e->now};
     }
@@ -911,7 +897,7 @@ static void timeline_advance(gp_profile *p, uint64_t now)
 static void iteration_mark(gp_profile *p, const char *name)
 {
     engine *e = p->internal;
-    gp_iteration *it = push((void **)&p->iterations, &p->n_iterations, &e->cap_iterations,
+    gp_iteration *it = gp__push((void **)&p->iterations, &p->n_iterations, &e->cap_iterations,
                             sizeof *it);
     if (!it) {
         e->oom = true;
@@ -962,7 +948,7 @@ static void detect_growth(gp_profile *p)
         if (!g->seen || g->last <= g->first)
             continue;
         const gp_site *site = &p->sites[s];
-        gp_finding_item *it = push((void **)&a->f.items, &a->f.n_items, &a->cap, sizeof *it);
+        gp_finding_item *it = gp__push((void **)&a->f.items, &a->f.n_items, &a->cap, sizeof *it);
         if (!it) {
             e->oom = true;
             return;
@@ -1339,7 +1325,7 @@ static const char *own(gp_profile *p, const char *s)
     if (found)
         return e->owned_strings[found->v];
     char *copy = strdup(s);
-    char **slot = copy ? push((void **)&e->owned_strings, &e->n_owned, &e->cap_owned,
+    char **slot = copy ? gp__push((void **)&e->owned_strings, &e->n_owned, &e->cap_owned,
                               sizeof *slot)
                        : NULL;
     if (!slot || !map_put(&e->strings_map, h1, h2, n, (uint32_t)(e->n_owned - 1))) {
@@ -1364,8 +1350,9 @@ static void sync_modules(gp_profile *p)
 }
 
 /* Whether a frame is allocator or profiler plumbing rather than the code that wanted memory:
- * the malloc family, libprof, the tensor library's allocator, C++ new, c10's CPU allocator; and
- * any frame of the C library or the preload library that could not be symbolized. */
+ * the malloc family, libprof, the tensor library's allocator, C++ new, c10's CPU allocator; any
+ * frame of libprof's own modules or of the CUDA runtime, driver and CUPTI; and frames of the C
+ * library that could not be symbolized. */
 static bool is_plumbing(const gp_symbol *s)
 {
     static const char *const prefixes[] = {
@@ -1380,8 +1367,12 @@ static bool is_plumbing(const gp_symbol *s)
             return true;
     const char *base = strrchr(s->module, '/');
     base = base ? base + 1 : s->module;
-    return strstr(base, "libprof_preload") != NULL ||
-           (!s->resolved && (!strncmp(base, "libc.so", 7) || !strncmp(base, "libc-", 5)));
+    static const char *const plumbing_modules[] = {"libprof_preload", "libprof_cupti",
+                                                   "libcupti", "libcuda.so", "libcudart"};
+    for (size_t i = 0; i < sizeof plumbing_modules / sizeof *plumbing_modules; i++)
+        if (strstr(base, plumbing_modules[i]))
+            return true;
+    return !s->resolved && (!strncmp(base, "libc.so", 7) || !strncmp(base, "libc-", 5));
 }
 
 static const char *frame_text(gp_profile *p, const gp_symbol *s, char *buf, size_t size)

@@ -14,6 +14,7 @@
  *   detector KIND     each gradient-leak detector (analysis.h: gp_finding) that fired.
  * Every number comes from the gp_profile; this file only compares and prints.
  */
+#include "array.h"
 #include "cli.h"
 #include "commands.h"
 #include "render.h"
@@ -130,26 +131,11 @@ typedef struct results {
     bool oom;
 } results;
 
-/* Grows *items (of `size` bytes each) to hold n+1; returns the new element zeroed, or NULL. */
-static void *grow(void **items, size_t *n, size_t *cap, size_t size)
-{
-    if (*n == *cap) {
-        size_t c = *cap ? 2 * *cap : 16;
-        void *p = realloc(*items, c * size);
-        if (!p)
-            return NULL;
-        *items = p;
-        *cap = c;
-    }
-    void *e = (char *)*items + (*n)++ * size;
-    memset(e, 0, size);
-    return e;
-}
 
 static rule *rule_begin(results *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static rule *rule_begin(results *r, const char *fmt, ...)
 {
-    rule *ru = grow((void **)&r->rules, &r->n_rules, &r->cap_rules, sizeof *ru);
+    rule *ru = gp__push((void **)&r->rules, &r->n_rules, &r->cap_rules, sizeof *ru);
     if (!ru) {
         r->oom = true;
         return NULL;
@@ -165,7 +151,7 @@ static rule *rule_begin(results *r, const char *fmt, ...)
 /* A new violation of the last rule begun. */
 static violation *violation_add(results *r, const char *rule_id, const char *region)
 {
-    violation *v = grow((void **)&r->violations, &r->n_violations, &r->cap_violations, sizeof *v);
+    violation *v = gp__push((void **)&r->violations, &r->n_violations, &r->cap_violations, sizeof *v);
     if (!v) {
         r->oom = true;
         return NULL;
@@ -178,7 +164,7 @@ static violation *violation_add(results *r, const char *rule_id, const char *reg
 
 static gp_finding_item *item_add(results *r, violation *v)
 {
-    gp_finding_item *it = grow((void **)&v->items, &v->n_items, &v->cap_items, sizeof *it);
+    gp_finding_item *it = gp__push((void **)&v->items, &v->n_items, &v->cap_items, sizeof *it);
     if (!it)
         r->oom = true;
     return it;

@@ -12,6 +12,7 @@
 
 #include <ctype.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -27,6 +28,7 @@
 
 #define CMD "run"
 #define PRELOAD_NAME "libprof_preload.so"
+#define CUPTI_NAME "libprof_cupti.so"
 
 static const char run_usage[] =
     "usage: gradprof run [options] [--] PROGRAM [ARGS...]\n"
@@ -48,6 +50,11 @@ static const char run_usage[] =
     "                           still recorded, only stacks are sampled\n"
     "      --flush-ms N         flush interval, 1-10000 ms (default 100): a program killed by\n"
     "                           SIGKILL loses at most about this much\n"
+    "      --cuda               also record CUDA memory (cudaMalloc & co., with host stacks)\n"
+    "                           through CUPTI: sets CUDA_INJECTION64_PATH to libprof_cupti.so\n"
+    "                           ($GRADPROF_CUPTI, else next to the preload library). Without a\n"
+    "                           CUDA driver, or when another CUPTI client is attached, one line\n"
+    "                           says so and only host memory is recorded\n"
     "  -h, --help               this help\n"
     "\n"
     "SIZE: bytes, or a number with a unit: 64k, 1.5MiB (K M G T = KiB MiB GiB TiB, powers of\n"
@@ -60,7 +67,14 @@ static const char run_usage[] =
     "Exit status: PROGRAM's; 128+N if signal N killed it; 127 if PROGRAM was not found, 126 if\n"
     "it could not be executed; 2 for a bad option or a missing preload library.\n";
 
-enum { OPT_STACK_DEPTH = 256, OPT_NO_STACKS, OPT_MIN_STACK, OPT_STACK_SAMPLE, OPT_FLUSH_MS };
+enum {
+    OPT_STACK_DEPTH = 256,
+    OPT_NO_STACKS,
+    OPT_MIN_STACK,
+    OPT_STACK_SAMPLE,
+    OPT_FLUSH_MS,
+    OPT_CUDA
+};
 
 static const struct option run_options[] = {
     {"output", required_argument, NULL, 'o'},
@@ -69,6 +83,7 @@ static const struct option run_options[] = {
     {"min-stack-size", required_argument, NULL, OPT_MIN_STACK},
     {"stack-sample", required_argument, NULL, OPT_STACK_SAMPLE},
     {"flush-ms", required_argument, NULL, OPT_FLUSH_MS},
+    {"cuda", no_argument, NULL, OPT_CUDA},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -105,6 +120,42 @@ static int find_preload(char *out, size_t size)
     }
     return gp_cli_error(CMD, "cannot find %s; tried %s and %s; set GRADPROF_PRELOAD to its path",
                         PRELOAD_NAME, tried[0], tried[1]);
+}
+
+static int set_env(const char *name, const char *value);
+
+/* ---- --cuda --------------------------------------------------------------------------------- */
+
+/* Sets CUDA_INJECTION64_PATH to libprof_cupti.so ($GRADPROF_CUPTI, else the preload library's
+ * directory). Returns 0, or prints why and returns GP_EXIT_USAGE. Without a CUDA driver it warns
+ * once and goes on (the program then runs host-only: CUDA never loads the injection). */
+static int setup_cuda(const char *preload)
+{
+    char path[PATH_MAX];
+    const char *env = getenv("GRADPROF_CUPTI");
+    if (env && *env) {
+        if (access(env, R_OK) != 0 || !realpath(env, path))
+            return gp_cli_error(CMD, "GRADPROF_CUPTI='%s': %s", env, strerror(errno));
+    } else {
+        const char *slash = strrchr(preload, '/');
+        int dir = slash ? (int)(slash - preload) : 0;
+        snprintf(path, sizeof path, "%.*s/%s", dir, preload, CUPTI_NAME);
+        if (access(path, R_OK) != 0)
+            return gp_cli_error(CMD,
+                                "--cuda: cannot find %s (it is built only when the CUDA toolkit "
+                                "with CUPTI is found); set GRADPROF_CUPTI to its path",
+                                path);
+    }
+    const char *old = getenv("CUDA_INJECTION64_PATH");
+    if (old && *old && strcmp(old, path) != 0)
+        gp_cli_warn(CMD, "--cuda: replacing CUDA_INJECTION64_PATH=%s", old);
+    void *driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (!driver)
+        gp_cli_warn(CMD, "--cuda: no CUDA driver (libcuda.so.1 not found); recording host memory "
+                         "only");
+    else
+        dlclose(driver);
+    return set_env("CUDA_INJECTION64_PATH", path);
 }
 
 /* ---- the traces ------------------------------------------------------------------------------ */
@@ -304,6 +355,7 @@ int gp_cmd_run(int argc, char **argv)
 {
     const char *output = NULL;
     bool have_depth = false, have_min = false, have_sample = false, have_flush = false;
+    bool cuda = false;
     uint64_t depth = 32, min_stack = 0, sample = 0, flush_ms = 100;
     char err[512];
     int c;
@@ -340,6 +392,9 @@ int gp_cmd_run(int argc, char **argv)
                 return gp_cli_error(CMD, "--flush-ms: %s", err);
             have_flush = true;
             break;
+        case OPT_CUDA:
+            cuda = true;
+            break;
         case 'h':
             fputs(run_usage, stdout);
             return GP_EXIT_OK;
@@ -355,6 +410,8 @@ int gp_cmd_run(int argc, char **argv)
     char preload[PATH_MAX];
     int rc = find_preload(preload, sizeof preload);
     if (rc)
+        return rc;
+    if (cuda && (rc = setup_cuda(preload)))
         return rc;
 
     /* The output template: as given (for messages) and absolute (for the program, which may
