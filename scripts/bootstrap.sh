@@ -3,13 +3,14 @@
 #   gradprof_bootstrap            what building and the demo need
 #   gradprof_bootstrap --tests    also what the test suite runs: python3 (export checks), chromium
 #                                 (the HTML report in a headless browser), python3-torch (PyTorch
-#                                 integration tests, run with /usr/bin/python3)
+#                                 integration tests, run with /usr/bin/python3), clang and its
+#                                 runtime (libFuzzer harnesses)
 # Sourced by scripts/demo.sh and scripts/test.sh; safe to run on its own (bash scripts/bootstrap.sh).
 set -euo pipefail
 
 GRADPROF_PACKAGES=(build-essential cmake pkg-config libopenblas-dev libunwind-dev libcmocka-dev
                    libdw-dev libelf-dev)
-GRADPROF_TEST_PACKAGES=(python3 chromium python3-torch)
+GRADPROF_TEST_PACKAGES=(python3 chromium python3-torch clang libclang-rt-14-dev)
 
 gradprof_bootstrap() {
     local wanted=("${GRADPROF_PACKAGES[@]}") missing=()
