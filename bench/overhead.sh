@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Superseded by bench/run.sh (all of issue 7, writes bench/RESULTS.md); kept as a quick check.
 # Profiler overhead on the malloc-heavy program (bench/malloc_bench.c: 2 threads, small
 # allocations from stacks 4-16 frames deep) and on examples/mlp_infer: medians of N runs of
 # unprofiled, gradprof with stacks, gradprof without stacks and heaptrack, measured side by side.

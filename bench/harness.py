@@ -1,0 +1,352 @@
+#!/usr/bin/env python3
+"""bench/harness.py — runs every benchmark of issue 7 and writes bench/RESULTS.md and
+bench/results.json. Called by bench/run.sh after it builds Release; standard library only
+(PyTorch is run as a subprocess with /usr/bin/python3, which has Debian's python3-torch).
+
+Every figure is a ratio of configurations measured side by side in this run: the configurations
+are interleaved run by run (one run of each, then the next round), after one warm-up round, and
+each time is the median of RUNS rounds.
+"""
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.environ.get("BUILD", "/tmp/build-bench")
+RUNS = int(os.environ.get("RUNS", "5"))
+SMOKE = bool(os.environ.get("SMOKE"))  # tiny sizes, to test the harness itself
+TORCH_PY = "/usr/bin/python3"
+GP = os.path.join(BUILD, "tools", "gradprof")
+THREADS = "1"
+ENV = dict(os.environ, OPENBLAS_NUM_THREADS=THREADS, OMP_NUM_THREADS=THREADS,
+           MKL_NUM_THREADS=THREADS)
+WORK = tempfile.mkdtemp(prefix="gradprof-bench.")
+COMMANDS = []  # every command line, for RESULTS.md
+RESULTS = {}
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def have(tool):
+    return shutil.which(tool) is not None
+
+
+def torch_ok():
+    try:
+        return subprocess.run([TORCH_PY, "-c", "import torch"], capture_output=True,
+                              timeout=120).returncode == 0
+    except Exception:
+        return False
+
+
+def timed(cmd, timeout=600):
+    """Runs cmd under /usr/bin/time; returns (wall s, max RSS bytes, stdout) or None on failure."""
+    tf = os.path.join(WORK, "time.out")
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(["/usr/bin/time", "-o", tf, "-f", "%M"] + cmd, env=ENV,
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=timeout,
+                           cwd=WORK)
+    except subprocess.TimeoutExpired:
+        return None
+    wall = time.monotonic() - t0
+    if p.returncode != 0:
+        return None
+    with open(tf) as f:
+        rss = int(f.read().split()[-1]) * 1024
+    return wall, rss, p.stdout.decode(errors="replace")
+
+
+def clean(prefix):
+    for f in os.listdir(WORK):
+        if f.startswith(prefix):
+            os.unlink(os.path.join(WORK, f))
+
+
+def interleave(configs, runs=RUNS, warmup=True):
+    """configs: list of (name, cmd, files_prefix_or_None). Returns {name: {wall, rss, walls}}."""
+    out = {n: {"walls": [], "rsss": []} for n, _, _ in configs}
+    rounds = ([True] if warmup else []) + [False] * runs
+    for warm in rounds:
+        for name, cmd, prefix in configs:
+            r = timed(cmd)
+            if prefix:
+                clean(prefix)
+            if r is None:
+                out[name]["failed"] = True
+                continue
+            if not warm:
+                out[name]["walls"].append(r[0])
+                out[name]["rsss"].append(r[1])
+    for n, d in out.items():
+        if d["walls"]:
+            d["wall"] = statistics.median(d["walls"])
+            d["rss"] = statistics.median(d["rsss"])
+    return out
+
+
+def shell(cmd):
+    return " ".join(c if re.fullmatch(r"[\w./%=:,+-]+", c) else "'%s'" % c for c in cmd)
+
+
+# ------------------------------------------------------------------------------------------------
+def machine():
+    cpu = "unknown"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    with open("/proc/meminfo") as f:
+        mem = int(f.readline().split()[1]) * 1024
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain"],
+                           capture_output=True, text=True).stdout.strip()
+    ver = lambda c: (subprocess.run(c, capture_output=True, text=True).stdout.strip() or
+                     "not available").splitlines()[0] if have(c[0]) else "not available"
+    return {"nproc": os.cpu_count(), "cpu": cpu, "memory_bytes": mem,
+            "date_utc": datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"),
+            "commit": commit + (" (+ uncommitted changes)" if dirty else ""),
+            "kernel": platform.release(), "threads": THREADS,
+            "heaptrack": ver(["heaptrack", "--version"]),
+            "valgrind": ver(["valgrind", "--version"]),
+            "torch": subprocess.run([TORCH_PY, "-c", "import torch;print(torch.__version__)"],
+                                    capture_output=True, text=True).stdout.strip()
+            if torch_ok() else "not available"}
+
+
+def trace_events(path):
+    """Event count from gradprof report --format json (header), else None."""
+    p = subprocess.run([GP, "report", path, "--format", "json"], capture_output=True, text=True)
+    try:
+        j = json.loads(p.stdout)
+    except Exception:
+        return None
+    def find(o):
+        if isinstance(o, dict):
+            for k, v in o.items():
+                if k in ("events", "event_count") and isinstance(v, int):
+                    return v
+                r = find(v)
+                if r is not None:
+                    return r
+        return None
+    return find(j)
+
+
+def overhead():
+    res = {}
+    mb = os.path.join(BUILD, "bench", "malloc_bench")
+    mi = os.path.join(BUILD, "examples", "mlp_infer")
+    progs = [("malloc_bench", [mb, "20000" if SMOKE else "1000000", "2"]),
+             ("mlp_infer", [mi, "--iters", "1" if SMOKE else "10"])]
+    if torch_ok():
+        progs.append(("torch_mlp_infer", [TORCH_PY, os.path.join(ROOT, "bench",
+                                                                  "torch_mlp_infer.py"), "20"]))
+    else:
+        res["torch_mlp_infer"] = {"note": "not available (no torch in /usr/bin/python3)"}
+    # massif runs the BLAS kernels ~150x slower: it gets a smaller mlp_infer, with its own
+    # unprofiled baseline interleaved with it
+    progs.append(("mlp_infer, massif size", [mi, "--width", "256", "--iters",
+                                             "1" if SMOKE else "3"]))
+    for name, cmd in progs:
+        log("overhead:", name)
+        if name == "mlp_infer, massif size":
+            if not have("valgrind"):
+                res[name] = {"note": "valgrind not available"}
+                continue
+            cfgs = [("unprofiled", cmd, None), ("valgrind massif", [
+                "valgrind", "--tool=massif", "--massif-out-file=" +
+                os.path.join(WORK, "massif.out")] + cmd, "massif")]
+            d = interleave(cfgs, warmup=False)
+            d["valgrind massif"]["ratio"] = d["valgrind massif"].get("wall", 0) / d[
+                "unprofiled"]["wall"]
+            d["valgrind massif"]["rss_delta"] = d["valgrind massif"].get("rss", 0) - d[
+                "unprofiled"]["rss"]
+            d["unprofiled"]["ratio"] = 1.0
+            d["unprofiled"]["rss_delta"] = 0
+            res[name] = {"command": shell(cmd), "configs": d}
+            for c in cfgs:
+                COMMANDS.append(shell(c[1]))
+            continue
+        cfgs = [("unprofiled", cmd, None),
+                ("gradprof run (stacks)", [GP, "run", "-o", os.path.join(WORK, "s.gptrace"),
+                                           "--"] + cmd, "s.gptrace"),
+                ("gradprof run --no-stacks", [GP, "run", "--no-stacks", "-o",
+                                              os.path.join(WORK, "n.gptrace"), "--"] + cmd,
+                 "n.gptrace")]
+        if have("heaptrack"):
+            cfgs.append(("heaptrack", ["heaptrack", "-o", os.path.join(WORK, "h")] + cmd, "h"))
+        d = interleave(cfgs)
+        if not have("heaptrack"):
+            d["heaptrack"] = {"note": "not available"}
+        # trace size per event: one more run each, kept
+        sizes = {}
+        for lab, extra in (("gradprof run (stacks)", []),
+                           ("gradprof run --no-stacks", ["--no-stacks"])):
+            t = os.path.join(WORK, "size.gptrace")
+            subprocess.run([GP, "run"] + extra + ["-o", t, "--"] + cmd, env=ENV,
+                           capture_output=True, cwd=WORK)
+            if os.path.exists(t):
+                ev = trace_events(t)
+                sz = os.path.getsize(t)
+                d[lab]["trace_bytes"] = sz
+                d[lab]["events"] = ev
+                d[lab]["bytes_per_event"] = sz / ev if ev else None
+                os.unlink(t)
+        if have("heaptrack"):
+            subprocess.run(["heaptrack", "-o", os.path.join(WORK, "hs")] + cmd, env=ENV,
+                           capture_output=True, cwd=WORK)
+            hs = [f for f in os.listdir(WORK) if f.startswith("hs")]
+            if hs:
+                d["heaptrack"]["trace_bytes"] = os.path.getsize(os.path.join(WORK, hs[0]))
+                ev = d["gradprof run --no-stacks"].get("events")
+                d["heaptrack"]["bytes_per_event"] = (d["heaptrack"]["trace_bytes"] / ev
+                                                     if ev else None)
+            clean("hs")
+        base = d["unprofiled"].get("wall")
+        for lab, v in d.items():
+            if "wall" in v and base:
+                v["ratio"] = v["wall"] / base
+                v["rss_delta"] = v["rss"] - d["unprofiled"]["rss"]
+        res[name] = {"command": shell(cmd), "configs": d}
+        for c in cfgs:
+            COMMANDS.append(shell(c[1]))
+    return res
+
+
+def analysis():
+    log("analysis: recording the big traces")
+    cmd = [os.path.join(BUILD, "bench", "malloc_bench"),
+           "20000" if SMOKE else "1000000", "2"]
+    a = os.path.join(WORK, "big.gptrace")
+    b = os.path.join(WORK, "big2.gptrace")
+    for t in (a, b):
+        subprocess.run([GP, "run", "-o", t, "--", *cmd], env=ENV, capture_output=True, cwd=WORK)
+    ev = trace_events(a)
+    cfgs = [("gradprof report", [GP, "report", a, "-o", os.path.join(WORK, "r.txt")], None),
+            ("gradprof diff", [GP, "diff", a, b, "-o", os.path.join(WORK, "d.txt")], None)]
+    COMMANDS.append(shell([GP, "run", "-o", a, "--", *cmd]))
+    res = {"program": shell(cmd), "events": ev, "trace_bytes": os.path.getsize(a)}
+    if have("heaptrack") and have("heaptrack_print"):
+        subprocess.run(["heaptrack", "-o", os.path.join(WORK, "bigh"), *cmd], env=ENV,
+                       capture_output=True, cwd=WORK)
+        h = [f for f in os.listdir(WORK) if f.startswith("bigh")]
+        if h:
+            h = os.path.join(WORK, h[0])
+            res["heaptrack_trace_bytes"] = os.path.getsize(h)
+            cfgs.append(("heaptrack_print", ["heaptrack_print", "-f", h], None))
+            COMMANDS.append(shell(["heaptrack", "-o", os.path.join(WORK, "bigh"), *cmd]))
+    else:
+        res["heaptrack_print"] = "not available"
+    log("analysis: timing")
+    d = interleave(cfgs)
+    for lab, v in d.items():
+        if "wall" in v and ev:
+            v["events_per_s"] = (ev * (2 if lab == "gradprof diff" else 1)) / v["wall"]
+    if "heaptrack_print" in d and "wall" in d["heaptrack_print"]:
+        for lab in ("gradprof report", "gradprof diff"):
+            if "wall" in d[lab]:
+                d[lab]["speedup_vs_heaptrack_print"] = d["heaptrack_print"]["wall"] / d[lab]["wall"]
+    res["configs"] = d
+    for c in cfgs:
+        COMMANDS.append(shell(c[1]))
+    return res
+
+
+def kv(s):
+    return {k: float(v) for k, v in re.findall(r"(\w+)=([\d.]+)", s)}
+
+
+def tensors():
+    have_torch = torch_ok()
+    tb = os.path.join(BUILD, "bench", "tensor_bench")
+    tp = os.path.join(ROOT, "bench", "torch_bench.py")
+    cases = [(m, mo) for m in ("mlp", "cnn", "transformer")
+             for mo in ("grad", "no_grad", "inference_mode")] + [("mlp", "train")]
+    res = {}
+    for m, mo in cases:
+        log("tensor vs torch:", m, mo)
+        cfgs = [("ours", [tb, m, mo, "2" if SMOKE else "20"], None)]
+        if have_torch:
+            cfgs.append(("torch", [TORCH_PY, tp, m, mo, "2" if SMOKE else "20", THREADS], None))
+        out = {n: [] for n, _, _ in cfgs}
+        for warm in [True] + [False] * RUNS:
+            for n, c, _ in cfgs:
+                r = timed(c)
+                if r and not warm:
+                    out[n].append(kv(r[2]))
+        row = {}
+        for n, rs in out.items():
+            if rs:
+                row[n] = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+        if not have_torch:
+            row["torch"] = "not available"
+        if "ours" in row and isinstance(row.get("torch"), dict):
+            row["time_ratio"] = row["ours"]["ms"] / row["torch"]["ms"]
+            row["hwm_ratio"] = (row["ours"]["hwm"] / row["torch"]["hwm"]
+                                if row["torch"]["hwm"] else None)
+        res["%s/%s" % (m, mo)] = row
+        for c in cfgs:
+            COMMANDS.append(shell(c[1]))
+    return res
+
+
+def perf_profile(cmd, label):
+    """perf record/report of one command: the top self-time symbols (for the missed targets)."""
+    if not have("perf"):
+        return "perf not available"
+    data = os.path.join(WORK, "perf.data")
+    r = subprocess.run(["perf", "record", "-q", "-g", "-o", data, "--"] + cmd, env=ENV,
+                       capture_output=True, cwd=WORK, timeout=300)
+    if r.returncode != 0:
+        return "perf record failed: " + r.stderr.decode(errors="replace")[-300:]
+    rep = subprocess.run(["perf", "report", "-i", data, "--no-children", "--stdio", "-g", "none",
+                          "--percent-limit", "2", "--sort", "dso,symbol"],
+                         capture_output=True, text=True, cwd=WORK)
+    os.unlink(data)
+    lines = [l for l in rep.stdout.splitlines() if l.strip() and not l.startswith("#")]
+    COMMANDS.append("perf record -g -- " + shell(cmd) + "  # " + label)
+    return "\n".join(lines[:14])
+
+
+def main():
+    t0 = time.monotonic()
+    RESULTS["machine"] = machine()
+    RESULTS["runs"] = RUNS
+    RESULTS["overhead"] = overhead()
+    RESULTS["analysis"] = analysis()
+    RESULTS["tensor"] = tensors()
+    log("perf profiles")
+    RESULTS["perf"] = {
+        "malloc_bench under gradprof run (stacks)": perf_profile(
+            [GP, "run", "-o", os.path.join(WORK, "p.gptrace"), "--",
+             os.path.join(BUILD, "bench", "malloc_bench"), "1000000", "2"], "overhead (a)"),
+        "tensor_bench cnn no_grad": perf_profile(
+            [os.path.join(BUILD, "bench", "tensor_bench"), "cnn", "no_grad", "20"], "cnn"),
+        "tensor_bench mlp no_grad": perf_profile(
+            [os.path.join(BUILD, "bench", "tensor_bench"), "mlp", "no_grad", "20"], "mlp"),
+    }
+    RESULTS["elapsed_s"] = time.monotonic() - t0
+    with open(os.path.join(ROOT, "bench", "results.json"), "w") as f:
+        json.dump({**RESULTS, "commands": COMMANDS}, f, indent=1, default=str)
+    import render_results
+    render_results.write(RESULTS, COMMANDS, os.path.join(ROOT, "bench", "RESULTS.md"))
+    shutil.rmtree(WORK, ignore_errors=True)
+    log("done in %.0f s" % RESULTS["elapsed_s"])
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    main()
