@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""An MLP evaluation loop, as people write it: eval mode, a fixed batch, N forwards.
+
+    python3 mlp.py [--grad | --no-grad | --inference-mode] [--iters N] [--layers L] [--width W]
+                   [--batch B] [--instrument] [--saved-report FILE]
+
+--grad (the default) is the loop that forgot torch.no_grad(): each output keeps a graph holding
+the ReLU outputs (L x B x W x 4 bytes). --instrument adds the one line of gradprof's helper
+(tools/python/gradprof_torch.py) for exact tags; --saved-report FILE (needs --instrument) writes
+what its saved-tensor hook saw, per module, as JSON. Unmodified, run it under `gradprof run` and
+the frame rules classify PyTorch's allocations by their call stacks.
+"""
+import argparse
+import contextlib
+import json
+import os
+import sys
+
+import torch
+from torch import nn
+
+
+class MLP(nn.Module):
+    def __init__(self, width, layers, classes=10):
+        super().__init__()
+        blocks = []
+        for _ in range(layers):
+            blocks += [nn.Linear(width, width), nn.ReLU()]
+        self.body = nn.Sequential(*blocks)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--grad", dest="mode", action="store_const", const="grad")
+    g.add_argument("--no-grad", dest="mode", action="store_const", const="no_grad")
+    g.add_argument("--inference-mode", dest="mode", action="store_const", const="inference_mode")
+    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--width", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--instrument", action="store_true", help="gp.instrument(model)")
+    ap.add_argument("--saved-report", metavar="FILE")
+    args = ap.parse_args()
+    mode = args.mode or "grad"
+    if args.saved_report and not args.instrument:
+        ap.error("--saved-report needs --instrument")
+    for name in ("iters", "layers", "width", "batch"):
+        if getattr(args, name) < 1:
+            ap.error("--%s must be at least 1" % name)
+
+    if args.instrument:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                        "..", "..", "tools", "python"))
+        import gradprof_torch as gp
+
+    torch.manual_seed(0)
+    model = MLP(args.width, args.layers).eval()
+    if args.instrument:
+        gp.instrument(model)  # the one line
+
+    x = torch.randn(args.batch, args.width)
+    ctx = {"grad": contextlib.nullcontext, "no_grad": torch.no_grad,
+           "inference_mode": torch.inference_mode}[mode]()
+    with ctx:
+        for _ in range(args.iters):
+            out = model(x)
+            pred = out.argmax(dim=1)
+    print("mlp: %s, %d layers of %d, batch %d, %d iters: predictions %s, output has a graph: %s"
+          % (mode, args.layers, args.width, args.batch, args.iters, pred[:8].tolist(),
+             out.grad_fn is not None))
+    if args.saved_report:
+        rep = gp.saved_report()
+        with open(args.saved_report, "w") as f:
+            json.dump(rep, f, indent=1, sort_keys=True)
+
+
+if __name__ == "__main__":
+    main()

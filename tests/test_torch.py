@@ -1,0 +1,366 @@
+#!/usr/bin/python3
+"""PyTorch end-to-end tests (ctest label `torch`): the example scripts in examples/pytorch/ run
+under `gradprof run`, unmodified (frame rules) and with the helper tools/python/gradprof_torch.py,
+then `gradprof diff`, `check` and `report` on their traces.
+
+    test_torch.py SUBTEST --gradprof BIN --source DIR --work DIR --libprof LIBPROF_SO
+
+SUBTEST: unmodified | instrumented | accumulate | helper. Exits 77 (ctest: skipped) when this
+Python cannot import torch (Debian's python3-torch is for /usr/bin/python3 only).
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+PY = sys.executable
+FAILURES = []
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def expect(cond, msg):
+    if cond:
+        log("  ok   " + msg)
+    else:
+        log("  FAIL " + msg)
+        FAILURES.append(msg)
+    return cond
+
+
+class Env:
+    def __init__(self, args):
+        self.gradprof = args.gradprof
+        self.src = args.source
+        self.work = args.work
+        self.libprof = args.libprof
+        self.pytorch = os.path.join(self.src, "examples", "pytorch")
+        self.helper_dir = os.path.join(self.src, "tools", "python")
+
+    def path(self, name):
+        return os.path.join(self.work, name)
+
+
+def run(cmd, env=None, expect_rc=(0,), timeout=300):
+    t0 = time.time()
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                       timeout=timeout, universal_newlines=True)
+    took = time.time() - t0
+    short = " ".join(os.path.basename(c) if i == 0 else c for i, c in enumerate(cmd))
+    log("  [%5.1fs] rc=%d %s" % (took, p.returncode, short[:160]))
+    if expect_rc is not None and p.returncode not in expect_rc:
+        sys.stdout.write(p.stdout[-4000:])
+        sys.stdout.write(p.stderr[-4000:])
+        raise SystemExit("command failed (rc %d, expected %s): %s"
+                         % (p.returncode, expect_rc, " ".join(cmd)))
+    return p
+
+
+def parallel(jobs):
+    """Runs the callables two at a time (the machines this runs on have two cores)."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as ex:
+        futs = [ex.submit(j) for j in jobs]
+        return [f.result() for f in futs]
+
+
+def record(E, trace, script, args, env=None):
+    """gradprof run -o TRACE -- python3 examples/pytorch/SCRIPT ARGS (the trace is never
+    overwritten by gradprof, so an old one is removed first)."""
+    for old in [trace] + [trace + ".%d" % i for i in range(1, 4)]:
+        if os.path.exists(old):
+            os.unlink(old)
+    cmd = [E.gradprof, "run", "-o", trace, "--", PY, os.path.join(E.pytorch, script)] + args
+    return lambda: run(cmd, env=env)
+
+
+def diff_json(E, a, b):
+    out = a + ".diff.json"
+    return lambda: (run([E.gradprof, "diff", a, b, "--format", "json", "--top", "0", "-o", out]),
+                    json.load(open(out)))[1]
+
+
+def report_json(E, trace, top=300):
+    out = trace + ".report.json"
+    return lambda: (run([E.gradprof, "report", trace, "--format", "json", "--top", str(top),
+                         "-o", out]), json.load(open(out)))[1]
+
+
+def check_json(E, trace, *opts):
+    def job():
+        p = run([E.gradprof, "check", trace, "--format", "json"] + list(opts), expect_rc=(0, 1))
+        return p.returncode, json.loads(p.stdout)
+    return job
+
+
+def held_by(rows, key):
+    out = {}
+    for r in rows:
+        out[r[key]] = out.get(r[key], 0) + r["held_bytes"]
+    return out
+
+
+def fmt(d):
+    return ", ".join("%s %d" % kv for kv in sorted(d.items()))
+
+
+# ---- unmodified scripts: frame rules only --------------------------------------------------------
+
+def test_unmodified(E):
+    t = {m + g: E.path("u_%s_%s.gptrace" % (m, g))
+         for m in ("mlp", "cnn") for g in ("grad", "nograd")}
+    parallel([record(E, t["mlpgrad"], "mlp.py", ["--grad"]),
+              record(E, t["mlpnograd"], "mlp.py", ["--no-grad"]),
+              record(E, t["cnngrad"], "cnn.py", ["--grad"]),
+              record(E, t["cnnnograd"], "cnn.py", ["--no-grad"])])
+    d_mlp, d_cnn, c_mg, c_mn, c_cg, c_cn = parallel([
+        diff_json(E, t["mlpgrad"], t["mlpnograd"]), diff_json(E, t["cnngrad"], t["cnnnograd"]),
+        check_json(E, t["mlpgrad"]), check_json(E, t["mlpnograd"]),
+        check_json(E, t["cnngrad"]), check_json(E, t["cnnnograd"])])
+
+    for name, d, good, first in (("mlp", d_mlp, ("relu", "linear", "addmm"), ("relu", "linear")),
+                                 ("cnn", d_cnn, ("conv", "batch_norm", "max_pool", "relu"),
+                                  ("conv", "batch_norm", "max_pool"))):
+        held = d["held_by_graph_bytes"]
+        ops = sorted(d["ops"], key=lambda r: -r["held_bytes"])
+        top = [r["op"] for r in ops[:3]]
+        log("%s unmodified: held by graph %d B; top ops by held: %s" % (
+            name, held, "; ".join("%s @ %s %d" % (r["op"], r["module"] or "-", r["held_bytes"])
+                                  for r in ops[:5])))
+        expect(held > 1 << 20, "%s: more than 1 MiB held by graph construction" % name)
+        expect(any(o.startswith(first) for o in top[:2]),
+               "%s: the op holding the most is one of %s (top: %s)" % (name, first, top))
+        named = sum(r["held_bytes"] for r in ops if r["op"].startswith(good))
+        expect(named >= 0.9 * held, "%s: ops %s hold %d of %d B held (>= 90%%)"
+               % (name, "/".join(good), named, held))
+        expect(d["remainder_bytes"] == 0, "%s: no unexplained remainder" % name)
+    relu = sum(r["held_bytes"] for r in d_mlp["ops"] if r["op"] == "relu")
+    expect(relu >= 4 * 128 * 512 * 4, "mlp: relu holds at least one graph's 4 ReLU outputs "
+           "(%d >= %d B)" % (relu, 4 * 128 * 512 * 4))
+    expect(any("conv" in o["op"] for o in sorted(d_cnn["ops"], key=lambda r: -r["held_bytes"])[:3]),
+           "cnn: a conv op among the 3 ops holding the most")
+
+    for name, (rc_g, cg), (rc_n, cn) in (("mlp", c_mg, c_mn), ("cnn", c_cg, c_cn)):
+        cats = sorted({v["category"] for v in cg["violations"]})
+        log("%s unmodified check: grad rc %d (violations in %s), no_grad rc %d" % (
+            name, rc_g, cats, rc_n))
+        expect(rc_g == 1 and not cg["passed"], "%s: check fails the grad run" % name)
+        expect("autograd" in cats, "%s: the named autograd frames (grad accumulators, saved "
+               "variables) are what it fails on" % name)
+        expect(rc_n == 0 and cn["passed"], "%s: check passes the no_grad run" % name)
+
+
+# ---- with the helper -----------------------------------------------------------------------------
+
+MODULES = {
+    "mlp": {"MLP.body.1", "MLP.body.3", "MLP.body.5", "MLP.body.7"},
+    "cnn": {"CNN.features.%d" % i for i in range(1, 12)} | {"CNN.classifier"},
+}
+
+
+def test_instrumented(E):
+    t, s = {}, {}
+    jobs = []
+    for m in ("mlp", "cnn"):
+        for g in ("grad", "nograd"):
+            k = m + g
+            t[k] = E.path("i_%s_%s.gptrace" % (m, g))
+            s[k] = E.path("i_%s_%s.saved.json" % (m, g))
+            flag = "--grad" if g == "grad" else "--no-grad"
+            jobs.append(record(E, t[k], m + ".py", [flag, "--instrument", "--saved-report", s[k]]))
+    parallel(jobs)
+    d_mlp, d_cnn, c_mg, c_mn, c_cg, c_cn, r_mlp, r_cnn = parallel([
+        diff_json(E, t["mlpgrad"], t["mlpnograd"]), diff_json(E, t["cnngrad"], t["cnnnograd"]),
+        check_json(E, t["mlpgrad"]), check_json(E, t["mlpnograd"]),
+        check_json(E, t["cnngrad"]), check_json(E, t["cnnnograd"]),
+        report_json(E, t["mlpgrad"]), report_json(E, t["cnngrad"])])
+
+    for name, d in (("mlp", d_mlp), ("cnn", d_cnn)):
+        hook = json.load(open(s[name + "grad"]))
+        hook_nog = json.load(open(s[name + "nograd"]))
+        expect(hook["mode"] == "preload", "%s: the helper used the preload's libprof" % name)
+        by_mod = hook["peak_by_module"]
+        saved = held_by([r for r in d["sites"] if r["category"] == "saved"], "module")
+        log("%s: saved held per module (diff) : %s" % (name, fmt(saved)))
+        log("%s: saved per module (hook)       : %s" % (name, fmt(by_mod)))
+        expect(set(by_mod) == MODULES[name], "%s: the hook saw the expected modules" % name)
+        for mod in sorted(set(by_mod) | set(saved)):
+            h, g = by_mod.get(mod, 0), saved.get(mod, 0)
+            expect(h > 0 and abs(g - h) <= 0.05 * h,
+                   "%s: %s saved held %d B within 5%% of the hook's %d B" % (name, mod, g, h))
+        total = d["held_by_category"]["saved"]
+        expect(abs(total - hook["peak_bytes"]) <= 0.05 * hook["peak_bytes"],
+               "%s: saved held %d B within 5%% of the hook's peak %d B"
+               % (name, total, hook["peak_bytes"]))
+        expect(hook_nog["peak_bytes"] == 0, "%s: nothing saved under no_grad" % name)
+        par = d["by_category"]["parameter"]
+        expect(par["a"] > 0 and par["a"] == par["b"] and par["held"] == 0,
+               "%s: parameters tagged the same in both runs (%d B), none held" % (name, par["a"]))
+        expect(d["remainder_bytes"] == 0, "%s: no unexplained remainder" % name)
+
+    for name, (rc_g, cg), (rc_n, cn) in (("mlp", c_mg, c_mn), ("cnn", c_cg, c_cn)):
+        cats = sorted({v["category"] for v in cg["violations"]})
+        log("%s instrumented check: grad rc %d (violations in %s), no_grad rc %d" % (
+            name, rc_g, cats, rc_n))
+        expect(rc_g == 1 and "saved" in cats, "%s: check fails the grad run on saved" % name)
+        expect(rc_n == 0 and cn["passed"], "%s: check passes the no_grad run" % name)
+
+    # The report of an instrumented run: module paths and saved tensors with shapes
+    for name, r, row in (("mlp", r_mlp, ("MLP.body.1", "relu", "[128,512]")),
+                         ("cnn", r_cnn, ("CNN.features.1", "convolution", "[16,16,32,32]"))):
+        mods = {m["module"] for m in r["modules"]}
+        rows = {(x["module"], x["op"], x["shape"]) for x in r["saved_tensors"]}
+        log("%s report: modules %s; saved_tensors %s" % (name, sorted(mods), sorted(rows)[:6]))
+        expect(MODULES[name] <= mods, "%s: report modules[] has the module paths" % name)
+        expect(row in rows, "%s: saved_tensors has %s" % (name, list(row)))
+        expect(all(x["shape"].startswith("[") and x["module"] for x in r["saved_tensors"]),
+               "%s: every saved_tensors row has a module and a shape" % name)
+        regions = {x["name"] for x in r["regions"]}
+        expect(MODULES[name] <= regions, "%s: module forward regions recorded" % name)
+
+
+# ---- the accumulation leak -----------------------------------------------------------------------
+
+def test_accumulate(E):
+    bug, fixed = E.path("acc_bug.gptrace"), E.path("acc_fixed.gptrace")
+    parallel([record(E, bug, "accumulate.py", ["--instrument"]),
+              record(E, fixed, "accumulate.py", ["--instrument", "--fixed"])])
+    opts = ["--forbid", "none", "--detectors", "growth_across_iterations"]
+    (rc_b, cb), (rc_f, cf), rep = parallel([check_json(E, bug, *opts), check_json(E, fixed, *opts),
+                                            report_json(E, bug, 20)])
+    growth = [v for v in cb["violations"] if "growth" in v["rule"]]
+    log("accumulate: bug rc %d, fixed rc %d" % (rc_b, rc_f))
+    expect(rc_b == 1 and growth, "the bug is detected as growth_across_iterations")
+    if growth:
+        items = growth[0]["items"]
+        log("  growing: " + "; ".join("%s %s @ %s %d B" % (i["category"], i["op"],
+                                                           i["module"] or "-", i["bytes"])
+                                      for i in items[:4]))
+        top = items[0] if items else {}
+        expect(top.get("category") == "saved" and top.get("op") == "relu" and
+               top.get("module", "").startswith("model."),
+               "the site that grows most is the saved ReLU outputs of the model")
+        expect(growth[0]["bytes"] > 7 * 2 * 64 * 256 * 4 * 0.9,
+               "it grew by about 7 iterations of 2 saved [64,256] ReLU outputs (%d B)"
+               % growth[0]["bytes"])
+    expect(rc_f == 0 and cf["passed"], "--fixed is not detected")
+    marks = [i["mark"] for i in rep["iterations"]]
+    expect(marks == ["iter %d" % i for i in range(8)], "8 marks 'iter i' recorded")
+    expect(any(f["kind"] == "forgot_no_grad" and f["region"] == "inference"
+               for f in rep["findings"]), "forgot_no_grad in the 'inference' region")
+
+
+# ---- the helper itself: standalone, under the preload, and without libprof -----------------------
+
+def check_helper_trace(E, where, r, prog_out):
+    keys = {(k["category"], k["op"], k["module"]): k for k in r["tag_keys"]}
+    pb = prog_out["param_bytes"]
+    p0 = keys.get(("parameter", "parameter", "net.0"), {}).get("total_bytes")
+    expect(p0 == 16 * 32 * 4 + 32 * 4, "%s: net.0's weight and bias tagged parameter" % where)
+    g0 = keys.get(("gradient", "accumulate_grad", "net.0"), {}).get("total_bytes", 0)
+    g2 = keys.get(("gradient", "accumulate_grad", "net.2"), {}).get("total_bytes", 0)
+    expect(g0 + g2 == pb, "%s: .grad tagged gradient once per parameter (%d of %d B)"
+           % (where, g0 + g2, pb))
+    sv = [x for x in r["saved_tensors"] if x["module"] == "net.1"]
+    expect(len(sv) == 1 and sv[0]["op"] == "relu" and sv[0]["shape"] == "[8,32]" and
+           sv[0]["count"] == 6 and sv[0]["live_at_end"] == 0,
+           "%s: ReLU output saved as one storage in each of 6 graphs, none left (%s)"
+           % (where, sv))
+    sv = [(x["module"], x["op"], x["shape"], x["count"]) for x in r["saved_tensors"]
+          if x["module"] != "net.1"]
+    expect(sv == [("outer.lin", "leaf", "[8,16]", 1)],
+           "%s: the nested model saved one tensor without grad_fn, and not its input (%s)"
+           % (where, sv))
+    regions = {x["name"] for x in r["regions"]}
+    want = {"net", "net.0", "net.1", "net.2", "no_grad", "enable_grad", "inference_mode",
+            "backward", "train", "inference", "bad", "bad.0", "bad.1", "outer", "outer.lin"}
+    expect(want <= regions, "%s: regions %s" % (where, sorted(want - regions) or "all there"))
+    kinds = {(f["kind"], f["region"]) for f in r["findings"]}
+    expect(("forgot_no_grad", "inference") in kinds, "%s: forgot_no_grad in 'inference'" % where)
+    expect(not any(k == "graph_without_grad" for k, _ in kinds),
+           "%s: no graph_without_grad (enable_grad and backward are exempt): %s" % (where, kinds))
+    marks = [i["mark"] for i in r["iterations"]]
+    expect(marks == ["train", "end"], "%s: marks %s" % (where, marks))
+
+
+def test_helper(E):
+    prog = os.path.join(E.src, "tests", "torch_helper_prog.py")
+    env = dict(os.environ, PYTHONPATH=E.helper_dir)
+    env.pop("LD_PRELOAD", None)
+
+    st = E.path("helper_standalone.gptrace")
+    for f in (st, st + ".1"):
+        if os.path.exists(f):
+            os.unlink(f)
+    env_st = dict(env, GRADPROF_LIBPROF=E.libprof, GRADPROF_OUTPUT=st)
+    st_out = E.path("helper_standalone.json")
+    pl = E.path("helper_preload.gptrace")
+    pl_out = E.path("helper_preload.json")
+    parallel([lambda: run([PY, prog, "standalone", st_out], env=env_st),
+              record_prog(E, pl, prog, ["preload", pl_out], env)])
+    r_st, r_pl = parallel([report_json(E, st), report_json(E, pl)])
+    check_helper_trace(E, "standalone", r_st, json.load(open(st_out)))
+    check_helper_trace(E, "preload", r_pl, json.load(open(pl_out)))
+    expect(r_st["trace"]["mode"] != r_pl["trace"]["mode"],
+           "the two traces were recorded in-process and by the preload (%s, %s)"
+           % (r_st["trace"]["mode"], r_pl["trace"]["mode"]))
+
+    # No libprof anywhere: one warning, the program runs unchanged
+    lone = E.path(os.path.join("fallback", "a", "b"))
+    os.makedirs(lone, exist_ok=True)
+    shutil.copy(os.path.join(E.helper_dir, "gradprof_torch.py"), lone)
+    code = ("import torch, gradprof_torch as gp\n"
+            "m = gp.instrument(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()))\n"
+            "gp.mark('x')\n"
+            "with gp.region('inference'):\n"
+            "    y = m(torch.randn(2, 4)).sum()\n"
+            "y.backward()\n"
+            "with torch.no_grad():\n"
+            "    m(torch.randn(2, 4))\n"
+            "print(gp.mode(), gp.saved_bytes_by_module(), m[0].weight.grad is not None)\n")
+    p = run([PY, "-c", code], env=dict(env, PYTHONPATH=lone, GRADPROF_LIBPROF="/nonexistent.so"))
+    warns = [l for l in p.stderr.splitlines() if l.startswith("gradprof_torch:")]
+    expect(p.stdout.strip() == "off {} True", "without libprof: a no-op (%r)" % p.stdout.strip())
+    expect(len(warns) == 1, "without libprof: one warning line (%r)" % warns)
+    p = run([PY, "-c", code], env=dict(env, PYTHONPATH=lone, GRADPROF_TORCH="0"))
+    expect(p.stdout.strip() == "off {} True" and "gradprof_torch" not in p.stderr,
+           "GRADPROF_TORCH=0: off, silently")
+
+
+def record_prog(E, trace, prog, args, env):
+    for old in [trace] + [trace + ".%d" % i for i in range(1, 4)]:
+        if os.path.exists(old):
+            os.unlink(old)
+    return lambda: run([E.gradprof, "run", "-o", trace, "--", PY, prog] + args, env=env)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("subtest", choices=["unmodified", "instrumented", "accumulate", "helper"])
+    ap.add_argument("--gradprof", required=True)
+    ap.add_argument("--source", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--libprof", required=True)
+    args = ap.parse_args()
+    try:
+        import torch  # noqa: F401
+    except Exception as e:
+        print("SKIPPED: %s cannot import torch (%s); install python3-torch" % (PY, e))
+        return 77
+    E = Env(args)
+    os.makedirs(E.work, exist_ok=True)
+    t0 = time.time()
+    log("test_torch %s (torch %s)" % (args.subtest, torch.__version__))
+    {"unmodified": test_unmodified, "instrumented": test_instrumented,
+     "accumulate": test_accumulate, "helper": test_helper}[args.subtest](E)
+    log("test_torch %s: %d failure(s) in %.0f s" % (args.subtest, len(FAILURES), time.time() - t0))
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Exercises tools/python/gradprof_torch.py in one process; run by test_torch.py (/usr/bin/python3,
+PYTHONPATH=tools/python) standalone and under `gradprof run`, which then checks the trace.
+
+    torch_helper_prog.py EXPECTED_MODE OUT.json
+
+Asserts in-process what needs no trace (gradients unchanged by the hooks, the hook's byte counts,
+the wrappers restored by uninstall) and writes what the trace checks need to OUT.json.
+"""
+import copy
+import json
+import sys
+
+import torch
+from torch import nn
+
+import gradprof_torch as gp
+
+
+def fail(msg):
+    sys.stderr.write("torch_helper_prog: FAIL: %s\n" % msg)
+    sys.exit(1)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+
+
+class Boom(nn.Module):
+    def forward(self, x):
+        raise ValueError("boom")
+
+
+def main():
+    expected_mode, out_path = sys.argv[1], sys.argv[2]
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    ref = copy.deepcopy(model)
+    x = torch.randn(8, 16)
+
+    originals = {
+        "no_grad.__enter__": torch.no_grad.__dict__["__enter__"],
+        "inference_mode.__exit__": torch.inference_mode.__dict__["__exit__"],
+        "Tensor.backward": torch.Tensor.__dict__["backward"],
+        "autograd.backward": torch.autograd.backward,
+    }
+
+    gp.instrument(model, name="net")
+    gp.instrument(model, name="net")  # twice: no second set of hooks
+    check(gp.mode() == expected_mode, "mode %r, expected %r" % (gp.mode(), expected_mode))
+
+    # Training step: gradients are those of an uninstrumented copy; saved tensors are counted
+    # while the graph lives and released by backward.
+    gp.mark("train")
+    with gp.region("train"):
+        loss = model(x).pow(2).sum()
+        live = gp.saved_bytes_by_module("live")
+        # ReLU's output, saved by the ReLU and again by the second Linear: one storage
+        check(live == {"net.1": 8 * 32 * 4}, "saved while the graph lives: %r" % live)
+        loss.backward()
+    check(gp.saved_bytes_by_module("live") == {}, "saved after backward: %r"
+          % gp.saved_bytes_by_module("live"))
+    ref(x).pow(2).sum().backward()
+    for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+        check(torch.equal(p.grad, q.grad), "gradient of %s differs with the helper" % n)
+    check(gp.saved_bytes_by_module("last") == {"net.1": 8 * 32 * 4},
+          "last forward: %r" % gp.saved_bytes_by_module("last"))
+
+    # torch.autograd.backward directly, retain_graph, a second backward: grads accumulate, the
+    # .grad storages are the same (tagged once)
+    out = model(x).sum()
+    torch.autograd.backward(out, retain_graph=True)
+    check(gp.saved_bytes_by_module("live") == {"net.1": 8 * 32 * 4}, "retain_graph keeps saved")
+    out.backward()
+    del out
+    check(gp.saved_bytes_by_module("live") == {}, "graph freed with its output")
+
+    # An instrumented model called inside another's forward: the outer one's input stays an
+    # input (never retagged) and its hooks stay installed after the inner forward returns.
+    class Outer(nn.Module):
+        def __init__(self, other):
+            super().__init__()
+            self.lin = nn.Linear(16, 4)
+            object.__setattr__(self, "other", other)  # not a submodule
+
+        def forward(self, t):
+            h = self.other(t)
+            # saves t (an input: not retagged) and t.relu() (no grad_fn: saved as "leaf")
+            return h + self.lin(t) + self.lin(t.relu())
+
+    outer = gp.instrument(Outer(model), name="outer")
+    z = outer(x)
+    live = gp.saved_bytes_by_module("live")
+    check(live == {"net.1": 8 * 32 * 4, "outer.lin": 8 * 16 * 4},
+          "nested models: %r" % live)
+    del z
+
+    # Grad modes: context, decorator, nesting, inference mode; no graph, nothing saved
+    @torch.no_grad()
+    def predict(t):
+        return model(t)
+
+    y = predict(x)
+    check(y.grad_fn is None and torch.is_grad_enabled(), "decorated no_grad")
+    with torch.inference_mode():
+        y = model(x)
+    with torch.no_grad():
+        with torch.enable_grad():
+            kept = model(x)  # grad on again: saves
+        check(gp.saved_bytes_by_module("live") == {"net.1": 8 * 32 * 4}, "enable_grad saves")
+    del kept
+    check(gp.saved_bytes_by_module("live") == {}, "kept freed")
+    with torch.set_grad_enabled(False):
+        y = model(x)
+    check(torch.is_grad_enabled(), "set_grad_enabled restored")
+
+    # An output that dies without backward releases its saved tensors
+    with gp.region("inference"):
+        y = model(x)
+    peak = gp.saved_bytes_by_module("peak")
+    del y
+    check(gp.saved_bytes_by_module("live") == {}, "output freed")
+
+    # A forward that raises leaves no region open and the helper working
+    bad = nn.Sequential(nn.Linear(16, 16), Boom())
+    gp.instrument(bad, name="bad")
+    try:
+        bad(x)
+        fail("Boom did not raise")
+    except ValueError:
+        pass
+    y = model(x)
+    del y
+    check(gp.saved_bytes_by_module("live") == {}, "after the exception")
+    gp.mark("end")
+
+    gp.uninstall()
+    check(torch.no_grad.__dict__["__enter__"] is originals["no_grad.__enter__"], "no_grad restored")
+    check(torch.inference_mode.__dict__["__exit__"] is originals["inference_mode.__exit__"],
+          "inference_mode restored")
+    check(torch.Tensor.__dict__["backward"] is originals["Tensor.backward"], "backward restored")
+    check(torch.autograd.backward is originals["autograd.backward"], "autograd.backward restored")
+    with torch.no_grad():  # still works, recorded as nothing
+        model(x)
+
+    with open(out_path, "w") as f:
+        json.dump({"peak_by_module": peak, "report": gp.saved_report(),
+                   "param_bytes": sum(p.numel() * 4 for p in model.parameters())}, f)
+    print("torch_helper_prog: ok (%s)" % gp.mode())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,886 @@
+"""gradprof_torch -- one line for exact gradprof attribution in a PyTorch program.
+
+Usage (no installation: put tools/python on sys.path, or run with PYTHONPATH=tools/python)::
+
+    import gradprof_torch as gp
+    gp.instrument(model)                 # or: with gp.profile(model): ...
+    for i, batch in enumerate(loader):
+        gp.mark(f"iter {i}")             # optional: iterations for the growth detector
+        with gp.region("inference"):     # optional: what forgot_no_grad & co. key on
+            out = model(batch)
+
+    gradprof run -o eval.gptrace -- python3 eval.py   # then gradprof report/diff/check
+
+Where it records to. Under ``gradprof run`` (libprof_preload.so in the process) the helper calls
+the preload's libprof through ``ctypes.CDLL(None)``: every raw allocation is already recorded with
+its stack, and the helper *retags* the live buffers it knows (parameters, tensors saved for
+backward, ``.grad``) with exact categories and module paths. Run without ``gradprof run`` it loads
+``libprof.so`` from ``$GRADPROF_LIBPROF`` or from a build folder next to this file
+(``../../build*/libprof/libprof.so``, not a sanitizer build) and starts recording itself
+(``lp_start``, configured by the ``GRADPROF_*`` variables, stopped at exit); raw allocations are
+then not seen, so the trace holds only what the helper reports: parameters, saved tensors for as
+long as the graph holds them (allocated when saved, freed when released), and gradients. If
+neither works it warns once and does nothing: it never breaks the program.
+``GRADPROF_TORCH=0`` turns it off.
+
+What it records:
+
+* **module regions**: forward pre/post hooks on every module of ``model.named_modules()`` push and
+  pop a region named by the dotted path, the root named by the model's class name or ``name=``
+  (``MLP``, ``MLP.body.0``, ...);
+* **grad mode**: ``lp_grad_mode`` whenever it changed, and regions ``no_grad``, ``inference_mode``
+  (``inference_mode(false)`` for ``mode=False``) and ``enable_grad`` around ``torch.no_grad()``,
+  ``torch.inference_mode()`` and ``torch.enable_grad()`` blocks and decorated functions (their
+  ``__enter__``/``__exit__`` are wrapped while instrumented and restored by ``uninstall``);
+  ``backward`` around ``Tensor.backward`` / ``torch.autograd.backward``;
+* **parameters and buffers**: each storage is tagged ``parameter`` (op ``parameter`` or
+  ``buffer``, module = its owner's path, detail = its name) at instrument time, and new ones at
+  each forward;
+* **tensors saved for backward** (``torch.autograd.graph.saved_tensors_hooks``, active during the
+  model's forward): the saved tensor's storage is retagged ``saved`` with op = the name of its
+  ``grad_fn`` in lower case without ``Backward0`` (``relu``, ``addmm``, ``convolution``; ``leaf``
+  for a tensor without one, such as max-pool indices), module = the innermost module running,
+  detail = the shape (``[64,512]``). A storage saved several times is retagged once and goes back
+  to ``activation`` when the last saver lets go (after backward, or when the output that owns the
+  graph dies). Parameters, buffers, the model's positional inputs and leaves that require grad are
+  never retagged: only activations become ``saved`` (as in the C tensor library);
+* **gradients**: after each backward every parameter's ``.grad`` storage is tagged ``gradient``
+  (op ``accumulate_grad``, module = the parameter's owner) once;
+* ``gp.mark(name)``, ``gp.region(name)`` (context manager or decorator), ``gp.thread_name(name)``.
+
+``gp.saved_bytes_by_module()`` returns what the saved-tensor hook saw: per module, the bytes of
+unique storages saved and live at the moment the most bytes were saved at once (``which="last"``:
+those saved by the last complete forward of an instrumented model).
+
+Limits:
+
+* CPU tensors only (CUDA storages are skipped until gradprof records CUDA memory); zero-size
+  storages, and storages whose base is not 64-byte aligned (so not from PyTorch's CPU allocator,
+  e.g. a view into a NumPy array), are never tagged, because under the preload a tag of an
+  address the recorder did not see allocated counts as a new allocation (a 64-byte aligned
+  storage that is not the start of a malloc block, from ``from_blob`` or a NumPy slice, would);
+* a storage is attributed whole (its base and size, not the view's) to the first module and op
+  that saved it: storages shared by views go to the first saver;
+* tensors saved outside an instrumented model's forward (a loss computed after it) are not seen,
+  and other activations keep what the frame rules (``tools/rules/pytorch.rules``) give them;
+* while the program has its own ``saved_tensors_hooks`` active (``save_on_cpu``, checkpointing)
+  the helper installs none, so those saves are not seen; keyword-only inputs of the root module are
+  not known as inputs (a saved one without ``grad_fn`` would be tagged ``leaf``);
+* if a module's forward raises, its regions are closed at the next forward of an instrumented
+  model or when an enclosing region (``gp.region``, ``no_grad``) exits.
+"""
+
+import atexit
+import ctypes
+import functools
+import glob
+import os
+import re
+import sys
+import threading
+import weakref
+
+__all__ = ["instrument", "uninstall", "profile", "mark", "region", "thread_name",
+           "saved_bytes_by_module", "saved_report", "enabled", "mode"]
+
+# lp_category (include/gradprof/libprof.h)
+(PARAMETER, INPUT, ACTIVATION, SAVED, GRADIENT, OPTIMIZER_STATE, AUTOGRAD, TEMPORARY,
+ OTHER) = range(9)
+_HOST = -1  # LP_DEVICE_HOST
+_ALIGN = 64  # c10's CPU allocator aligns every storage to 64 bytes
+_SANITIZED = (b"__asan_init", b"__tsan_init", b"__msan_init", b"libasan.so", b"libtsan.so")
+
+
+class _Tag(ctypes.Structure):
+    _fields_ = [("category", ctypes.c_int), ("op", ctypes.c_char_p), ("module", ctypes.c_char_p),
+                ("detail", ctypes.c_char_p), ("grad_enabled", ctypes.c_bool)]
+
+
+def _warn(msg):
+    try:
+        sys.stderr.write("gradprof_torch: %s\n" % msg)
+    except Exception:
+        pass
+
+
+def _b(s):
+    return (s or "").encode("utf-8", "replace")
+
+
+class _Lib:
+    """libprof through ctypes, or nothing. mode: 'preload', 'standalone' or 'off'."""
+
+    def __init__(self):
+        self.mode = "off"
+        self.lib = None
+        self.path = ""
+        if os.environ.get("GRADPROF_TORCH", "1") == "0":
+            return
+        try:
+            self._load()
+        except Exception as e:  # never break the program
+            _warn("disabled (%s)" % e)
+            self.mode, self.lib = "off", None
+
+    def _load(self):
+        try:
+            me = ctypes.CDLL(None)
+        except OSError:
+            me = None
+        if me is not None and hasattr(me, "lp_region_push") and hasattr(me, "lp_retag"):
+            self._bind(me)
+            self.mode = "preload"
+            return
+        candidates = []
+        env = os.environ.get("GRADPROF_LIBPROF")
+        if env:
+            candidates.append(env)
+        here = os.path.dirname(os.path.abspath(__file__))
+        root = os.path.normpath(os.path.join(here, "..", ".."))
+        found = glob.glob(os.path.join(root, "build*", "libprof", "libprof.so"))
+        # plain "build" first, then the most recently built
+        found.sort(key=lambda p: (os.path.basename(os.path.dirname(os.path.dirname(p))) != "build",
+                                  -os.path.getmtime(p)))
+        candidates += found
+        errors = []
+        for path in candidates:
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+                if any(m in data for m in _SANITIZED):  # loading it would abort this process
+                    errors.append("%s: built with a sanitizer" % path)
+                    continue
+                lib = ctypes.CDLL(path)
+                self._bind(lib)
+            except (OSError, AttributeError) as e:
+                errors.append(str(e) if path in str(e) else "%s: %s" % (path, e))
+                continue
+            if not lib.lp_is_recording():
+                if lib.lp_start(None) != 0:
+                    errors.append("%s: lp_start failed" % path)
+                    continue
+                atexit.register(self._stop)
+            self.path = path
+            self.mode = "standalone"
+            return
+        why = "; ".join(errors) if errors else (
+            "libprof not found: run under `gradprof run`, or set GRADPROF_LIBPROF to libprof.so")
+        _warn("disabled, recording nothing (%s)" % why)
+
+    def _bind(self, lib):
+        tagp = ctypes.POINTER(_Tag)
+        sig = {
+            "lp_alloc": (None, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int32, tagp]),
+            "lp_free": (None, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int32, ctypes.c_int]),
+            "lp_retag": (None, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int32, ctypes.c_int,
+                                tagp]),
+            "lp_region_push": (None, [ctypes.c_char_p]),
+            "lp_region_pop": (None, []),
+            "lp_mark": (None, [ctypes.c_char_p]),
+            "lp_grad_mode": (None, [ctypes.c_bool, ctypes.c_bool]),
+            "lp_thread_name": (None, [ctypes.c_char_p]),
+            "lp_start": (ctypes.c_int, [ctypes.c_void_p]),
+            "lp_stop": (None, []),
+            "lp_is_recording": (ctypes.c_bool, []),
+            "lp_flush": (None, []),
+        }
+        for name, (res, args) in sig.items():
+            fn = getattr(lib, name)
+            fn.restype = res
+            fn.argtypes = args
+        self.lib = lib
+
+    def _stop(self):
+        try:
+            if self.lib is not None:
+                self.lib.lp_stop()
+        except Exception:
+            pass
+
+    # -- events (each swallows errors: profiling must not break the program) --
+    def tag_new(self, ptr, nbytes, cat, op, module, detail, grad):
+        """Gives a live, so far untagged buffer its role."""
+        t = _Tag(cat, _b(op), _b(module), _b(detail), grad)
+        if self.mode == "preload":
+            self.lib.lp_retag(ptr, nbytes, _HOST, OTHER, ctypes.byref(t))
+        else:
+            self.lib.lp_alloc(ptr, nbytes, _HOST, ctypes.byref(t))
+
+    def retag(self, ptr, nbytes, frm, cat, op, module, detail, grad):
+        t = _Tag(cat, _b(op), _b(module), _b(detail), grad)
+        self.lib.lp_retag(ptr, nbytes, _HOST, frm, ctypes.byref(t))
+
+    def untag(self, ptr, nbytes, cat):
+        """Standalone mode: the helper's record of the buffer ends (no raw free is seen)."""
+        self.lib.lp_free(ptr, nbytes, _HOST, cat)
+
+
+class _TLS(threading.local):
+    def __init__(self):
+        self.stack = []        # [_Entry] regions pushed here, innermost last
+        self.modules = []      # module paths running, innermost last
+        self.grad = None       # last (grad_enabled, inference_mode) reported
+        self.backward = 0
+        self.user_hooks = 0    # the program's own saved_tensors_hooks contexts active
+        self.hooks = 0         # our saved-tensor hooks pushed (by the outermost root forward)
+
+
+class _Entry:
+    """A region this helper pushed. A module's holds the frame of its call (to notice a forward
+    that raised); a root module's also what its forward set up: our saved-tensor hooks, the
+    storages of its inputs."""
+    __slots__ = ("kind", "key", "name", "frame", "hooks", "inputs")
+
+    def __init__(self, kind, key, name, frame):
+        self.kind, self.key, self.name, self.frame = kind, key, name, frame
+        self.hooks, self.inputs = False, ()
+
+
+class _SavedEntry:
+    __slots__ = ("count", "nbytes", "op", "module", "detail")
+
+    def __init__(self, nbytes, op, module, detail):
+        self.count, self.nbytes, self.op, self.module, self.detail = 1, nbytes, op, module, detail
+
+
+class _Packed:
+    """What the graph keeps for a saved tensor: the tensor (detached) and, if retagged, the
+    storage key whose save count drops when the graph lets go of it."""
+    __slots__ = ("t", "key", "__weakref__")
+
+    def __init__(self, t, key):
+        self.t, self.key = t, key
+
+    def __del__(self):
+        if self.key is not None:
+            try:
+                _S.saved_release(self.key)
+            except Exception:
+                pass
+
+
+class _State:
+    def __init__(self):
+        self.lib = None
+        self.lock = threading.RLock()
+        self.tls = _TLS()
+        self.models = {}        # id(model) -> _Model
+        self.patches = []       # (obj, attr, original)
+        self.param_keys = set()  # storage bases of parameters/buffers (tagged or not)
+        self.tagged_params = {}  # storage base -> weakref to the tensor (to notice replaced ones)
+        self.grad_tags = {}     # id(param) -> (storage base, weakref to the grad tensor)
+        self.saved = {}         # storage base -> _SavedEntry
+        self.saved_live = {}    # module -> bytes saved and live now
+        self.saved_live_total = 0
+        self.saved_peak_total = 0
+        self.saved_peak = {}    # module -> bytes at the moment saved_live_total peaked
+        self.saved_last = {}    # module -> bytes saved by the last complete forward
+        self.saved_cur = None   # module -> bytes saved by the forward in progress
+        self.saved_count = 0
+        self.retag_count = 0
+        self.input_keys = {}    # storage base -> root forwards running that have it as input
+
+    # -- library --
+    def ensure_lib(self):
+        if self.lib is None:
+            self.lib = _Lib()
+        return self.lib.mode != "off"
+
+    @property
+    def on(self):
+        return self.lib is not None and self.lib.mode != "off"
+
+    # -- grad mode --
+    def grad_mode(self):
+        import torch
+        try:
+            inf = bool(torch.is_inference_mode_enabled())
+        except Exception:
+            inf = False
+        return bool(torch.is_grad_enabled()), inf
+
+    def emit_grad_mode(self):
+        if not self.on:
+            return
+        try:
+            g = self.grad_mode()
+            if g != self.tls.grad:
+                self.tls.grad = g
+                self.lib.lib.lp_grad_mode(g[0], g[1])
+        except Exception:
+            pass
+
+    # -- regions: one per-thread stack, so an exception that skipped a pop is repaired --
+    def push(self, kind, key, name, frame=None):
+        if not self.on:
+            return None
+        try:
+            self.lib.lib.lp_region_push(_b(name))
+            e = _Entry(kind, key, name, frame)
+            self.tls.stack.append(e)
+            if kind == "module":
+                self.tls.modules.append(name)
+            return e
+        except Exception:
+            return None
+
+    def _pop_one(self):
+        tls = self.tls
+        e = tls.stack.pop()
+        if e.kind == "module" and tls.modules:
+            tls.modules.pop()
+        self.lib.lib.lp_region_pop()
+        if e.hooks:
+            import torch
+            torch._C._autograd._pop_saved_tensors_default_hooks()
+            tls.hooks -= 1
+        for k in e.inputs:
+            left = self.input_keys.get(k, 0) - 1
+            if left > 0:
+                self.input_keys[k] = left
+            else:
+                self.input_keys.pop(k, None)
+
+    def find(self, kind, key):
+        st = self.tls.stack
+        for i in range(len(st) - 1, -1, -1):
+            if st[i].kind == kind and st[i].key == key:
+                return i
+        return -1
+
+    def pop(self, kind, key):
+        """Pops the innermost region (kind, key) and any left open above it."""
+        if not self.on:
+            return
+        try:
+            i = self.find(kind, key)
+            if i >= 0:
+                while len(self.tls.stack) > i:
+                    self._pop_one()
+        except Exception:
+            pass
+
+    def drop_stale(self):
+        """Pops the module regions whose forward is no longer running (it raised, so its post
+        hook never came): each module entry holds the frame of its call while it is open."""
+        st = self.tls.stack
+        if not st:
+            return
+        live = set()
+        f = sys._getframe(1)
+        while f is not None:
+            live.add(id(f))
+            f = f.f_back
+        for i, e in enumerate(st):
+            if e.kind == "module" and id(e.frame) not in live:
+                while len(st) > i:
+                    self._pop_one()
+                return
+
+    # -- storages --
+    @staticmethod
+    def storage_of(t):
+        """(base address, bytes) of a CPU tensor's storage that came from PyTorch's allocator, or
+        None."""
+        try:
+            import torch
+            if t.device.type != "cpu" or t.layout != torch.strided or t.is_quantized:
+                return None
+            f = getattr(t, "untyped_storage", None) or getattr(t, "_storage", None)
+            s = f() if f is not None else t.storage()
+            ptr, n = s.data_ptr(), s.nbytes()
+        except Exception:
+            return None
+        if not ptr or n <= 0 or ptr % _ALIGN:
+            return None
+        return ptr, n
+
+    def tag_param(self, t, module, name, op):
+        info = self.storage_of(t)
+        if info is None:
+            return
+        ptr, n = info
+        self.param_keys.add(ptr)
+        old = self.tagged_params.get(ptr)
+        if old is not None and old() is not None:
+            return
+        self.tagged_params[ptr] = weakref.ref(t)
+        try:
+            self.lib.tag_new(ptr, n, PARAMETER, op, module, name, t.requires_grad)
+            if self.lib.mode == "standalone":
+                weakref.finalize(t, self._untag_quiet, ptr, n, PARAMETER)
+        except Exception:
+            pass
+
+    def _untag_quiet(self, ptr, n, cat):
+        try:
+            if self.on:
+                self.lib.untag(ptr, n, cat)
+        except Exception:
+            pass
+
+    def tag_params(self, m):
+        for mod_name, mod in m.module.named_modules():
+            path = m.path(mod_name)
+            for pname, p in mod.named_parameters(recurse=False):
+                if p is not None:
+                    self.tag_param(p, path, pname, "parameter")
+            for bname, b in mod.named_buffers(recurse=False):
+                if b is not None:
+                    self.tag_param(b, path, bname, "buffer")
+
+    def tag_grads(self):
+        """After backward: each parameter's .grad storage becomes GRADIENT, once."""
+        if not self.on:
+            return
+        for m in list(self.models.values()):
+            for mod_name, mod in m.module.named_modules():
+                path = m.path(mod_name)
+                for _pname, p in mod.named_parameters(recurse=False):
+                    g = getattr(p, "grad", None)
+                    if g is None:
+                        continue
+                    info = self.storage_of(g)
+                    if info is None:
+                        continue
+                    prev = self.grad_tags.get(id(p))
+                    if prev is not None and prev[0] == info[0] and prev[1]() is g:
+                        continue
+                    self.grad_tags[id(p)] = (info[0], weakref.ref(g))
+                    try:
+                        self.lib.tag_new(info[0], info[1], GRADIENT, "accumulate_grad", path,
+                                         "[%s]" % ",".join(str(d) for d in g.shape),
+                                         self.grad_mode()[0])
+                        if self.lib.mode == "standalone":
+                            weakref.finalize(g, self._untag_quiet, info[0], info[1], GRADIENT)
+                    except Exception:
+                        pass
+
+    # -- saved tensors --
+    def pack(self, t):
+        try:
+            return self._pack(t)
+        except Exception:
+            return t
+
+    def _pack(self, t):
+        # The graph keeps the tensor detached: an op's saved output would otherwise hold its own
+        # graph node in a reference cycle that only the garbage collector breaks. The detached
+        # copy is made after the retag, so that the allocation it makes comes after the tag.
+        fn = t.grad_fn
+        info = self.storage_of(t) if self.on else None
+        if info is None:
+            return _Packed(t.detach() if fn is not None else t, None)
+        ptr, n = info
+        if ptr in self.param_keys or ptr in self.input_keys or (fn is None and t.requires_grad):
+            # parameters, buffers, the model's inputs, leaves: held by the program anyway
+            return _Packed(t.detach() if fn is not None else t, None)
+        mods = self.tls.modules
+        module = mods[-1] if mods else ""
+        with self.lock:
+            e = self.saved.get(ptr)
+            if e is not None:
+                e.count += 1
+                return _Packed(t.detach() if fn is not None else t, ptr)
+            op = "leaf" if fn is None else _op_name(fn)
+            detail = "[%s]" % ",".join(str(d) for d in t.shape)
+            e = self.saved[ptr] = _SavedEntry(n, op, module, detail)
+            self.saved_count += 1
+            self.saved_live[module] = self.saved_live.get(module, 0) + n
+            self.saved_live_total += n
+            if self.saved_live_total > self.saved_peak_total:
+                self.saved_peak_total = self.saved_live_total
+                self.saved_peak = {k: v for k, v in self.saved_live.items() if v}
+            if self.saved_cur is not None:
+                self.saved_cur[module] = self.saved_cur.get(module, 0) + n
+        try:
+            # A tensor is only ever saved while grad is on (the pack hook itself runs with grad
+            # disabled), so the tag's grad flag is true.
+            if self.lib.mode == "preload":
+                self.lib.retag(ptr, n, OTHER, SAVED, op, module, detail, True)
+            else:
+                self.lib.tag_new(ptr, n, SAVED, op, module, detail, True)
+        except Exception:
+            pass
+        return _Packed(t.detach() if fn is not None else t, ptr)
+
+    def saved_release(self, ptr):
+        with self.lock:
+            e = self.saved.get(ptr)
+            if e is None:
+                return
+            e.count -= 1
+            if e.count > 0:
+                return
+            del self.saved[ptr]
+            left = self.saved_live.get(e.module, 0) - e.nbytes
+            if left > 0:
+                self.saved_live[e.module] = left
+            else:
+                self.saved_live.pop(e.module, None)
+            self.saved_live_total -= e.nbytes
+        if not self.on:
+            return
+        try:
+            if self.lib.mode == "preload":
+                self.lib.retag(ptr, e.nbytes, SAVED, ACTIVATION, e.op, e.module, e.detail, True)
+            else:
+                self.lib.untag(ptr, e.nbytes, SAVED)
+            self.retag_count += 1
+        except Exception:
+            pass
+
+
+_S = _State()
+_OP_RE = re.compile(r"Backward\d*$")
+
+
+def _op_name(fn):
+    name = _OP_RE.sub("", type(fn).__name__)
+    return name.lower() or "unknown"
+
+
+def _unpack(p):
+    return p.t if isinstance(p, _Packed) else p
+
+
+class _Model:
+    def __init__(self, module, name):
+        self.module = module
+        self.name = name
+        self.handles = []
+
+    def path(self, sub):
+        return self.name + "." + sub if sub else self.name
+
+
+def _tensors_in(args):
+    import torch
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            yield a
+        elif isinstance(a, (list, tuple)):
+            for b in a:
+                if isinstance(b, torch.Tensor):
+                    yield b
+        elif isinstance(a, dict):
+            for b in a.values():
+                if isinstance(b, torch.Tensor):
+                    yield b
+
+
+def _make_hooks(m, mod, path, is_root):
+    key = id(mod)
+
+    def pre(module, args):
+        try:
+            s = _S
+            if not s.on:
+                return None
+            if is_root or s.find("module", key) >= 0:
+                s.drop_stale()  # a forward that raised left its regions open
+            s.emit_grad_mode()
+            if is_root:
+                s.tag_params(m)  # parameters made or replaced since the last forward
+            e = s.push("module", key, path, sys._getframe(1))
+            if e is None or not is_root:
+                return None
+            e.inputs = tuple({k[0] for k in (s.storage_of(t) for t in _tensors_in(args)) if k})
+            for k in e.inputs:
+                s.input_keys[k] = s.input_keys.get(k, 0) + 1
+            tls = s.tls
+            if tls.hooks == 0 and tls.user_hooks == 0:
+                import torch
+                torch._C._autograd._push_saved_tensors_default_hooks(s.pack, _unpack)
+                e.hooks = True
+                tls.hooks += 1
+                s.saved_cur = {}
+        except Exception:
+            pass
+        return None
+
+    def post(module, args, output):
+        try:
+            s = _S
+            if not s.on:
+                return None
+            i = s.find("module", key)
+            if i >= 0 and s.tls.stack[i].hooks and s.saved_cur is not None:
+                s.saved_last, s.saved_cur = s.saved_cur, None  # a complete forward
+            s.pop("module", key)
+            s.emit_grad_mode()
+        except Exception:
+            pass
+        return None
+
+    return pre, post
+
+
+# -- grad-mode context managers, backward, the program's own saved-tensor hooks ----------------
+
+def _patch(obj, attr, new):
+    _S.patches.append((obj, attr, obj.__dict__.get(attr, _MISSING) if isinstance(obj, type)
+                       else getattr(obj, attr)))
+    setattr(obj, attr, new)
+
+
+_MISSING = object()
+
+
+def _ctx_region_name(cls_name, self):
+    if cls_name == "inference_mode":
+        return "inference_mode" if getattr(self, "mode", True) else "inference_mode(false)"
+    return cls_name
+
+
+def _wrap_ctx(cls, cls_name):
+    enter, exit_ = cls.__enter__, cls.__exit__
+
+    @functools.wraps(enter)
+    def __enter__(self, *a, **k):
+        r = enter(self, *a, **k)
+        try:
+            _S.push("ctx", id(self), _ctx_region_name(cls_name, self))
+            _S.emit_grad_mode()
+        except Exception:
+            pass
+        return r
+
+    @functools.wraps(exit_)
+    def __exit__(self, *a, **k):
+        try:
+            _S.pop("ctx", id(self))
+        except Exception:
+            pass
+        r = exit_(self, *a, **k)
+        _S.emit_grad_mode()
+        return r
+
+    _patch(cls, "__enter__", __enter__)
+    _patch(cls, "__exit__", __exit__)
+
+
+def _wrap_set_grad_enabled(cls):
+    init, exit_ = cls.__init__, cls.__exit__
+
+    @functools.wraps(init)
+    def __init__(self, *a, **k):
+        init(self, *a, **k)
+        _S.emit_grad_mode()
+
+    @functools.wraps(exit_)
+    def __exit__(self, *a, **k):
+        r = exit_(self, *a, **k)
+        _S.emit_grad_mode()
+        return r
+
+    _patch(cls, "__init__", __init__)
+    _patch(cls, "__exit__", __exit__)
+
+
+def _wrap_user_hooks(cls):
+    enter, exit_ = cls.__enter__, cls.__exit__
+
+    @functools.wraps(enter)
+    def __enter__(self, *a, **k):
+        r = enter(self, *a, **k)
+        _S.tls.user_hooks += 1
+        return r
+
+    @functools.wraps(exit_)
+    def __exit__(self, *a, **k):
+        _S.tls.user_hooks = max(0, _S.tls.user_hooks - 1)
+        return exit_(self, *a, **k)
+
+    _patch(cls, "__enter__", __enter__)
+    _patch(cls, "__exit__", __exit__)
+
+
+def _wrap_backward(orig):
+    @functools.wraps(orig)
+    def backward(*a, **k):
+        s = _S
+        tls = s.tls
+        if tls.backward or not s.on:
+            return orig(*a, **k)
+        tls.backward += 1
+        key = object()
+        s.push("backward", id(key), "backward")
+        try:
+            return orig(*a, **k)
+        finally:
+            try:
+                s.tag_grads()  # inside the region: backward made them
+            except Exception:
+                pass
+            s.pop("backward", id(key))
+            tls.backward -= 1
+
+    return backward
+
+
+def _install_globals():
+    import torch
+    import torch.autograd.graph as graph
+    _wrap_ctx(torch.no_grad, "no_grad")
+    _wrap_ctx(torch.enable_grad, "enable_grad")
+    _wrap_ctx(torch.inference_mode, "inference_mode")
+    _wrap_set_grad_enabled(torch.set_grad_enabled)
+    _wrap_user_hooks(graph.saved_tensors_hooks)
+    _patch(torch.Tensor, "backward", _wrap_backward(torch.Tensor.backward))
+    _patch(torch.autograd, "backward", _wrap_backward(torch.autograd.backward))
+
+
+def _uninstall_globals():
+    while _S.patches:
+        obj, attr, orig = _S.patches.pop()
+        try:
+            if orig is _MISSING:
+                delattr(obj, attr)
+            else:
+                setattr(obj, attr, orig)
+        except Exception:
+            pass
+
+
+# -- public API ---------------------------------------------------------------------------------
+
+def enabled():
+    """True if the helper is recording (libprof found)."""
+    return _S.ensure_lib()
+
+
+def mode():
+    """'preload' (under gradprof run), 'standalone' (libprof.so loaded here) or 'off'."""
+    _S.ensure_lib()
+    return _S.lib.mode
+
+
+def instrument(model=None, name=None):
+    """Instruments `model` (a torch.nn.Module; None: only the grad-mode contexts and backward) and
+    returns it. Calling it again for the same model does nothing."""
+    try:
+        if not _S.ensure_lib():
+            return model
+        with _S.lock:
+            if not _S.patches:
+                _install_globals()
+            if model is not None and id(model) not in _S.models:
+                m = _Model(model, name or type(model).__name__)
+                _S.models[id(model)] = m
+                for sub, mod in model.named_modules():
+                    pre, post = _make_hooks(m, mod, m.path(sub), mod is model)
+                    m.handles.append(mod.register_forward_pre_hook(pre))
+                    m.handles.append(mod.register_forward_hook(post))
+                _S.tag_params(m)
+        _S.emit_grad_mode()
+    except Exception as e:
+        _warn("instrument failed, continuing without it (%s)" % e)
+    return model
+
+
+def uninstall(model=None):
+    """Removes the hooks of `model` (None: of every model) and, when no model is left, restores
+    torch's grad-mode contexts and backward. Tensors already saved still go back to `activation`
+    when their graph lets them go."""
+    try:
+        with _S.lock:
+            ids = [id(model)] if model is not None else list(_S.models)
+            for i in ids:
+                m = _S.models.pop(i, None)
+                if m is None:
+                    continue
+                for h in m.handles:
+                    h.remove()
+            if not _S.models:
+                _uninstall_globals()
+    except Exception as e:
+        _warn("uninstall: %s" % e)
+
+
+class profile:
+    """`with gp.profile(model, name=None): ...` instruments the model for the block."""
+
+    def __init__(self, model=None, name=None):
+        self.model, self.name = model, name
+
+    def __enter__(self):
+        instrument(self.model, self.name)
+        return self
+
+    def __exit__(self, *exc):
+        uninstall(self.model)
+        return False
+
+
+def mark(name):
+    """A point label, such as "iter 3" (iterations for the growth detector)."""
+    if not _S.ensure_lib():
+        return
+    try:
+        _S.emit_grad_mode()
+        _S.lib.lib.lp_mark(_b(name))
+    except Exception:
+        pass
+
+
+class region:
+    """`with gp.region("inference"): ...` or `@gp.region("inference")`: a named region."""
+
+    def __init__(self, name):
+        self.name = str(name)
+        self._keys = []
+
+    def __enter__(self):
+        if _S.ensure_lib():
+            key = object()
+            self._keys.append(key)
+            _S.emit_grad_mode()
+            _S.push("user", id(key), self.name)
+        return self
+
+    def __exit__(self, *exc):
+        if self._keys:
+            key = self._keys.pop()
+            _S.pop("user", id(key))
+            _S.emit_grad_mode()
+        return False
+
+    def __call__(self, func):
+        @functools.wraps(func)
+        def wrapper(*a, **k):
+            with region(self.name):
+                return func(*a, **k)
+        return wrapper
+
+
+def thread_name(name):
+    """Names the calling thread in the trace."""
+    if _S.ensure_lib():
+        try:
+            _S.lib.lib.lp_thread_name(_b(name))
+        except Exception:
+            pass
+
+
+def saved_bytes_by_module(which="peak"):
+    """Bytes of unique storages the saved-tensor hook retagged, per module path: at the moment the
+    most were saved and live at once ("peak"), live now ("live"), or saved by the last complete
+    forward ("last")."""
+    with _S.lock:
+        src = {"peak": _S.saved_peak, "live": _S.saved_live, "last": _S.saved_last}[which]
+        return dict(sorted(src.items()))
+
+
+def saved_report():
+    """Everything the saved-tensor hook saw, as a JSON-ready dict."""
+    with _S.lock:
+        return {
+            "mode": _S.lib.mode if _S.lib else "off",
+            "models": [m.name for m in _S.models.values()],
+            "peak_bytes": _S.saved_peak_total,
+            "peak_by_module": dict(sorted(_S.saved_peak.items())),
+            "last_forward_by_module": dict(sorted(_S.saved_last.items())),
+            "live_bytes": _S.saved_live_total,
+            "storages_saved": _S.saved_count,
+        }
