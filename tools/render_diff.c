@@ -409,9 +409,14 @@ int gp_render_diff_json(FILE *out, const gp_diff *d, const gp_render_options *o)
         fputc('}', out);
     }
     fputs(d->n_modules ? "\n  ],\n  \"call_sites\": [" : "],\n  \"call_sites\": [", out);
+    /* Call sites that did not change are left out (a PyTorch program has 10^5 of them); the
+     * deltas of the rows written still add up to the peak delta. */
+    size_t written = 0;
     for (size_t i = 0; i < d->n_call_sites; i++) {
         const gp_diff_row *r = &d->call_sites[i];
-        fprintf(out, "%s\n    {\"label\": ", i ? "," : "");
+        if (r->delta == 0)
+            continue;
+        fprintf(out, "%s\n    {\"label\": ", written++ ? "," : "");
         gp__json_string(out, r->label);
         fputs(", \"key\": ", out);
         gp__json_string(out, r->key);
@@ -419,7 +424,7 @@ int gp_render_diff_json(FILE *out, const gp_diff *d, const gp_render_options *o)
         json_numbers(out, r);
         fputc('}', out);
     }
-    fputs(d->n_call_sites ? "\n  ],\n  \"layers\": [" : "],\n  \"layers\": [", out);
+    fputs(written ? "\n  ],\n  \"layers\": [" : "],\n  \"layers\": [", out);
     for (size_t i = 0; i < d->n_layers; i++) {
         const gp_diff_row *r = &d->layers[i];
         fprintf(out, "%s\n    {\"module\": ", i ? "," : "");
