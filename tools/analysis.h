@@ -137,7 +137,6 @@ typedef struct gp_finding {
     uint64_t bytes;       /* bytes involved (allocated, retained or grown) */
     uint64_t count;
     uint64_t first_time_ns;
-    char message[256];    /* one line for humans */
     gp_finding_item *items; /* sorted by bytes, largest first */
     size_t n_items;
 } gp_finding;

@@ -535,10 +535,7 @@ static void check_detectors(gp_profile *p, const check_rules *o, results *r)
             if (!v)
                 return;
             v->bytes = f->bytes;
-            if (f->message[0])
-                snprintf(v->message, sizeof v->message, "%s", f->message);
-            else
-                finding_message(f, v->message, sizeof v->message);
+            finding_message(f, v->message, sizeof v->message);
             for (size_t j = 0; j < f->n_items; j++) {
                 gp_finding_item *it = item_add(r, v);
                 if (!it)

@@ -477,8 +477,6 @@ size_t *gp__sorted_finding_items(const gp_finding *f)
 
 const char *gp__finding_text(const gp_finding *f)
 {
-    if (f->message[0])
-        return f->message;
     switch (f->kind) {
     case GP_FIND_GRAPH_WITHOUT_GRAD:
         return "graph memory (saved, autograd, gradient) was allocated where grad should be off";
