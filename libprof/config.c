@@ -16,7 +16,7 @@ void lp_options_default(lp_options *o)
     o->stack_depth = 32;
     o->min_stack_size = 0;
     o->stack_sample_bytes = 0;
-    o->flush_ms = 100;
+    o->flush_ms = 20;
     o->enabled = true;
 }
 

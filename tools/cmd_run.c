@@ -48,7 +48,7 @@ static const char run_usage[] =
     "      --stack-sample SIZE  capture a stack about once per SIZE bytes allocated (geometric\n"
     "                           sampling; default 0 = every allocation). Every allocation is\n"
     "                           still recorded, only stacks are sampled\n"
-    "      --flush-ms N         flush interval, 1-10000 ms (default 100): a program killed by\n"
+    "      --flush-ms N         flush interval, 1-10000 ms (default 20): a program killed by\n"
     "                           SIGKILL loses at most about this much\n"
     "      --cuda               also record CUDA memory (cudaMalloc & co., with host stacks)\n"
     "                           through CUPTI: sets CUDA_INJECTION64_PATH to libprof_cupti.so\n"

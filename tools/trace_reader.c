@@ -47,7 +47,7 @@
 /* Queued events beyond this are released oldest first even inside the window (only a file whose
  * write times stop advancing gets there); about 120 MB of queued events. */
 #define GPT_MAX_QUEUED ((size_t)1 << 20)
-#define GPT_DEFAULT_FLUSH_NS 100000000ull /* the recorder's default, 100 ms */
+#define GPT_DEFAULT_FLUSH_NS 100000000ull /* without the metadata: a conservative 100 ms */
 #define GPT_MAX_FLUSH_NS 60000000000ull   /* a larger recorded value is taken as this */
 
 /* ---- small containers ------------------------------------------------------------------------ */

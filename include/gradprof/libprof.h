@@ -113,7 +113,7 @@ void lp_counters_reset_peak(void);
  *   GRADPROF_STACK_SAMPLE  mean bytes between stack captures, geometric sampling (default 0:
  *                          every allocation); allocations are always all recorded, only their
  *                          stacks are sampled
- *   GRADPROF_FLUSH_MS      flush interval in ms, 1..10000 (default 100): no event stays unwritten
+ *   GRADPROF_FLUSH_MS      flush interval in ms, 1..10000 (default 20): no event stays unwritten
  *                          longer than about this; a SIGKILL loses at most the last interval
  *   GRADPROF_ENABLE        0 disables recording (default 1)
  * A bad value gives one warning line on stderr and the default. Setuid/setgid programs are not
