@@ -758,38 +758,6 @@ static int print_json(FILE *out, gp_profile *p, const results *r)
 
 /* ---- JUnit XML ------------------------------------------------------------------------------- */
 
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 if the bytes there are not one
- * (overlong forms, surrogates, code points above U+10FFFF). */
-static size_t utf8_length(const unsigned char *s)
-{
-    unsigned c = s[0], cp, min;
-    size_t n;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xc2 && c <= 0xdf) {
-        n = 2;
-        min = 0x80;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        n = 3;
-        min = 0x800;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        n = 4;
-        min = 0x10000;
-    } else {
-        return 0;
-    }
-    cp = c & (0x7fu >> n);
-    for (size_t i = 1; i < n; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (s[i] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) || cp == 0xfffe ||
-        cp == 0xffff) /* the last two are not XML characters */
-        return 0;
-    return n;
-}
-
 /* Writes s escaped for XML: the five entities; tab, newline and CR as character references in an
  * attribute (where a parser would turn them into spaces) and as they are in text; U+FFFD for what
  * XML 1.0 cannot hold (other control characters, bytes that are not UTF-8). NULL writes nothing. */
@@ -797,8 +765,10 @@ static void xml_write(FILE *out, const char *s, bool attr)
 {
     const unsigned char *p = (const unsigned char *)(s ? s : "");
     while (*p) {
-        size_t n = utf8_length(p);
-        if (n == 0 || (n == 1 && *p < 0x20 && *p != '\t' && *p != '\n' && *p != '\r')) {
+        unsigned cp;
+        size_t n = gp__utf8_decode(p, &cp);
+        if (n == 0 || cp == 0xfffe || cp == 0xffff || /* not XML characters */
+            (n == 1 && *p < 0x20 && *p != '\t' && *p != '\n' && *p != '\r')) {
             fputs("\xef\xbf\xbd", out);
             p++;
             continue;

@@ -97,12 +97,13 @@ const char *gp__device_name(int32_t device, char *buf, size_t size)
     return buf;
 }
 
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 if the bytes there are not one. */
-static size_t utf8_len(const unsigned char *s)
+size_t gp__utf8_decode(const unsigned char *s, unsigned *cp)
 {
-    unsigned c = s[0];
+    unsigned c = s[0], min;
     size_t n;
-    unsigned min;
+    *cp = c;
+    if (c < 0x80)
+        return 1;
     if (c >= 0xc2 && c <= 0xdf) {
         n = 2;
         min = 0x80;
@@ -115,14 +116,15 @@ static size_t utf8_len(const unsigned char *s)
     } else {
         return 0;
     }
-    unsigned cp = c & (0x7f >> n);
+    unsigned v = c & (0x7fu >> n);
     for (size_t i = 1; i < n; i++) {
         if ((s[i] & 0xc0) != 0x80)
             return 0;
-        cp = (cp << 6) | (s[i] & 0x3f);
+        v = (v << 6) | (s[i] & 0x3f);
     }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+    if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
         return 0;
+    *cp = v;
     return n;
 }
 
@@ -162,7 +164,8 @@ void gp__json_string(FILE *out, const char *s)
             fputc((int)c, out);
             p++;
         } else {
-            size_t n = utf8_len(p);
+            unsigned cp;
+            size_t n = gp__utf8_decode(p, &cp);
             if (n == 0) {
                 fputs("\\ufffd", out); /* not UTF-8: keep the output valid */
                 p++;

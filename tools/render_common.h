@@ -38,6 +38,10 @@ const char *gp__format_percent(uint64_t part, uint64_t whole, char *buf, size_t 
 /* "host" for LP_DEVICE_HOST, "cuda:N" otherwise. Returns buf. */
 const char *gp__device_name(int32_t device, char *buf, size_t size);
 
+/* The length (1..4) of the valid UTF-8 sequence at s, with its code point in *cp; 0 when the
+ * bytes there are not one (overlong forms, surrogates, code points above U+10FFFF). */
+size_t gp__utf8_decode(const unsigned char *s, unsigned *cp);
+
 /* Writes s as a JSON string literal (with the quotes): quotes, backslashes and control characters
  * escaped (\n, \t, \uXXXX ...), bytes >= 0x80 passed through when they form valid UTF-8 and
  * replaced by U+FFFD otherwise, so the output is always valid JSON. NULL writes "". */
