@@ -15,6 +15,7 @@
  */
 #include "analysis.h"
 #include "array.h"
+#include "hashmap.h"
 #include "rules.h"
 
 #include <stdio.h>
@@ -25,100 +26,6 @@
 
 /* ---- small utilities ------------------------------------------------------------------------- */
 
-
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return x;
-}
-
-/* Open addressing with linear probing from a (k1, k2, k3) key to a uint32 value; value NONE
- * marks an empty slot. */
-typedef struct map {
-    struct slot {
-        uint64_t k1, k2, k3;
-        uint32_t v;
-    } *slots;
-    size_t cap, len;
-} map;
-
-static size_t map_hash(uint64_t a, uint64_t b, uint64_t c)
-{
-    return mix64(a ^ (b * 0x9E3779B97F4A7C15ull) ^ (c * 0xC2B2AE3D27D4EB4Full));
-}
-
-static struct slot *map_find(const map *m, uint64_t a, uint64_t b, uint64_t c)
-{
-    if (!m->cap)
-        return NULL;
-    for (size_t i = map_hash(a, b, c) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
-        struct slot *s = &m->slots[i];
-        if (s->v == NONE)
-            return NULL;
-        if (s->k1 == a && s->k2 == b && s->k3 == c)
-            return s;
-    }
-}
-
-static bool map_grow(map *m)
-{
-    size_t cap = m->cap ? 2 * m->cap : 256;
-    struct slot *slots = malloc(cap * sizeof *slots);
-    if (!slots)
-        return false;
-    for (size_t i = 0; i < cap; i++)
-        slots[i].v = NONE;
-    for (size_t i = 0; i < m->cap; i++) {
-        struct slot *s = &m->slots[i];
-        if (s->v == NONE)
-            continue;
-        size_t j = map_hash(s->k1, s->k2, s->k3) & (cap - 1);
-        while (slots[j].v != NONE)
-            j = (j + 1) & (cap - 1);
-        slots[j] = *s;
-    }
-    free(m->slots);
-    m->slots = slots;
-    m->cap = cap;
-    return true;
-}
-
-static bool map_put(map *m, uint64_t a, uint64_t b, uint64_t c, uint32_t v)
-{
-    if ((m->len + 1) * 4 > m->cap * 3 && !map_grow(m))
-        return false;
-    size_t i = map_hash(a, b, c) & (m->cap - 1);
-    while (m->slots[i].v != NONE)
-        i = (i + 1) & (m->cap - 1);
-    m->slots[i] = (struct slot){a, b, c, v};
-    m->len++;
-    return true;
-}
-
-/* Removes a slot by shifting later entries of its probe run back (no tombstones), so a table
- * with constant churn, such as the live set, keeps short probes. */
-static void map_remove(map *m, struct slot *s)
-{
-    size_t mask = m->cap - 1, i = (size_t)(s - m->slots);
-    for (size_t j = (i + 1) & mask;; j = (j + 1) & mask) {
-        struct slot *t = &m->slots[j];
-        if (t->v == NONE)
-            break;
-        size_t home = map_hash(t->k1, t->k2, t->k3) & mask;
-        /* t may move into the hole at i unless its home lies cyclically in (i, j] */
-        bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-        if (!stays) {
-            m->slots[i] = *t;
-            i = j;
-        }
-    }
-    m->slots[i].v = NONE;
-    m->len--;
-}
 
 static const char *own(gp_profile *p, const char *s);
 
@@ -173,16 +80,16 @@ typedef struct finding_acc {
     bool used;
     gp_finding f;
     size_t cap;
-    map items; /* (category, op, module) -> item index */
+    gp_map items; /* (category, op, module) -> item index */
 } finding_acc;
 
 struct gp__profile_internal {
-    map objects_map;
+    gp_map objects_map;
     object *objects;
     size_t n_objects, cap_objects;
     uint32_t free_object; /* free list through object.tag_key */
 
-    map tag_map, site_map, module_map, saved_map, region_map;
+    gp_map tag_map, site_map, module_map, saved_map, region_map;
     uint32_t *host_sites; /* host site index by stack id, NONE if none yet */
     size_t n_host_sites;
     size_t cap_tag_keys, cap_sites, cap_modules, cap_saved, cap_regions, cap_iterations, cap_spans;
@@ -205,15 +112,15 @@ struct gp__profile_internal {
 
     finding_acc *findings; /* one per (kind, region), in order of first occurrence */
     size_t n_findings, cap_findings;
-    map finding_map;       /* (kind, region) -> index */
+    gp_map finding_map;       /* (kind, region) -> index */
     const gp_analysis_options *opts;
     gp_analysis_options opts_copy;
     uint64_t now;
     bool oom;
     char **owned_strings;
     size_t n_owned, cap_owned;
-    map strings_map; /* interned owned strings */
-    map frame_memo, stack_memo; /* frame rules: function -> class, stack id -> class */
+    gp_map strings_map; /* interned owned strings */
+    gp_map frame_memo, stack_memo; /* frame rules: function -> class, stack id -> class */
     struct stack_class *frame_classes, *stack_classes;
     size_t n_frame_classes, cap_frame_classes, n_stack_classes, cap_stack_classes;
     uint32_t symbolized_modules;
@@ -296,12 +203,12 @@ static uint32_t tag_key_get(gp_profile *p, lp_category cat, const char *op, cons
                             int32_t device)
 {
     engine *e = p->internal;
-    struct slot *s = map_find(&e->tag_map, (uint64_t)cat << 32 | (uint32_t)device,
+    struct gp_map_slot *s = gp__map_find(&e->tag_map, (uint64_t)cat << 32 | (uint32_t)device,
                               (uintptr_t)op, (uintptr_t)module);
     if (s)
         return s->v;
     gp_tag_key *k = gp__push((void **)&p->tag_keys, &p->n_tag_keys, &e->cap_tag_keys, sizeof *k);
-    if (!k || !map_put(&e->tag_map, (uint64_t)cat << 32 | (uint32_t)device, (uintptr_t)op,
+    if (!k || !gp__map_put(&e->tag_map, (uint64_t)cat << 32 | (uint32_t)device, (uintptr_t)op,
                        (uintptr_t)module, (uint32_t)(p->n_tag_keys - 1))) {
         e->oom = true;
         return 0;
@@ -328,7 +235,7 @@ static stack_class frame_class(gp_profile *p, uint32_t module, uint64_t offset)
     stack_class c = {-1, LP_CAT_OTHER, ""};
     if (!sym || !sym->resolved)
         return c;
-    struct slot *s = map_find(&e->frame_memo, (uintptr_t)sym->function, 0, 0);
+    struct gp_map_slot *s = gp__map_find(&e->frame_memo, (uintptr_t)sym->function, 0, 0);
     if (s)
         return e->frame_classes[s->v];
     gp_rule_match m;
@@ -336,7 +243,7 @@ static stack_class frame_class(gp_profile *p, uint32_t module, uint64_t offset)
     c = (stack_class){m.rule, m.category, m.op[0] ? own(p, m.op) : ""};
     stack_class *slot = gp__push((void **)&e->frame_classes, &e->n_frame_classes,
                              &e->cap_frame_classes, sizeof *slot);
-    if (slot && map_put(&e->frame_memo, (uintptr_t)sym->function, 0, 0,
+    if (slot && gp__map_put(&e->frame_memo, (uintptr_t)sym->function, 0, 0,
                         (uint32_t)(e->n_frame_classes - 1)))
         *slot = c;
     return c;
@@ -348,7 +255,7 @@ static stack_class stack_classify(gp_profile *p, uint32_t stack)
     stack_class none = {-1, LP_CAT_OTHER, ""};
     if (!stack)
         return none;
-    struct slot *s = map_find(&e->stack_memo, stack, 0, 0);
+    struct gp_map_slot *s = gp__map_find(&e->stack_memo, stack, 0, 0);
     if (s)
         return e->stack_classes[s->v];
     /* Walk up to the first memoized ancestor, then fill the path back down. */
@@ -357,7 +264,7 @@ static stack_class stack_classify(gp_profile *p, uint32_t stack)
     uint32_t id = stack;
     stack_class above = none;
     while (id && n < 256) {
-        if ((s = map_find(&e->stack_memo, id, 0, 0))) {
+        if ((s = gp__map_find(&e->stack_memo, id, 0, 0))) {
             above = e->stack_classes[s->v];
             break;
         }
@@ -383,7 +290,7 @@ static stack_class stack_classify(gp_profile *p, uint32_t stack)
             c.op = f.op;
         stack_class *slot = gp__push((void **)&e->stack_classes, &e->n_stack_classes,
                                  &e->cap_stack_classes, sizeof *slot);
-        if (slot && map_put(&e->stack_memo, path[i], 0, 0, (uint32_t)(e->n_stack_classes - 1)))
+        if (slot && gp__map_put(&e->stack_memo, path[i], 0, 0, (uint32_t)(e->n_stack_classes - 1)))
             *slot = c;
     }
     return c;
@@ -406,14 +313,14 @@ static uint32_t site_get(gp_profile *p, uint32_t stack, int32_t device)
     bool host = device == LP_DEVICE_HOST;
     if (host && stack < e->n_host_sites && e->host_sites[stack] != NONE)
         return e->host_sites[stack];
-    struct slot *s = host ? NULL : map_find(&e->site_map, stack, (uint32_t)device, 0);
+    struct gp_map_slot *s = host ? NULL : gp__map_find(&e->site_map, stack, (uint32_t)device, 0);
     if (s)
         return s->v;
     gp_site *site = gp__push((void **)&p->sites, &p->n_sites, &e->cap_sites, sizeof *site);
     size_t n_growth = p->n_sites - 1; /* growth runs parallel to sites */
     site_growth *g = gp__push((void **)&e->growth, &n_growth, &e->cap_growth, sizeof *g);
     if (!site || !g ||
-        (!host && !map_put(&e->site_map, stack, (uint32_t)device, 0,
+        (!host && !gp__map_put(&e->site_map, stack, (uint32_t)device, 0,
                            (uint32_t)(p->n_sites - 1)))) {
         e->oom = true;
         return 0;
@@ -449,11 +356,11 @@ static uint32_t site_get(gp_profile *p, uint32_t stack, int32_t device)
 static uint32_t module_get(gp_profile *p, const char *module, int32_t device)
 {
     engine *e = p->internal;
-    struct slot *s = map_find(&e->module_map, (uintptr_t)module, (uint32_t)device, 0);
+    struct gp_map_slot *s = gp__map_find(&e->module_map, (uintptr_t)module, (uint32_t)device, 0);
     if (s)
         return s->v;
     gp_module_stats *m = gp__push((void **)&p->modules, &p->n_modules, &e->cap_modules, sizeof *m);
-    if (!m || !map_put(&e->module_map, (uintptr_t)module, (uint32_t)device, 0,
+    if (!m || !gp__map_put(&e->module_map, (uintptr_t)module, (uint32_t)device, 0,
                        (uint32_t)(p->n_modules - 1))) {
         e->oom = true;
         return 0;
@@ -467,12 +374,12 @@ static uint32_t saved_get(gp_profile *p, const char *module, const char *op, con
                           int32_t device)
 {
     engine *e = p->internal;
-    struct slot *s = map_find(&e->saved_map, (uintptr_t)module ^ (uint32_t)device, (uintptr_t)op,
+    struct gp_map_slot *s = gp__map_find(&e->saved_map, (uintptr_t)module ^ (uint32_t)device, (uintptr_t)op,
                               (uintptr_t)shape);
     if (s && p->saved[s->v].device == device)
         return s->v;
     gp_saved_tensor *t = gp__push((void **)&p->saved, &p->n_saved, &e->cap_saved, sizeof *t);
-    if (!t || !map_put(&e->saved_map, (uintptr_t)module ^ (uint32_t)device, (uintptr_t)op,
+    if (!t || !gp__map_put(&e->saved_map, (uintptr_t)module ^ (uint32_t)device, (uintptr_t)op,
                        (uintptr_t)shape, (uint32_t)(p->n_saved - 1))) {
         e->oom = true;
         return 0;
@@ -487,11 +394,11 @@ static uint32_t saved_get(gp_profile *p, const char *module, const char *op, con
 static uint32_t region_get(gp_profile *p, const char *name)
 {
     engine *e = p->internal;
-    struct slot *s = map_find(&e->region_map, (uintptr_t)name, 0, 0);
+    struct gp_map_slot *s = gp__map_find(&e->region_map, (uintptr_t)name, 0, 0);
     if (s)
         return s->v;
     gp_region_stats *r = gp__push((void **)&p->regions, &p->n_regions, &e->cap_regions, sizeof *r);
-    if (!r || !map_put(&e->region_map, (uintptr_t)name, 0, 0, (uint32_t)(p->n_regions - 1))) {
+    if (!r || !gp__map_put(&e->region_map, (uintptr_t)name, 0, 0, (uint32_t)(p->n_regions - 1))) {
         e->oom = true;
         return 0;
     }
@@ -525,11 +432,11 @@ static finding_acc *finding_get(gp_profile *p, gp_finding_kind kind, const char 
 {
     engine *e = p->internal;
     region = region ? region : "";
-    struct slot *s = map_find(&e->finding_map, kind, (uintptr_t)region, 0);
+    struct gp_map_slot *s = gp__map_find(&e->finding_map, kind, (uintptr_t)region, 0);
     if (s)
         return &e->findings[s->v];
     finding_acc *a = gp__push((void **)&e->findings, &e->n_findings, &e->cap_findings, sizeof *a);
-    if (!a || !map_put(&e->finding_map, kind, (uintptr_t)region, 0,
+    if (!a || !gp__map_put(&e->finding_map, kind, (uintptr_t)region, 0,
                        (uint32_t)(e->n_findings - 1))) {
         e->oom = true;
         return NULL;
@@ -550,13 +457,13 @@ static void finding_add(gp_profile *p, gp_finding_kind kind, const char *region,
     engine *e = p->internal;
     a->f.bytes += bytes;
     a->f.count++;
-    struct slot *s = map_find(&a->items, (uint64_t)cat, (uintptr_t)op, (uintptr_t)module);
+    struct gp_map_slot *s = gp__map_find(&a->items, (uint64_t)cat, (uintptr_t)op, (uintptr_t)module);
     gp_finding_item *it;
     if (s) {
         it = &a->f.items[s->v];
     } else {
         it = gp__push((void **)&a->f.items, &a->f.n_items, &a->cap, sizeof *it);
-        if (!it || !map_put(&a->items, (uint64_t)cat, (uintptr_t)op, (uintptr_t)module,
+        if (!it || !gp__map_put(&a->items, (uint64_t)cat, (uintptr_t)op, (uintptr_t)module,
                             (uint32_t)(a->f.n_items - 1))) {
             e->oom = true;
             return;
@@ -662,6 +569,9 @@ static void object_enter(gp_profile *p, object *o, bool count, bool count_site)
         memcpy(d->pub.by_category_at_peak, d->live_by_cat, sizeof d->live_by_cat);
         d->epoch++;
         d->peak_seq = o->seq;
+        const gp_replay_observer *obs = e->opts->observer;
+        if (obs && obs->peak)
+            obs->peak(obs->ctx, p, o->device, o->seq);
     }
     if (o->device == p->primary_device && d->pub.live_bytes > e->bucket_max)
         e->bucket_max = d->pub.live_bytes;
@@ -960,16 +870,35 @@ static void detect_growth(gp_profile *p)
 
 /* ---- events ---------------------------------------------------------------------------------- */
 
+/* Tells the observer, if any, about buffer o (see gp_replay_observer). */
+static void observe(gp_profile *p, void (*fn)(void *, gp_profile *, const gp_buffer_event *),
+                    const object *o, uint32_t thread, bool first_tag)
+{
+    const gp_replay_observer *obs = p->internal->opts->observer;
+    if (!obs || !fn)
+        return;
+    const gp_tag_key *k = &p->tag_keys[o->tag_key];
+    gp_buffer_event b = {.seq = o->seq, .allocs = p->alloc_count, .time_ns = p->internal->now,
+                         .thread = thread, .device = o->device, .size = o->size,
+                         .stack = p->sites[o->site].stack, .category = o->category, .op = k->op,
+                         .module = k->module, .first_tag = first_tag};
+    fn(obs->ctx, p, &b);
+}
+
+#define OBSERVER(p) ((p)->internal->opts->observer)
+
 static void on_alloc(gp_profile *p, thread_state *t, const gp_event *ev, bool tagged)
 {
     engine *e = p->internal;
-    struct slot *s = map_find(&e->objects_map, ev->addr, (uint32_t)ev->device, 0);
+    struct gp_map_slot *s = gp__map_find(&e->objects_map, ev->addr, (uint32_t)ev->device, 0);
     if (s) { /* allocated again without a free in between (missed free): drop the old one */
+        if (OBSERVER(p))
+            observe(p, OBSERVER(p)->free, &e->objects[s->v], ev->thread, false);
         object_leave(p, &e->objects[s->v]);
         instance_unref(e, e->objects[s->v].instance);
         e->objects[s->v].size = 0;
         object_delete(e, s->v);
-        map_remove(&e->objects_map, s);
+        gp__map_remove(&e->objects_map, s);
         p->unknown_frees++;
     }
     uint32_t i = object_new(e);
@@ -994,12 +923,17 @@ static void on_alloc(gp_profile *p, thread_state *t, const gp_event *ev, bool ta
             o->module = g->raw_module;
         }
     }
-    if (!map_put(&e->objects_map, ev->addr, (uint32_t)ev->device, 0, i)) {
+    if (!gp__map_put(&e->objects_map, ev->addr, (uint32_t)ev->device, 0, i)) {
         e->oom = true;
         return;
     }
     if (t->top != NONE)
         e->instances[t->top].refs++;
+    if (OBSERVER(p)) {
+        p->alloc_count++; /* the observer sees this allocation counted */
+        observe(p, OBSERVER(p)->alloc, o, ev->thread, false);
+        p->alloc_count--;
+    }
     object_enter(p, o, true, true);
     p->alloc_count++;
     p->total_allocated_bytes += ev->size;
@@ -1017,7 +951,7 @@ static void on_alloc(gp_profile *p, thread_state *t, const gp_event *ev, bool ta
 static void on_tag(gp_profile *p, thread_state *t, const gp_event *ev)
 {
     engine *e = p->internal;
-    struct slot *s = map_find(&e->objects_map, ev->addr, (uint32_t)ev->device, 0);
+    struct gp_map_slot *s = gp__map_find(&e->objects_map, ev->addr, (uint32_t)ev->device, 0);
     if (!s) {
         on_alloc(p, t, ev, true);
         return;
@@ -1043,6 +977,8 @@ static void on_tag(gp_profile *p, thread_state *t, const gp_event *ev)
         p->retag_count++;
     }
     object_set_role(p, o, ev->category, ev->op, ev->module, ev->detail);
+    if (OBSERVER(p))
+        observe(p, OBSERVER(p)->retag, o, ev->thread, first_tag);
     object_enter(p, o, true, false);
     /* The peak instant is the allocation that first reached it, with that buffer's own tag
      * applied: under an interposer every buffer reaches the peak as a raw allocation and gets its
@@ -1062,13 +998,15 @@ static void on_tag(gp_profile *p, thread_state *t, const gp_event *ev)
 static void on_free(gp_profile *p, thread_state *t, const gp_event *ev)
 {
     engine *e = p->internal;
-    struct slot *s = map_find(&e->objects_map, ev->addr, (uint32_t)ev->device, 0);
+    struct gp_map_slot *s = gp__map_find(&e->objects_map, ev->addr, (uint32_t)ev->device, 0);
     if (!s) {
         p->unknown_frees++;
         return;
     }
     uint32_t i = s->v;
     object *o = &e->objects[i];
+    if (OBSERVER(p))
+        observe(p, OBSERVER(p)->free, o, ev->thread, false);
     object_leave(p, o);
     p->free_count++;
     if (t->last_alloc_valid && t->last_alloc_addr == ev->addr &&
@@ -1079,7 +1017,7 @@ static void on_free(gp_profile *p, thread_state *t, const gp_event *ev)
         t->last_alloc_valid = false;
     }
     instance_unref(e, o->instance);
-    map_remove(&e->objects_map, s);
+    gp__map_remove(&e->objects_map, s);
     o->size = 0;
     object_delete(e, i);
 }
@@ -1319,16 +1257,16 @@ static const char *own(gp_profile *p, const char *s)
     size_t n = strlen(s);
     for (size_t i = 0; i < n; i++) {
         h1 = (h1 ^ (uint8_t)s[i]) * 0x100000001b3ull;
-        h2 = mix64(h2 + (uint8_t)s[i]);
+        h2 = gp__mix64(h2 + (uint8_t)s[i]);
     }
-    struct slot *found = map_find(&e->strings_map, h1, h2, n);
+    struct gp_map_slot *found = gp__map_find(&e->strings_map, h1, h2, n);
     if (found)
         return e->owned_strings[found->v];
     char *copy = strdup(s);
     char **slot = copy ? gp__push((void **)&e->owned_strings, &e->n_owned, &e->cap_owned,
                               sizeof *slot)
                        : NULL;
-    if (!slot || !map_put(&e->strings_map, h1, h2, n, (uint32_t)(e->n_owned - 1))) {
+    if (!slot || !gp__map_put(&e->strings_map, h1, h2, n, (uint32_t)(e->n_owned - 1))) {
         free(copy);
         return "?";
     }

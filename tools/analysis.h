@@ -150,6 +150,36 @@ typedef struct gp_device_stats {
     uint64_t by_category_max[LP_CAT_COUNT];  /* each category's own maximum */
 } gp_device_stats;
 
+typedef struct gp_profile gp_profile;
+
+/*
+ * A replay observer sees every buffer event of the replay, in event order, after the engine has
+ * applied it: the diff's alignment (align.h) is one. `seq` is the buffer's birth number (1, 2, ...
+ * in allocation order, never reused); `allocs` is the number of allocations replayed so far, so a
+ * free at allocs = n happened after the n-th allocation and before the next.
+ */
+typedef struct gp_buffer_event {
+    uint64_t seq;
+    uint64_t allocs;
+    uint64_t time_ns;
+    uint32_t thread;
+    int32_t device;
+    uint64_t size;
+    uint32_t stack;       /* the allocating stack (0 = none) */
+    lp_category category; /* the buffer's role now (after the event) */
+    const char *op, *module; /* interned by the profile, "" if none */
+    bool first_tag;       /* retag: the buffer's first tag (a raw allocation getting its role) */
+} gp_buffer_event;
+
+typedef struct gp_replay_observer {
+    void *ctx;
+    void (*alloc)(void *ctx, gp_profile *p, const gp_buffer_event *b);
+    void (*retag)(void *ctx, gp_profile *p, const gp_buffer_event *b);
+    void (*free)(void *ctx, gp_profile *p, const gp_buffer_event *b);
+    /* the device's live bytes reached a new peak with the allocation of buffer `seq` */
+    void (*peak)(void *ctx, gp_profile *p, int32_t device, uint64_t seq);
+} gp_replay_observer;
+
 /* What the engine needs to know beyond the trace. */
 typedef struct gp_analysis_options {
     /* Regions the program marked as inference (default {"inference"}): grad should be off there. */
@@ -162,11 +192,13 @@ typedef struct gp_analysis_options {
     uint64_t growth_threshold;
     /* Frame rules that classify untagged allocations (NULL = none; see rules.h). */
     const struct gp_rules *rules;
+    /* Called for every buffer event (NULL = none); borrowed for the load. */
+    const gp_replay_observer *observer;
 } gp_analysis_options;
 
 void gp_analysis_options_default(gp_analysis_options *o);
 
-typedef struct gp_profile {
+struct gp_profile {
     /* the trace */
     gp_trace *trace; /* owned: closed by gp_profile_free */
     const char *path; /* a copy, owned by the profile */
@@ -207,7 +239,7 @@ typedef struct gp_profile {
 
     gp_symbolizer *symbolizer; /* owned: the trace's modules, symbolized on demand */
     struct gp__profile_internal *internal;
-} gp_profile;
+};
 
 /* Replays the trace at `path`. Returns 0, or -1 with a message naming the file in err (an
  * unreadable or empty trace). A damaged trace is not an error: p->info says what was lost. */

@@ -262,19 +262,10 @@ int gp_cli_rules(const char *cmd, const char *value, const struct gp_rules **out
     return 0;
 }
 
-int gp_cli_load_profile(const char *cmd, const char *path, const gp_analysis_options *opts,
-                        gp_profile **out)
+void gp_cli_warn_trace(const char *cmd, const char *path, const gp_trace_info *info)
 {
-    char err[512] = "";
-    *out = NULL;
-    if (gp_profile_load(path, opts, out, err, sizeof err) != 0) {
-        gp_profile_free(*out);
-        *out = NULL;
-        return gp_cli_error(cmd, "%s", err[0] ? err : "cannot read the trace");
-    }
-    const gp_trace_info *info = (*out)->info;
     if (!info)
-        return 0;
+        return;
     char lost[32];
     if (info->damaged)
         gp_cli_warn(cmd,
@@ -290,5 +281,18 @@ int gp_cli_load_profile(const char *cmd, const char *path, const gp_analysis_opt
     if (info->lost_events)
         gp_cli_warn(cmd, "the recorder dropped %" PRIu64 " events while writing '%s'",
                     info->lost_events, path);
+}
+
+int gp_cli_load_profile(const char *cmd, const char *path, const gp_analysis_options *opts,
+                        gp_profile **out)
+{
+    char err[512] = "";
+    *out = NULL;
+    if (gp_profile_load(path, opts, out, err, sizeof err) != 0) {
+        gp_profile_free(*out);
+        *out = NULL;
+        return gp_cli_error(cmd, "%s", err[0] ? err : "cannot read the trace");
+    }
+    gp_cli_warn_trace(cmd, path, (*out)->info);
     return 0;
 }

@@ -21,6 +21,7 @@ enum {
     GP_EXIT_OK = 0,    /* done; check: every rule passed */
     GP_EXIT_FAIL = 1,  /* check: at least one violation */
     GP_EXIT_USAGE = 2, /* bad command line, or input that cannot be read */
+    GP_EXIT_DIVERGED = 3, /* diff --require-aligned, compare: the runs are not one program */
 };
 
 /*
@@ -71,6 +72,9 @@ int gp_cli_bad_option(const char *cmd, int c, char **argv);
  * gives no rules, anything else is a rules file to load. Sets *out (owned by the CLI, lives until
  * exit) and returns 0, or prints an error naming the file and returns GP_EXIT_USAGE. */
 int gp_cli_rules(const char *cmd, const char *value, const struct gp_rules **out);
+
+/* Warns on stderr, once each, that a loaded trace is damaged, has no clean end, or lost events. */
+void gp_cli_warn_trace(const char *cmd, const char *path, const gp_trace_info *info);
 
 int gp_cli_load_profile(const char *cmd, const char *path, const gp_analysis_options *opts,
                         gp_profile **out);

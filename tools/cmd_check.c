@@ -16,6 +16,7 @@
  */
 #include "array.h"
 #include "cli.h"
+#include "diff.h"
 #include "commands.h"
 #include "render.h"
 #include "render_common.h"
@@ -61,6 +62,11 @@ static const char check_usage[] =
     "                     graph_escapes_inference\n"
     "  --rules FILE|none  frame rules for allocations nothing tagged (default: the built-in\n"
     "                     PyTorch rules, tools/rules/pytorch.rules)\n"
+    "  --baseline B       also fail when this trace holds graph memory that trace B (the same\n"
+    "                     program with grad off) does not: the aligned diff's saved-for-backward\n"
+    "                     bytes (inferred, so it works on untagged runs) plus held graph nodes\n"
+    "                     and gradients (see 'gradprof diff --help'), naming the ops\n"
+    "  --baseline-slack SIZE  graph memory tolerated against the baseline (default 64k)\n"
     "\n"
     "output:\n"
     "  --format FMT       text (default) or json (schema gradprof-check/1) on standard output\n"
@@ -83,7 +89,9 @@ enum {
     OPT_JUNIT,
     OPT_FORMAT,
     OPT_DETECTORS,
-    OPT_RULES
+    OPT_RULES,
+    OPT_BASELINE,
+    OPT_BASELINE_SLACK
 };
 
 static const struct option long_options[] = {
@@ -96,6 +104,8 @@ static const struct option long_options[] = {
     {"junit", required_argument, NULL, OPT_JUNIT},
     {"format", required_argument, NULL, OPT_FORMAT},
     {"rules", required_argument, NULL, OPT_RULES},
+    {"baseline", required_argument, NULL, OPT_BASELINE},
+    {"baseline-slack", required_argument, NULL, OPT_BASELINE_SLACK},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -556,6 +566,65 @@ static void default_categories(results *r)
     }
 }
 
+/* --baseline: the graph memory A holds that B does not, by the aligned diff (diff.h). Items: the
+ * ops with saved-for-backward (inferred) or held graph bytes, largest first. */
+static uint64_t row_graph(const gp_diff_row *r)
+{
+    return r->saved_inferred_bytes > r->held_bytes ? r->saved_inferred_bytes : r->held_bytes;
+}
+
+static int cmp_row_graph(const void *x, const void *y)
+{
+    uint64_t a = row_graph(*(const gp_diff_row *const *)x);
+    uint64_t b = row_graph(*(const gp_diff_row *const *)y);
+    return a > b ? -1 : a < b;
+}
+
+static void check_baseline(const gp_diff *d, uint64_t slack, results *r)
+{
+    if (!rule_begin(r, "baseline %s", d->b.path))
+        return;
+    uint64_t nodes = d->by_category[LP_CAT_AUTOGRAD].held_bytes +
+                     d->by_category[LP_CAT_GRADIENT].held_bytes;
+    uint64_t graph = d->saved_inferred_bytes + nodes;
+    if (graph <= slack)
+        return;
+    violation *v = violation_add(r, "baseline", "");
+    if (!v)
+        return;
+    v->bytes = graph;
+    v->limit = slack;
+    v->has_limit = true;
+    snprintf(v->category, sizeof v->category, "saved");
+    const gp_diff_row **rows = malloc((d->n_ops ? d->n_ops : 1) * sizeof *rows);
+    if (!rows) {
+        r->oom = true;
+        return;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < d->n_ops; i++)
+        if (d->ops[i].saved_inferred_bytes || d->ops[i].held_bytes)
+            rows[n++] = &d->ops[i];
+    qsort(rows, n, sizeof *rows, cmp_row_graph);
+    char b[64], s[64], g[64], l[64];
+    snprintf(v->message, sizeof v->message,
+             "holds %s of graph memory that the grad-off baseline '%s' does not: %s saved for "
+             "backward (inferred) in %zu ops, %s of graph nodes and gradients (slack %s)",
+             bytes_text(graph, b, sizeof b), d->b.path,
+             bytes_text(d->saved_inferred_bytes, s, sizeof s), n, bytes_text(nodes, g, sizeof g),
+             bytes_text(slack, l, sizeof l));
+    for (size_t i = 0; i < n && i < MAX_KEEP; i++) {
+        gp_finding_item *it = item_add(r, v);
+        if (!it)
+            break;
+        *it = (gp_finding_item){LP_CAT_SAVED, rows[i]->op, rows[i]->module, 0,
+                                row_graph(rows[i]), 1};
+    }
+    if (n > MAX_KEEP)
+        v->more_items = n - MAX_KEEP;
+    free(rows);
+}
+
 static void evaluate(gp_profile *p, const check_rules *o, results *r)
 {
     if (o->n_regions == 0)
@@ -937,7 +1006,8 @@ int gp_cmd_check(int argc, char **argv)
         o.detectors[k] = true;
     const char *junit = NULL, *file = NULL;
     bool json = false;
-    const char *rules = NULL;
+    const char *rules = NULL, *baseline = NULL;
+    uint64_t baseline_slack = 64 * 1024;
     char err[512];
     int c, rc;
     opterr = 0;
@@ -985,6 +1055,15 @@ int gp_cmd_check(int argc, char **argv)
         case OPT_RULES:
             rules = optarg;
             break;
+        case OPT_BASELINE:
+            if (!*optarg)
+                return gp_cli_error(CMD, "--baseline: empty file name");
+            baseline = optarg;
+            break;
+        case OPT_BASELINE_SLACK:
+            if (gp_parse_size(optarg, &baseline_slack, err, sizeof err) != 0)
+                return gp_cli_error(CMD, "--baseline-slack: %s", err);
+            break;
         case 'h':
             fputs(check_usage, stdout);
             return GP_EXIT_OK;
@@ -1024,9 +1103,24 @@ int gp_cmd_check(int argc, char **argv)
     }
     if (o.has_max_growth)
         ao.growth_threshold = o.max_growth;
-    gp_profile *p = NULL;
-    if ((rc = gp_cli_load_profile(CMD, file, &ao, &p)))
+    gp_profile *p = NULL, *pb = NULL;
+    gp_diff *d = NULL;
+    if (baseline) {
+        if (gp_diff_load(file, baseline, &ao, &p, &pb, &d, err, sizeof err) != 0)
+            return gp_cli_error(CMD, "%s", err);
+        gp_cli_warn_trace(CMD, file, p->info);
+        gp_cli_warn_trace(CMD, baseline, pb->info);
+        if (d->diverged) {
+            fprintf(stderr, "gradprof %s: '%s' is no baseline for '%s': %s\n", CMD, baseline,
+                    file, d->diverged_why);
+            gp_diff_free(d);
+            gp_profile_free(pb);
+            gp_profile_free(p);
+            return GP_EXIT_USAGE;
+        }
+    } else if ((rc = gp_cli_load_profile(CMD, file, &ao, &p))) {
         return rc;
+    }
     for (size_t i = 0; i < o.n_regions; i++) {
         if (find_region(p, o.regions[i]))
             continue;
@@ -1035,6 +1129,8 @@ int gp_cmd_check(int argc, char **argv)
         for (size_t j = 0; j < p->n_regions && used < sizeof known; j++)
             used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", j ? ", " : "",
                                      p->regions[j].name);
+        gp_diff_free(d);
+        gp_profile_free(pb);
         gp_profile_free(p);
         return gp_cli_error(CMD, "--region: no region '%s' in '%s' (regions: %s)", o.regions[i],
                             file, known);
@@ -1042,8 +1138,12 @@ int gp_cmd_check(int argc, char **argv)
 
     results r = {0};
     evaluate(p, &o, &r);
+    if (d)
+        check_baseline(d, baseline_slack, &r);
     if (r.oom) {
         results_free(&r);
+        gp_diff_free(d);
+        gp_profile_free(pb);
         gp_profile_free(p);
         return gp_cli_error(CMD, "out of memory while checking '%s'", file);
     }
@@ -1057,6 +1157,8 @@ int gp_cmd_check(int argc, char **argv)
     if (rc == 0)
         rc = r.n_violations ? GP_EXIT_FAIL : GP_EXIT_OK;
     results_free(&r);
+    gp_diff_free(d);
+    gp_profile_free(pb);
     gp_profile_free(p);
     return rc;
 }

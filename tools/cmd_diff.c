@@ -18,24 +18,33 @@
 #include "render_html.h"
 
 static const char usage[] =
-    "usage: gradprof diff A B [--format text|json|html] [-o OUT] [--top N]\n"
+    "usage: gradprof diff A B [--format text|json|html] [-o OUT] [--top N] [--require-aligned]\n"
     "\n"
-    "Compares two traces of the same program, A usually with grad on and B with grad off, each\n"
-    "at its own peak: the peak delta, the per-category delta, and the memory held by graph\n"
-    "construction (live at A's peak, already freed or never allocated in B), attributed per\n"
-    "module, op and call site and shown per layer. Rows are matched across the runs by symbolic\n"
-    "keys (category, op, module; symbolized call stacks; module paths), never by address. The\n"
-    "tables add up to the peak delta; anything that does not is printed as a remainder row.\n"
+    "Compares two traces of the same program, A usually with grad on and B with grad off. The\n"
+    "runs are aligned buffer by buffer (twins: same thread, size, role at birth, innermost call\n"
+    "frames and occurrence index; never addresses), and A's peak is compared with the instant\n"
+    "of B where B made the twins of A's last allocations before its peak:\n"
+    "  held by graph construction  live at A's peak, twin already freed by B then, or no twin\n"
+    "  b_more                      live in B then, twin not live at A's peak\n"
+    "  unaligned                   live at A's peak, twin not made by B yet\n"
+    "  A's peak - B then = held - b_more + unaligned, in every table (category, op, module,\n"
+    "  call site, layer); any remainder is printed as a row of its own.\n"
+    "  saved (inferred)            live at A's peak and kept for backward, found without tags:\n"
+    "                              tagged saved, no twin, or freed sooner by B\n"
+    "Each run's own peak and the difference of the two peaks are shown as well.\n"
     "\n"
     "options:\n"
-    "  --format FMT   text (default), json (schema gradprof-diff/1) or html\n"
+    "  --format FMT   text (default), json (schema gradprof-diff/2) or html\n"
     "  -o, --output OUT  write to OUT instead of standard output\n"
     "  --top N        rows per module/op/call-site table in text and html (default 10, 0 = all)\n"
     "  --rules FILE|none  frame rules for allocations nothing tagged (default: the built-in\n"
     "                     PyTorch rules, tools/rules/pytorch.rules)\n"
+    "  --require-aligned  exit 3 without a diff when the runs do not align (less than half of\n"
+    "                     the bytes live at A's peak, graph memory aside, have a twin in B)\n"
     "  -h, --help     this help\n"
     "\n"
-    "exit status: 0 done, 2 bad usage or a trace that cannot be read\n";
+    "exit status: 0 done, 2 bad usage or a trace that cannot be read, 3 the runs do not align\n"
+    "(with --require-aligned; otherwise a warning)\n";
 
 typedef enum { FMT_TEXT, FMT_JSON, FMT_HTML } diff_format;
 
@@ -45,9 +54,11 @@ int gp_cmd_diff(int argc, char **argv)
                                           {"output", required_argument, NULL, 'o'},
                                           {"top", required_argument, NULL, 't'},
                                           {"rules", required_argument, NULL, 'R'},
+                                          {"require-aligned", no_argument, NULL, 'A'},
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
     const char *cmd = "diff", *out_path = NULL, *rules = NULL;
+    bool require_aligned = false;
     diff_format format = FMT_TEXT;
     gp_render_options ro;
     gp_render_options_default(&ro);
@@ -81,6 +92,9 @@ int gp_cmd_diff(int argc, char **argv)
         case 'R':
             rules = optarg;
             break;
+        case 'A':
+            require_aligned = true;
+            break;
         case 'h':
             fputs(usage, stdout);
             return GP_EXIT_OK;
@@ -102,13 +116,22 @@ int gp_cmd_diff(int argc, char **argv)
         return rules_rc;
     gp_profile *a = NULL, *b = NULL;
     gp_diff *d = NULL;
-    int rc = gp_cli_load_profile(cmd, a_path, &ao, &a);
-    if (rc == 0)
-        rc = gp_cli_load_profile(cmd, b_path, &ao, &b);
-    if (rc == 0 && gp_diff_compute(a, b, a_path, b_path, &d, err, sizeof err) != 0)
+    int rc = GP_EXIT_OK;
+    if (gp_diff_load(a_path, b_path, &ao, &a, &b, &d, err, sizeof err) != 0) {
         rc = gp_cli_error(cmd, "%s", err);
-    if (rc != 0)
         goto done;
+    }
+    gp_cli_warn_trace(cmd, a_path, a->info);
+    gp_cli_warn_trace(cmd, b_path, b->info);
+    if (d->diverged) {
+        if (require_aligned) {
+            fprintf(stderr, "gradprof %s: the runs do not align: %s\n", cmd, d->diverged_why);
+            rc = GP_EXIT_DIVERGED;
+            goto done;
+        }
+        gp_cli_warn(cmd, "the runs do not align: %s; the diff below may mean little",
+                    d->diverged_why);
+    }
 
     FILE *out = stdout;
     if (out_path && !(out = fopen(out_path, "w"))) {

@@ -1,68 +1,14 @@
 /*
- * gp_diff_compute: matches two profiles' live-at-peak tables by symbolic keys and builds the diff
- * tables of diff.h. Every table is built from its own source in the profiles (categories from the
- * primary device's by_category_at_peak, tag keys from tag_keys[], call sites from sites[], layers
- * from modules[]) and summed on its own, so a disagreement between the engine's tables shows up as
- * a remainder instead of being absorbed.
- *
- * Matching is by sorting: every (side, key, bytes) entry of both runs goes into one array, sorted
- * by key; runs of equal keys become one row. No addresses or stack ids take part in a key.
+ * gp_diff_compute: the tables of diff.h from the aligned buffers of align.h. Every buffer of the
+ * union (live at A's peak, or live in B at the corresponding instant without a twin live at A's
+ * peak) becomes one entry per table, keyed by its labels; entries with equal keys merge into one
+ * row by sorting. Each table is summed on its own against the aligned delta, so a disagreement
+ * shows up as a remainder instead of being absorbed. No address or stack id takes part in a key.
  */
 #include "diff.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-/* One run's contribution to a row before matching. Strings are borrowed from the profiles. */
-typedef struct entry {
-    int category;        /* LP_CAT_COUNT when the table is not by category */
-    const char *s1, *s2; /* the key: (op, module), (site key, ""), (module, "") */
-    const char *label;   /* call sites: the label in this run */
-    int side;            /* 0 = A, 1 = B */
-    uint64_t bytes;
-    uint64_t graph_bytes;
-    /* Op and module entries are made from key rows: bytes = the row's a_bytes, and these: */
-    uint64_t b_bytes;
-    uint64_t held_bytes;
-} entry;
-
-typedef struct entries {
-    entry *v;
-    size_t n, cap;
-} entries;
-
-static int entries_push(entries *e, const entry *x)
-{
-    if (e->n == e->cap) {
-        size_t cap = e->cap ? e->cap * 2 : 64;
-        entry *v = realloc(e->v, cap * sizeof *v);
-        if (!v)
-            return -1;
-        e->v = v;
-        e->cap = cap;
-    }
-    e->v[e->n++] = *x;
-    return 0;
-}
-
-static int entry_key_cmp(const void *pa, const void *pb)
-{
-    const entry *a = pa, *b = pb;
-    if (a->category != b->category)
-        return a->category < b->category ? -1 : 1;
-    int c = strcmp(a->s1, b->s1);
-    if (c)
-        return c;
-    c = strcmp(a->s2, b->s2);
-    if (c)
-        return c;
-    return a->side - b->side; /* A's entries first, so a row's label prefers A's */
-}
-
-static bool same_key(const entry *a, const entry *b)
-{
-    return a->category == b->category && strcmp(a->s1, b->s1) == 0 && strcmp(a->s2, b->s2) == 0;
-}
 
 static char *dup_str(const char *s)
 {
@@ -122,10 +68,6 @@ void gp_diff_free(gp_diff *d)
     free(d);
 }
 
-static uint64_t held_of(uint64_t a, uint64_t b)
-{
-    return a > b ? a - b : 0;
-}
 
 static int64_t delta_of(uint64_t a, uint64_t b)
 {
@@ -205,95 +147,6 @@ static int row_by_path(const void *pa, const void *pb)
 {
     const gp_diff_row *a = pa, *b = pb;
     return path_cmp(a->module, b->module);
-}
-
-/* The table kinds build_rows knows how to label. */
-typedef enum table_kind { T_KEYS, T_OPS, T_MODULES, T_SITES, T_LAYERS } table_kind;
-
-/* Sorts `e` by key and merges each run of equal keys into one row of *out. Rows with nothing live
- * at either peak are dropped (they add nothing to any sum). Entries made from key rows (T_OPS,
- * T_MODULES) carry a_bytes in `bytes` and b in `b_bytes`, and their held is summed; otherwise
- * held is max(0, a - b) of the merged row. Returns 0 or -1 (out of memory). */
-static int build_rows(entries *e, table_kind kind, gp_diff_row **out, size_t *n_out)
-{
-    *out = NULL;
-    *n_out = 0;
-    if (e->n == 0)
-        return 0;
-    qsort(e->v, e->n, sizeof *e->v, entry_key_cmp);
-    gp_diff_row *rows = calloc(e->n, sizeof *rows);
-    if (!rows)
-        return -1;
-    size_t n = 0;
-    for (size_t i = 0; i < e->n;) {
-        size_t j = i;
-        uint64_t a = 0, b = 0, held = 0, ga = 0, gb = 0;
-        const char *label = NULL;
-        for (; j < e->n && same_key(&e->v[i], &e->v[j]); j++) {
-            const entry *x = &e->v[j];
-            if (kind == T_OPS || kind == T_MODULES) {
-                a += x->bytes;
-                b += x->b_bytes;
-                held += x->held_bytes;
-            } else if (x->side == 0) {
-                a += x->bytes;
-                ga += x->graph_bytes;
-            } else {
-                b += x->bytes;
-                gb += x->graph_bytes;
-            }
-            if (!label && x->label)
-                label = x->label;
-        }
-        const entry *k = &e->v[i];
-        i = j;
-        if (a == 0 && b == 0 && ga == 0 && gb == 0)
-            continue;
-        gp_diff_row *r = &rows[n++];
-        r->category = kind == T_KEYS ? (lp_category)k->category : LP_CAT_COUNT;
-        r->a_bytes = a;
-        r->b_bytes = b;
-        r->delta = delta_of(a, b);
-        r->held_bytes = (kind == T_OPS || kind == T_MODULES) ? held : held_of(a, b);
-        r->a_graph_bytes = ga;
-        r->b_graph_bytes = gb;
-        const char *none = "(no module)";
-        switch (kind) {
-        case T_KEYS:
-            r->op = dup_str(k->s1);
-            r->module = dup_str(k->s2);
-            r->key = dup_str("");
-            r->label = dup_label(k->s1, k->s2, lp_category_name(r->category));
-            break;
-        case T_OPS:
-            r->op = dup_str(k->s1);
-            r->module = dup_str(k->s2);
-            r->key = dup_str("");
-            r->label = dup_label(k->s1, k->s2, NULL);
-            break;
-        case T_MODULES:
-        case T_LAYERS:
-            r->op = dup_str("");
-            r->module = dup_str(k->s1);
-            r->key = dup_str("");
-            r->label = dup_str(*k->s1 ? k->s1 : none);
-            r->depth = path_depth(k->s1);
-            break;
-        case T_SITES:
-            r->op = dup_str("");
-            r->module = dup_str("");
-            r->key = dup_str(k->s1);
-            r->label = dup_str(label ? label : k->s1);
-            break;
-        }
-        if (!r->op || !r->module || !r->key || !r->label) {
-            rows_free(rows, n);
-            return -1;
-        }
-    }
-    *out = rows;
-    *n_out = n;
-    return 0;
 }
 
 /* Number of leading ';'-separated frames two site keys share. */
@@ -385,89 +238,194 @@ static int disambiguate_sites(gp_diff_row *rows, size_t n)
     return rc;
 }
 
-/* Adds a profile's tag keys on its primary device to `e` (the others peak at other instants). */
-static int add_tag_keys(entries *e, const gp_profile *p, int side)
+
+/* ---- entries: one per aligned buffer and table ----------------------------------------------- */
+
+typedef enum table_kind { T_KEYS, T_OPS, T_MODULES, T_SITES, T_LAYERS } table_kind;
+
+/* A buffer's contribution to a row before merging. Strings are borrowed from the profiles. */
+typedef struct entry {
+    int category;        /* LP_CAT_COUNT when the table is not by category */
+    const char *s1, *s2; /* the key: (op, module), (site key, ""), (module, "") */
+    const char *label;   /* call sites: the label in the buffer's run */
+    int side;            /* whose labels: 0 = A, 1 = B */
+    const gp_aligned *x;
+} entry;
+
+typedef struct entries {
+    entry *v;
+    size_t n, cap;
+} entries;
+
+static int entry_key_cmp(const void *pa, const void *pb)
 {
-    for (size_t i = 0; i < p->n_tag_keys; i++) {
-        const gp_tag_key *k = &p->tag_keys[i];
-        if (k->device != p->primary_device || k->stats.peak_bytes == 0)
-            continue;
-        entry x = {.category = (int)k->category,
-                   .s1 = k->op ? k->op : "",
-                   .s2 = k->module ? k->module : "",
-                   .side = side,
-                   .bytes = k->stats.peak_bytes};
-        if (entries_push(e, &x))
+    const entry *a = pa, *b = pb;
+    if (a->category != b->category)
+        return a->category < b->category ? -1 : 1;
+    int c = strcmp(a->s1, b->s1);
+    if (c)
+        return c;
+    c = strcmp(a->s2, b->s2);
+    if (c)
+        return c;
+    return a->side - b->side; /* A's entries first, so a row's label prefers A's */
+}
+
+static bool same_key(const entry *a, const entry *b)
+{
+    return a->category == b->category && strcmp(a->s1, b->s1) == 0 && strcmp(a->s2, b->s2) == 0;
+}
+
+static bool graph_category(lp_category c)
+{
+    return c == LP_CAT_SAVED || c == LP_CAT_AUTOGRAD || c == LP_CAT_GRADIENT;
+}
+
+/* Adds buffer x's numbers to row r. */
+static void row_add(gp_diff_row *r, const gp_aligned *x)
+{
+    uint64_t s = x->size;
+    switch (x->state) {
+    case GP_TWIN_PAIRED:
+        r->a_bytes += s;
+        r->b_bytes += s;
+        break;
+    case GP_TWIN_FREED:
+    case GP_TWIN_NONE:
+        r->a_bytes += s;
+        r->held_bytes += s;
+        break;
+    case GP_TWIN_LATER:
+        r->a_bytes += s;
+        r->unaligned_bytes += s;
+        break;
+    case GP_TWIN_B_MORE:
+        r->b_bytes += s;
+        r->b_more_bytes += s;
+        if (graph_category(x->category))
+            r->b_graph_bytes += s;
+        break;
+    }
+    if (x->side == 0 && graph_category(x->category))
+        r->a_graph_bytes += s;
+    if (x->saved_inferred)
+        r->saved_inferred_bytes += s;
+    if (x->state == GP_TWIN_FREED) { /* running byte-weighted means */
+        double w = (double)s / (double)(r->freed_bytes + s);
+        r->a_life_ns += ((double)x->a_life_ns - r->a_life_ns) * w;
+        r->b_life_ns += ((double)x->b_life_ns - r->b_life_ns) * w;
+        r->a_life_allocs += ((double)x->a_life_allocs - r->a_life_allocs) * w;
+        r->b_life_allocs += ((double)x->b_life_allocs - r->b_life_allocs) * w;
+        r->freed_bytes += s;
+    }
+    r->delta = delta_of(r->a_bytes, r->b_bytes);
+}
+
+static int entries_push(entries *e, const entry *x)
+{
+    if (e->n == e->cap) {
+        size_t cap = e->cap ? e->cap * 2 : 256;
+        entry *v = realloc(e->v, cap * sizeof *v);
+        if (!v)
+            return -1;
+        e->v = v;
+        e->cap = cap;
+    }
+    e->v[e->n++] = *x;
+    return 0;
+}
+
+/* One entry per aligned buffer for table `kind`. */
+static int add_entries(entries *e, const gp_align *al, gp_profile *a, gp_profile *b,
+                       table_kind kind)
+{
+    e->n = 0;
+    for (size_t i = 0; i < al->n_buffers; i++) {
+        const gp_aligned *x = &al->buffers[i];
+        gp_profile *p = x->side == 0 ? a : b;
+        entry y = {.category = LP_CAT_COUNT, .s1 = "", .s2 = "", .side = x->side, .x = x};
+        switch (kind) {
+        case T_KEYS:
+            y.category = (int)x->category;
+            y.s1 = x->op;
+            y.s2 = x->module;
+            break;
+        case T_OPS:
+            y.s1 = x->op;
+            y.s2 = x->module;
+            break;
+        case T_MODULES:
+        case T_LAYERS:
+            y.s1 = x->module;
+            break;
+        case T_SITES: {
+            const char *key = gp_site_key(p, x->stack);
+            y.s1 = key ? key : "";
+            y.label = gp_site_label(p, x->stack);
+            break;
+        }
+        }
+        if (entries_push(e, &y))
             return -1;
     }
     return 0;
 }
 
-static int add_sites(entries *e, gp_profile *p, int side)
+/* Sorts `e` by key and merges each run of equal keys into one row of *out. Returns 0 or -1. */
+static int build_rows(entries *e, table_kind kind, gp_diff_row **out, size_t *n_out)
 {
-    for (size_t i = 0; i < p->n_sites; i++) {
-        const gp_site *s = &p->sites[i];
-        if (s->device != p->primary_device || s->stats.peak_bytes == 0)
-            continue;
-        const char *key = gp_site_key(p, s->stack);
-        const char *label = gp_site_label(p, s->stack);
-        entry x = {.category = LP_CAT_COUNT,
-                   .s1 = key ? key : "",
-                   .s2 = "",
-                   .label = label,
-                   .side = side,
-                   .bytes = s->stats.peak_bytes};
-        if (entries_push(e, &x))
+    *out = NULL;
+    *n_out = 0;
+    if (e->n == 0)
+        return 0;
+    qsort(e->v, e->n, sizeof *e->v, entry_key_cmp);
+    gp_diff_row *rows = calloc(e->n, sizeof *rows);
+    if (!rows)
+        return -1;
+    size_t n = 0;
+    for (size_t i = 0; i < e->n;) {
+        gp_diff_row *r = &rows[n++];
+        const entry *k = &e->v[i];
+        const char *label = NULL;
+        for (; i < e->n && same_key(k, &e->v[i]); i++) {
+            row_add(r, e->v[i].x);
+            if (!label && e->v[i].label)
+                label = e->v[i].label;
+        }
+        r->category = kind == T_KEYS ? (lp_category)k->category : LP_CAT_COUNT;
+        const char *none = "(no module)";
+        switch (kind) {
+        case T_KEYS:
+        case T_OPS:
+            r->op = dup_str(k->s1);
+            r->module = dup_str(k->s2);
+            r->key = dup_str("");
+            r->label = dup_label(k->s1, k->s2,
+                                 kind == T_KEYS ? lp_category_name(r->category) : NULL);
+            break;
+        case T_MODULES:
+        case T_LAYERS:
+            r->op = dup_str("");
+            r->module = dup_str(k->s1);
+            r->key = dup_str("");
+            r->label = dup_str(*k->s1 ? k->s1 : none);
+            r->depth = path_depth(k->s1);
+            break;
+        case T_SITES:
+            r->op = dup_str("");
+            r->module = dup_str("");
+            r->key = dup_str(k->s1);
+            r->label = dup_str(label ? label : k->s1);
+            break;
+        }
+        if (!r->op || !r->module || !r->key || !r->label) {
+            rows_free(rows, n);
             return -1;
+        }
     }
+    *out = rows;
+    *n_out = n;
     return 0;
-}
-
-static int add_modules(entries *e, const gp_profile *p, int side)
-{
-    for (size_t i = 0; i < p->n_modules; i++) {
-        const gp_module_stats *m = &p->modules[i];
-        if (m->device != p->primary_device)
-            continue;
-        uint64_t graph = m->by_category[LP_CAT_SAVED].peak_bytes +
-                         m->by_category[LP_CAT_AUTOGRAD].peak_bytes +
-                         m->by_category[LP_CAT_GRADIENT].peak_bytes;
-        entry x = {.category = LP_CAT_COUNT,
-                   .s1 = m->module ? m->module : "",
-                   .s2 = "",
-                   .side = side,
-                   .bytes = m->stats.peak_bytes,
-                   .graph_bytes = graph};
-        if (entries_push(e, &x))
-            return -1;
-    }
-    return 0;
-}
-
-/* Entries of the op (or module) table from the key rows: each carries its key row's numbers. */
-static int add_from_keys(entries *e, const gp_diff *d, bool by_op)
-{
-    for (size_t i = 0; i < d->n_keys; i++) {
-        const gp_diff_row *r = &d->keys[i];
-        entry x = {.category = LP_CAT_COUNT,
-                   .s1 = by_op ? r->op : r->module,
-                   .s2 = by_op ? r->module : "",
-                   .side = 0,
-                   .bytes = r->a_bytes,
-                   .b_bytes = r->b_bytes,
-                   .held_bytes = r->held_bytes};
-        if (entries_push(e, &x))
-            return -1;
-    }
-    return 0;
-}
-
-static const gp_device_stats *primary(const gp_profile *p)
-{
-    for (size_t i = 0; i < p->n_devices; i++)
-        if (p->devices[i].device == p->primary_device)
-            return &p->devices[i];
-    return NULL;
 }
 
 static int fill_run(gp_diff_run *r, gp_profile *p, const char *path)
@@ -479,6 +437,7 @@ static int fill_run(gp_diff_run *r, gp_profile *p, const char *path)
     r->device = p->primary_device;
     r->peak_bytes = p->peak_bytes;
     r->peak_time_ns = p->peak_time_ns;
+    r->allocations = p->alloc_count;
     r->damaged = p->info && p->info->damaged;
     return r->path && r->command ? 0 : -1;
 }
@@ -491,8 +450,16 @@ static int64_t sum_delta(const gp_diff_row *rows, size_t n)
     return s;
 }
 
-int gp_diff_compute(gp_profile *a, gp_profile *b, const char *a_path, const char *b_path,
-                    gp_diff **out, char *err, size_t err_size)
+static const gp_device_stats *primary(const gp_profile *p)
+{
+    for (size_t i = 0; i < p->n_devices; i++)
+        if (p->devices[i].device == p->primary_device)
+            return &p->devices[i];
+    return NULL;
+}
+
+int gp_diff_compute(gp_profile *a, gp_profile *b, const gp_align *al, const char *a_path,
+                    const char *b_path, gp_diff **out, char *err, size_t err_size)
 {
     *out = NULL;
     gp_diff *d = calloc(1, sizeof *d);
@@ -502,17 +469,30 @@ int gp_diff_compute(gp_profile *a, gp_profile *b, const char *a_path, const char
     if (fill_run(&d->a, a, a_path) || fill_run(&d->b, b, b_path))
         goto oom;
     d->peak_delta = delta_of(a->peak_bytes, b->peak_bytes);
-
-    /* Categories: from each run's primary device. */
     const gp_device_stats *da = primary(a), *db = primary(b);
-    int64_t cat_sum = 0;
+    for (int c = 0; c < LP_CAT_COUNT; c++) {
+        d->own_by_category[c][0] = da ? da->by_category_at_peak[c] : 0;
+        d->own_by_category[c][1] = db ? db->by_category_at_peak[c] : 0;
+    }
+    d->a.instant_bytes = al->a_bytes;
+    d->a.instant_time_ns = al->a_peak_time_ns;
+    d->b.instant_bytes = al->b_bytes;
+    d->b.instant_time_ns = al->b_time_ns;
+    d->aligned_delta = delta_of(al->a_bytes, al->b_bytes);
+    d->held_bytes = al->held_bytes;
+    d->b_more_bytes = al->b_more_bytes;
+    d->unaligned_bytes = al->unaligned_bytes;
+    d->saved_inferred_bytes = al->saved_inferred_bytes;
+    d->twinned_bytes = al->twinned_bytes;
+    d->twinnable_bytes = al->twinnable_bytes;
+    d->diverged = gp_align_diverged(al, d->diverged_why, sizeof d->diverged_why);
+
+    /* Categories: every category gets a row, in enum order. */
+    for (size_t i = 0; i < al->n_buffers; i++)
+        row_add(&d->by_category[al->buffers[i].category], &al->buffers[i]);
     for (int c = 0; c < LP_CAT_COUNT; c++) {
         gp_diff_row *r = &d->by_category[c];
         r->category = (lp_category)c;
-        r->a_bytes = da ? da->by_category_at_peak[c] : 0;
-        r->b_bytes = db ? db->by_category_at_peak[c] : 0;
-        r->delta = delta_of(r->a_bytes, r->b_bytes);
-        cat_sum += r->delta;
         r->label = dup_str(lp_category_name((lp_category)c));
         r->key = dup_str("");
         r->op = dup_str("");
@@ -520,53 +500,38 @@ int gp_diff_compute(gp_profile *a, gp_profile *b, const char *a_path, const char
         if (!r->label || !r->key || !r->op || !r->module)
             goto oom;
     }
-    d->remainder.categories = d->peak_delta - cat_sum;
+    d->remainder.categories = d->aligned_delta;
+    for (int c = 0; c < LP_CAT_COUNT; c++)
+        d->remainder.categories -= d->by_category[c].delta;
 
-    /* Tag keys: held by graph construction is defined on them. */
-    if (add_tag_keys(&e, a, 0) || add_tag_keys(&e, b, 1) ||
-        build_rows(&e, T_KEYS, &d->keys, &d->n_keys))
+    if (add_entries(&e, al, a, b, T_KEYS) || build_rows(&e, T_KEYS, &d->keys, &d->n_keys))
         goto oom;
     qsort(d->keys, d->n_keys, sizeof *d->keys, row_by_delta);
     int64_t key_sum_by_cat[LP_CAT_COUNT] = {0};
-    for (size_t i = 0; i < d->n_keys; i++) {
-        const gp_diff_row *r = &d->keys[i];
-        d->held_bytes += r->held_bytes;
-        d->b_more_bytes += held_of(r->b_bytes, r->a_bytes);
-        d->by_category[r->category].held_bytes += r->held_bytes;
-        key_sum_by_cat[r->category] += r->delta;
-    }
-    d->remainder.keys = d->peak_delta - sum_delta(d->keys, d->n_keys);
+    for (size_t i = 0; i < d->n_keys; i++)
+        key_sum_by_cat[d->keys[i].category] += d->keys[i].delta;
+    d->remainder.keys = d->aligned_delta - sum_delta(d->keys, d->n_keys);
     for (int c = 0; c < LP_CAT_COUNT; c++)
         d->remainder.keys_by_category[c] = d->by_category[c].delta - key_sum_by_cat[c];
 
-    e.n = 0;
-    if (add_from_keys(&e, d, true) || build_rows(&e, T_OPS, &d->ops, &d->n_ops))
+    if (add_entries(&e, al, a, b, T_OPS) || build_rows(&e, T_OPS, &d->ops, &d->n_ops))
         goto oom;
     qsort(d->ops, d->n_ops, sizeof *d->ops, row_by_held);
-    e.n = 0;
-    if (add_from_keys(&e, d, false) || build_rows(&e, T_MODULES, &d->modules, &d->n_modules))
+    if (add_entries(&e, al, a, b, T_MODULES) ||
+        build_rows(&e, T_MODULES, &d->modules, &d->n_modules))
         goto oom;
     qsort(d->modules, d->n_modules, sizeof *d->modules, row_by_held);
-
-    e.n = 0;
-    if (add_sites(&e, a, 0) || add_sites(&e, b, 1) ||
+    if (add_entries(&e, al, a, b, T_SITES) ||
         build_rows(&e, T_SITES, &d->call_sites, &d->n_call_sites) ||
         disambiguate_sites(d->call_sites, d->n_call_sites))
         goto oom;
-    qsort(d->call_sites, d->n_call_sites, sizeof *d->call_sites, row_by_delta);
-    d->remainder.call_sites = d->peak_delta - sum_delta(d->call_sites, d->n_call_sites);
-
-    e.n = 0;
-    if (add_modules(&e, a, 0) || add_modules(&e, b, 1) ||
+    qsort(d->call_sites, d->n_call_sites, sizeof *d->call_sites, row_by_held);
+    d->remainder.call_sites = d->aligned_delta - sum_delta(d->call_sites, d->n_call_sites);
+    if (add_entries(&e, al, a, b, T_LAYERS) ||
         build_rows(&e, T_LAYERS, &d->layers, &d->n_layers))
         goto oom;
     qsort(d->layers, d->n_layers, sizeof *d->layers, row_by_path);
-    d->remainder.layers = d->peak_delta - sum_delta(d->layers, d->n_layers);
-    /* A layer's held: from the module rows (built from tag keys), matched by path. */
-    for (size_t i = 0; i < d->n_layers; i++)
-        for (size_t j = 0; j < d->n_modules; j++)
-            if (strcmp(d->layers[i].module, d->modules[j].module) == 0)
-                d->layers[i].held_bytes = d->modules[j].held_bytes;
+    d->remainder.layers = d->aligned_delta - sum_delta(d->layers, d->n_layers);
 
     free(e.v);
     *out = d;
@@ -576,4 +541,41 @@ oom:
     gp_diff_free(d);
     snprintf(err, err_size, "out of memory computing the diff");
     return -1;
+}
+
+int gp_diff_load(const char *a_path, const char *b_path, const gp_analysis_options *opts,
+                 gp_profile **a, gp_profile **b, gp_diff **out, char *err, size_t err_size)
+{
+    *a = *b = NULL;
+    *out = NULL;
+    gp_analysis_options o;
+    if (opts)
+        o = *opts;
+    else
+        gp_analysis_options_default(&o);
+    gp_align *al = gp_align_new();
+    if (!al) {
+        snprintf(err, err_size, "out of memory aligning the runs");
+        return -1;
+    }
+    int rc = -1;
+    o.observer = gp_align_observer(al, 0);
+    if (gp_profile_load(a_path, &o, a, err, err_size) != 0)
+        goto done;
+    o.observer = gp_align_observer(al, 1);
+    if (gp_profile_load(b_path, &o, b, err, err_size) != 0)
+        goto done;
+    if (gp_align_finish(al) != 0) {
+        snprintf(err, err_size, "out of memory aligning '%s' with '%s'", a_path, b_path);
+        goto done;
+    }
+    rc = gp_diff_compute(*a, *b, al, a_path, b_path, out, err, err_size);
+done:
+    gp_align_free(al);
+    if (rc != 0) {
+        gp_profile_free(*b);
+        gp_profile_free(*a);
+        *a = *b = NULL;
+    }
+    return rc;
 }

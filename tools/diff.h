@@ -1,18 +1,23 @@
 /*
- * Diff of two runs (A usually grad on, B grad off): what A holds at its peak that B does not.
+ * Diff of two runs of one program (A usually grad on, B grad off): what graph construction holds.
  *
- * Each run is measured at its own primary-device peak (gp_profile.peak_bytes and the live-at-peak
- * tables of analysis.h). Rows are matched across runs by symbolic keys, never by address or stack
- * id: tag keys by (category, op, module), call sites by gp_site_key() (symbolized frames), layers
- * by module path. For every row: a_bytes (live at A's peak), b_bytes (at B's peak),
- * delta = a - b, and held_bytes = the memory "held by graph construction" in it: the sum, over
- * the tag keys the row covers, of max(0, a - b), i.e. memory live at A's peak that B had already
- * freed or never allocated.
+ * The runs are aligned buffer by buffer (align.h: twins by thread, size, birth role, innermost
+ * frames and occurrence index; never by address). A is measured at its host peak and B at the
+ * corresponding instant, where B made the twins of A's allocations just before A's peak. Then
+ *   held_bytes      = bytes live at A's peak whose twin B had already freed at that instant, or
+ *                     that have no twin in B: held by graph construction;
+ *   b_more_bytes    = bytes live in B at that instant whose twin is not live at A's peak;
+ *   unaligned_bytes = bytes live at A's peak whose twin B had not made yet at that instant;
+ *   aligned_delta   = A's peak - B's live bytes at the instant = held - b_more + unaligned.
+ *   saved_inferred_bytes = bytes live at A's peak that autograd kept for backward, found without
+ *                     tags (align.h): tagged SAVED, no twin, or a twin B frees sooner.
+ * Each run's own peak and peak_delta (how much higher grad pushes the peak) are kept as well.
  *
- * The numbers add up: peak_delta = sum of category deltas = sum of tag-key deltas = sum of
- * call-site deltas = sum of layer deltas. Each sum is computed independently from its own table
- * and whatever does not add up is kept in the `remainder` fields, which the renderers print as a
- * row of its own; nothing is hidden.
+ * Rows. Every buffer counts in exactly one row of each table, under A's labels at its peak (a B
+ * buffer whose twin is live at A's peak counts under its twin's row), or under B's labels at the
+ * instant for b_more buffers. So each row's delta = held - b_more + unaligned, and every table
+ * sums to aligned_delta; each sum is still checked on its own and any difference kept in
+ * `remainder` (printed as a row, never hidden).
  *
  * Ownership: a gp_diff owns its rows and every string in them; it borrows the two profiles
  * (`a`, `b`), which must outlive it. gp_diff_free(NULL) is a no-op.
@@ -23,6 +28,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "align.h"
 #include "analysis.h"
 #include "render.h"
 
@@ -31,9 +37,12 @@ typedef struct gp_diff_run {
     gp_profile *profile;   /* borrowed */
     const char *path;      /* the trace file as given on the command line */
     const char *command;   /* the trace's "command" metadata, "" if absent */
-    int32_t device;        /* the primary device the peak is measured on (-1 = host) */
-    uint64_t peak_bytes;   /* live on that device at its peak */
+    int32_t device;        /* the primary device its own peak is measured on (-1 = host) */
+    uint64_t peak_bytes;   /* its own peak on that device */
     uint64_t peak_time_ns; /* when, since the trace's start */
+    uint64_t instant_bytes;   /* host bytes live at the aligned instant (A: its peak) */
+    uint64_t instant_time_ns; /* when */
+    uint64_t allocations;  /* allocations the run made */
     bool damaged;          /* the trace was cut short: the diff covers what was recovered */
 } gp_diff_run;
 
@@ -55,56 +64,70 @@ typedef struct gp_diff_row {
     const char *module;
     int depth;              /* layers: number of '.' in the module path (0 for "" and "mlp") */
     uint64_t a_bytes;       /* live at A's peak */
-    uint64_t b_bytes;       /* live at B's peak */
-    int64_t delta;          /* a_bytes - b_bytes */
-    uint64_t held_bytes;    /* sum of max(0, a - b) over the tag keys the row covers; for
-                               call sites (not made of tag keys) max(0, delta) */
-    uint64_t a_graph_bytes; /* layers: SAVED + AUTOGRAD + GRADIENT bytes of the row at A's peak */
-    uint64_t b_graph_bytes; /* layers: the same at B's peak */
+    uint64_t b_bytes;       /* live in B at the corresponding instant */
+    int64_t delta;          /* a_bytes - b_bytes = held - b_more + unaligned */
+    uint64_t held_bytes;    /* held by graph construction */
+    uint64_t b_more_bytes;
+    uint64_t unaligned_bytes;
+    uint64_t saved_inferred_bytes;
+    uint64_t a_graph_bytes; /* SAVED + AUTOGRAD + GRADIENT bytes of the row at A's peak */
+    uint64_t b_graph_bytes; /* the same among its b_more buffers */
+    /* Lifetimes of the row's held buffers that have a twin (freed_bytes of them), byte-weighted
+     * means: in A (to the end of the trace when never freed) and in B, in ns and allocations. */
+    uint64_t freed_bytes;
+    double a_life_ns, b_life_ns, a_life_allocs, b_life_allocs;
 } gp_diff_row;
 
-/* What does not add up, each computed from its own table (all 0 for consistent profiles). */
+/* What does not add up, each computed from its own table (all 0 when consistent). */
 typedef struct gp_diff_remainder {
-    int64_t categories;                     /* peak_delta - sum of by_category deltas */
-    int64_t keys;                           /* peak_delta - sum of tag-key deltas */
+    int64_t categories;                     /* aligned_delta - sum of by_category deltas */
+    int64_t keys;                           /* aligned_delta - sum of tag-key deltas */
     int64_t keys_by_category[LP_CAT_COUNT]; /* category delta - sum of its tag-key deltas */
-    int64_t call_sites;                     /* peak_delta - sum of call-site deltas */
-    int64_t layers;                         /* peak_delta - sum of layer deltas */
+    int64_t call_sites;                     /* aligned_delta - sum of call-site deltas */
+    int64_t layers;                         /* aligned_delta - sum of layer deltas */
 } gp_diff_remainder;
 
 typedef struct gp_diff {
     gp_diff_run a, b;
-    int64_t peak_delta;                    /* a.peak_bytes - b.peak_bytes */
-    uint64_t held_bytes;                   /* held by graph construction: sum over tag keys of
-                                              max(0, a - b) */
-    uint64_t b_more_bytes;                 /* the other way: sum over tag keys of max(0, b - a); so
-                                              peak_delta = held_bytes - b_more_bytes + remainder.keys */
-    gp_diff_row by_category[LP_CAT_COUNT]; /* indexed by lp_category; held_bytes = per category */
+    int64_t peak_delta;    /* a.peak_bytes - b.peak_bytes: the runs' own peaks */
+    uint64_t own_by_category[LP_CAT_COUNT][2]; /* each run's categories at its own peak */
+    int64_t aligned_delta; /* a.instant_bytes - b.instant_bytes */
+    uint64_t held_bytes, b_more_bytes, unaligned_bytes, saved_inferred_bytes;
+    uint64_t twinned_bytes, twinnable_bytes; /* alignment quality (align.h) */
+    bool diverged;         /* the runs do not look like one program (gp_align_diverged) */
+    char diverged_why[256];
+    gp_diff_row by_category[LP_CAT_COUNT]; /* indexed by lp_category */
     gp_diff_row *keys;
-    size_t n_keys; /* every tag key, delta desc */
+    size_t n_keys; /* (category, op, module), delta desc */
     gp_diff_row *ops;
     size_t n_ops; /* (op, module), held desc then delta desc */
     gp_diff_row *modules;
     size_t n_modules; /* module, held desc then delta desc */
     gp_diff_row *call_sites;
-    size_t n_call_sites; /* gp_site_key, delta desc */
+    size_t n_call_sites; /* gp_site_key, held desc then delta desc */
     gp_diff_row *layers;
     size_t n_layers; /* module paths in tree order (parents first,
                         numeric path segments compared as numbers) */
     gp_diff_remainder remainder;
 } gp_diff;
 
-/* Computes the diff of A and B; `a_path`/`b_path` are the names to print (NULL = the profiles'
- * paths). Returns 0, or -1 with a message in err (out of memory). The profiles are borrowed and
- * must outlive *out. */
-int gp_diff_compute(gp_profile *a, gp_profile *b, const char *a_path, const char *b_path,
-                    gp_diff **out, char *err, size_t err_size);
+/* Computes the diff of A and B from their alignment `al` (gp_align_finish done: A loaded with
+ * gp_align_observer(al, 0), B with (al, 1)); `a_path`/`b_path` are the names to print (NULL = the
+ * profiles' paths). Returns 0, or -1 with a message in err (out of memory). The profiles are
+ * borrowed and must outlive *out; al is only read. */
+int gp_diff_compute(gp_profile *a, gp_profile *b, const gp_align *al, const char *a_path,
+                    const char *b_path, gp_diff **out, char *err, size_t err_size);
+
+/* Loads A and B with `opts` (its observer is replaced), aligns and diffs them. Returns 0, or -1
+ * with a message naming the file in err; on success the caller owns *a, *b and *out. */
+int gp_diff_load(const char *a_path, const char *b_path, const gp_analysis_options *opts,
+                 gp_profile **a, gp_profile **b, gp_diff **out, char *err, size_t err_size);
 void gp_diff_free(gp_diff *d);
 
 /* Renderers: return 0, or -1 if writing failed. o->top limits the module, op and call-site tables
  * of the text output (0 = all); the JSON output always has every row. */
 int gp_render_diff_text(FILE *out, const gp_diff *d, const gp_render_options *o);
-/* JSON schema "gradprof-diff/1" (documented in the README). */
+/* JSON schema "gradprof-diff/2" (documented in the README). */
 int gp_render_diff_json(FILE *out, const gp_diff *d, const gp_render_options *o);
 
 #endif /* GRADPROF_TOOLS_DIFF_H */

@@ -43,7 +43,7 @@ static int table_print(FILE *out, const gp__table *t)
 
 /* A table's running totals, summed from its rows. */
 typedef struct totals {
-    uint64_t a, b, held;
+    uint64_t a, b, held, saved;
     int64_t delta;
 } totals;
 
@@ -53,16 +53,31 @@ static void totals_add(totals *t, const gp_diff_row *r)
     t->b += r->b_bytes;
     t->delta += r->delta;
     t->held += r->held_bytes;
+    t->saved += r->saved_inferred_bytes;
 }
 
-/* Cells "A", "B", "delta", "held" of a row (or of totals). */
-static void cells_abdh(gp__table *t, uint64_t a, uint64_t b, int64_t delta, uint64_t held)
+/* Cells "A", "B", "delta", "held", "saved" of a row (or of totals). */
+static void cells_abdh(gp__table *t, uint64_t a, uint64_t b, int64_t delta, uint64_t held,
+                       uint64_t saved)
 {
     char x[32];
     gp__table_cell(t, "%s", gp_format_bytes(a, x, sizeof x));
     gp__table_cell(t, "%s", gp_format_bytes(b, x, sizeof x));
     gp__table_cell(t, "%s", gp__format_delta(delta, x, sizeof x));
     gp__table_cell(t, "%s", gp_format_bytes(held, x, sizeof x));
+    gp__table_cell(t, "%s", gp_format_bytes(saved, x, sizeof x));
+}
+
+/* "kept": how long the row's held buffers lived in A against their twins in B. */
+static void cell_lifetime(gp__table *t, const gp_diff_row *r)
+{
+    char x[32], y[32];
+    if (!r->freed_bytes) {
+        gp__table_cell(t, "%s", r->held_bytes ? "no twin" : "");
+        return;
+    }
+    gp__table_cell(t, "%s vs %s", gp__format_ns((uint64_t)r->a_life_ns, x, sizeof x),
+                   gp__format_ns((uint64_t)r->b_life_ns, y, sizeof y));
 }
 
 /* Labels longer than this are cut in the middle, so file:line at the end stays visible. */
@@ -80,7 +95,7 @@ static const char *short_label(const char *s, char *buf, size_t size)
 
 /* The remainder row (label, A, B, delta, held), printed whenever a table's deltas do not sum to
  * the peak delta. */
-static void remainder_row(gp__table *t, int64_t remainder)
+static void remainder_row(gp__table *t, int64_t remainder, int extra_cells)
 {
     char x[32];
     if (remainder == 0)
@@ -89,7 +104,8 @@ static void remainder_row(gp__table *t, int64_t remainder)
     gp__table_cell(t, "%s", "");
     gp__table_cell(t, "%s", "");
     gp__table_cell(t, "%s", gp__format_delta(remainder, x, sizeof x));
-    gp__table_cell(t, "%s", "");
+    for (int i = 0; i < 1 + extra_cells; i++)
+        gp__table_cell(t, "%s", "");
 }
 
 /*
@@ -116,19 +132,20 @@ static int held_table(FILE *out, const char *title, const char *what, const gp_d
         fprintf(out, "\n%s (top %zu of %zu)\n", title, limit, with_held);
     else
         fprintf(out, "\n%s\n", title);
-    const char *headers[] = {what, "A", "B", "delta", "held"};
-    gp__table *t = gp__table_new(5, headers, "lrrrr");
+    const char *headers[] = {what, "A", "B", "delta", "held", "saved", "lifetime A vs B"};
+    gp__table *t = gp__table_new(7, headers, "lrrrrrr");
     totals all = {0}, rest = {0};
     size_t n_rest = 0;
     char lb[LABEL_MAX + 8];
-    /* The rows come sorted by held (ops, modules) or by delta (call sites, whose held is
-     * max(0, delta)): either way the rows with held bytes come first, largest first. */
+    /* The rows come sorted by held, largest first. */
     for (size_t k = 0; k < n; k++) {
         const gp_diff_row *r = &rows[k];
         totals_add(&all, r);
         if (r->held_bytes > 0 && shown < limit) {
             gp__table_cell(t, "%s", short_label(r->label, lb, sizeof lb));
-            cells_abdh(t, r->a_bytes, r->b_bytes, r->delta, r->held_bytes);
+            cells_abdh(t, r->a_bytes, r->b_bytes, r->delta, r->held_bytes,
+                       r->saved_inferred_bytes);
+            cell_lifetime(t, r);
             shown++;
         } else {
             totals_add(&rest, r);
@@ -137,11 +154,13 @@ static int held_table(FILE *out, const char *title, const char *what, const gp_d
     }
     if (n_rest) {
         gp__table_cell(t, "(%zu more)", n_rest);
-        cells_abdh(t, rest.a, rest.b, rest.delta, rest.held);
+        cells_abdh(t, rest.a, rest.b, rest.delta, rest.held, rest.saved);
+        gp__table_cell(t, "%s", "");
     }
     gp__table_cell(t, "total");
-    cells_abdh(t, all.a, all.b, all.delta, all.held);
-    remainder_row(t, remainder);
+    cells_abdh(t, all.a, all.b, all.delta, all.held, all.saved);
+    gp__table_cell(t, "%s", "");
+    remainder_row(t, remainder, 2);
     int rc = table_print(out, t);
     gp__table_free(t);
     return rc;
@@ -159,24 +178,27 @@ static void run_line(gp__table *t, const char *name, const gp_diff_run *r)
     gp__table_cell(t, "%s", *r->command ? r->command : "-");
 }
 
+static const char *magnitude(int64_t v, char *buf, size_t size)
+{
+    return gp_format_bytes(v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v, buf, size);
+}
+
 static void headline(FILE *out, const gp_diff *d)
 {
-    char x[32], y[32], pct[32];
-    uint64_t mag =
-        d->peak_delta < 0 ? (uint64_t)0 - (uint64_t)d->peak_delta : (uint64_t)d->peak_delta;
-    gp_format_bytes(mag, x, sizeof x);
-    gp_format_bytes(d->held_bytes, y, sizeof y);
-    gp__format_percent(d->held_bytes, d->a.peak_bytes, pct, sizeof pct);
-    if (d->peak_delta == 0)
-        fprintf(out,
-                "A and B peak at the same size: %s held by graph construction (%s of A's "
-                "peak)\n",
-                y, pct);
-    else
-        fprintf(out,
-                "A holds %s %s at its peak than B: %s held by graph construction (%s of A's "
-                "peak)\n",
-                x, d->peak_delta > 0 ? "more" : "less", y, pct);
+    char x[32], y[32], z[32], s[32], pct[32], own[32];
+    gp_format_bytes(d->a.instant_bytes, x, sizeof x);
+    gp_format_bytes(d->b.instant_bytes, y, sizeof y);
+    gp_format_bytes(d->held_bytes, z, sizeof z);
+    gp_format_bytes(d->saved_inferred_bytes, s, sizeof s);
+    gp__format_percent(d->held_bytes, d->a.instant_bytes, pct, sizeof pct);
+    fprintf(out,
+            "At A's peak (%s) B holds %s: %s held by graph construction (%s of A's peak), %s "
+            "saved for backward (inferred)\n",
+            x, y, z, pct, s);
+    fprintf(out, "Own peaks: A %s, B %s: A peaks %s %s\n",
+            gp_format_bytes(d->a.peak_bytes, x, sizeof x),
+            gp_format_bytes(d->b.peak_bytes, y, sizeof y), magnitude(d->peak_delta, own, sizeof own),
+            d->peak_delta >= 0 ? "higher" : "lower");
 }
 
 int gp_render_diff_text(FILE *out, const gp_diff *d, const gp_render_options *o)
@@ -220,11 +242,13 @@ int gp_render_diff_text(FILE *out, const gp_diff *d, const gp_render_options *o)
         }
     }
 
+    if (d->diverged)
+        fprintf(out, "  warning: the runs do not align: %s\n", d->diverged_why);
     /* By category. */
-    fprintf(out, "\nBy category, live at each run's peak\n");
+    fprintf(out, "\nBy category, at A's peak and B's corresponding instant\n");
     {
-        const char *h[] = {"category", "A", "B", "delta", "held"};
-        gp__table *t = gp__table_new(5, h, "lrrrr");
+        const char *h[] = {"category", "A", "B", "delta", "held", "saved"};
+        gp__table *t = gp__table_new(6, h, "lrrrrr");
         totals all = {0};
         for (int c = 0; c < LP_CAT_COUNT; c++) {
             const gp_diff_row *r = &d->by_category[c];
@@ -233,7 +257,8 @@ int gp_render_diff_text(FILE *out, const gp_diff *d, const gp_render_options *o)
                 d->remainder.keys_by_category[c] == 0)
                 continue;
             gp__table_cell(t, "%s", r->label);
-            cells_abdh(t, r->a_bytes, r->b_bytes, r->delta, r->held_bytes);
+            cells_abdh(t, r->a_bytes, r->b_bytes, r->delta, r->held_bytes,
+                       r->saved_inferred_bytes);
             if (d->remainder.keys_by_category[c] != 0)
                 gp__table_note(t,
                                "    (unexplained remainder: %s of %s's delta is in no tag "
@@ -242,8 +267,8 @@ int gp_render_diff_text(FILE *out, const gp_diff *d, const gp_render_options *o)
                                r->label);
         }
         gp__table_cell(t, "total");
-        cells_abdh(t, all.a, all.b, all.delta, all.held);
-        remainder_row(t, d->remainder.categories);
+        cells_abdh(t, all.a, all.b, all.delta, all.held, all.saved);
+        remainder_row(t, d->remainder.categories, 0);
         rc |= table_print(out, t);
         gp__table_free(t);
     }
@@ -254,21 +279,11 @@ int gp_render_diff_text(FILE *out, const gp_diff *d, const gp_render_options *o)
                      d->remainder.keys);
     rc |= held_table(out, "Held by graph construction, by call site", "call site", d->call_sites,
                      d->n_call_sites, top, d->remainder.call_sites);
-    uint64_t site_held = 0;
-    for (size_t i = 0; i < d->n_call_sites; i++)
-        site_held += d->call_sites[i].held_bytes;
-    if (site_held != d->held_bytes)
-        fprintf(out,
-                "  (a call site's held is max(0, delta) over all its buffers, whatever their\n"
-                "   category, op or module: %s in all, against %s over tag keys)\n",
-                gp_format_bytes(site_held, x, sizeof x),
-                gp_format_bytes(d->held_bytes, y, sizeof y));
-
     /* Per layer. */
     if (d->n_layers) {
         fprintf(out, "\nPer layer (graph = saved + autograd + gradient)\n");
-        const char *h[] = {"layer", "A", "B", "delta", "held", "graph A", "graph B"};
-        gp__table *t = gp__table_new(7, h, "lrrrrrr");
+        const char *h[] = {"layer", "A", "B", "delta", "held", "saved", "graph A", "graph B"};
+        gp__table *t = gp__table_new(8, h, "lrrrrrrr");
         totals all = {0};
         uint64_t ga = 0, gb = 0;
         char lb[LABEL_MAX + 8];
@@ -283,12 +298,13 @@ int gp_render_diff_text(FILE *out, const gp_diff *d, const gp_render_options *o)
             gb += r->b_graph_bytes;
             gp__table_cell(t, "%*s%s", 2 * (*r->module ? r->depth - min_depth : 0), "",
                            short_label(r->label, lb, sizeof lb));
-            cells_abdh(t, r->a_bytes, r->b_bytes, r->delta, r->held_bytes);
+            cells_abdh(t, r->a_bytes, r->b_bytes, r->delta, r->held_bytes,
+                       r->saved_inferred_bytes);
             gp__table_cell(t, "%s", gp_format_bytes(r->a_graph_bytes, x, sizeof x));
             gp__table_cell(t, "%s", gp_format_bytes(r->b_graph_bytes, x, sizeof x));
         }
         gp__table_cell(t, "total");
-        cells_abdh(t, all.a, all.b, all.delta, all.held);
+        cells_abdh(t, all.a, all.b, all.delta, all.held, all.saved);
         gp__table_cell(t, "%s", gp_format_bytes(ga, x, sizeof x));
         gp__table_cell(t, "%s", gp_format_bytes(gb, x, sizeof x));
         if (d->remainder.layers) {
@@ -296,6 +312,7 @@ int gp_render_diff_text(FILE *out, const gp_diff *d, const gp_render_options *o)
             gp__table_cell(t, "%s", "");
             gp__table_cell(t, "%s", "");
             gp__table_cell(t, "%s", gp__format_delta(d->remainder.layers, x, sizeof x));
+            gp__table_cell(t, "%s", "");
             gp__table_cell(t, "%s", "");
             gp__table_cell(t, "%s", "");
             gp__table_cell(t, "%s", "");
@@ -309,18 +326,22 @@ int gp_render_diff_text(FILE *out, const gp_diff *d, const gp_render_options *o)
     bool clean = rm->categories == 0 && rm->keys == 0 && rm->call_sites == 0 && rm->layers == 0;
     for (int c = 0; c < LP_CAT_COUNT; c++)
         clean = clean && rm->keys_by_category[c] == 0;
-    gp__format_delta(d->peak_delta, x, sizeof x);
+    char h[32], bm[32], un[32];
+    fprintf(out,
+            "\nSums: A's peak - B at that instant = %s = held %s - b_more %s + unaligned %s "
+            "(twin not made by B yet)",
+            gp__format_delta(d->aligned_delta, x, sizeof x),
+            gp_format_bytes(d->held_bytes, h, sizeof h),
+            gp_format_bytes(d->b_more_bytes, bm, sizeof bm),
+            gp_format_bytes(d->unaligned_bytes, un, sizeof un));
     if (clean)
-        fprintf(out,
-                "\nSums: categories, tag keys, call sites and layers each add up to the peak "
-                "delta (%s); no remainder.\n",
-                x);
+        fprintf(out, "; categories, tag keys, call sites and layers each add up to it.\n");
     else
         fprintf(out,
-                "\nSums: the tables do not all add up to the peak delta (%s): remainders "
-                "categories %" PRId64 " B, tag keys %" PRId64 " B, call sites %" PRId64
-                " B, layers %" PRId64 " B.\n",
-                x, rm->categories, rm->keys, rm->call_sites, rm->layers);
+                "; the tables do not all add up to it: remainders categories %" PRId64
+                " B, tag keys %" PRId64 " B, call sites %" PRId64 " B, layers %" PRId64 " B.\n",
+                rm->categories, rm->keys, rm->call_sites, rm->layers);
+    (void)y;
     return rc || ferror(out) ? -1 : 0;
 }
 
@@ -335,23 +356,31 @@ static void json_run(FILE *out, const gp_diff_run *r)
     gp__json_string(out, r->command);
     fprintf(out,
             ", \"device\": \"%s\", \"peak_bytes\": %" PRIu64 ", \"peak_time_ns\": %" PRIu64
-            ", \"damaged\": %s}",
+            ", \"instant_bytes\": %" PRIu64 ", \"instant_time_ns\": %" PRIu64
+            ", \"allocations\": %" PRIu64 ", \"damaged\": %s}",
             gp__device_name(r->device, dev, sizeof dev), r->peak_bytes, r->peak_time_ns,
-            r->damaged ? "true" : "false");
+            r->instant_bytes, r->instant_time_ns, r->allocations, r->damaged ? "true" : "false");
 }
 
 static void json_numbers(FILE *out, const gp_diff_row *r)
 {
     fprintf(out,
             "\"a_bytes\": %" PRIu64 ", \"b_bytes\": %" PRIu64 ", \"delta\": %" PRId64
-            ", \"held_bytes\": %" PRIu64,
-            r->a_bytes, r->b_bytes, r->delta, r->held_bytes);
+            ", \"held_bytes\": %" PRIu64 ", \"b_more_bytes\": %" PRIu64
+            ", \"unaligned_bytes\": %" PRIu64 ", \"saved_inferred_bytes\": %" PRIu64,
+            r->a_bytes, r->b_bytes, r->delta, r->held_bytes, r->b_more_bytes, r->unaligned_bytes,
+            r->saved_inferred_bytes);
+    if (r->freed_bytes)
+        fprintf(out,
+                ", \"lifetime\": {\"freed_bytes\": %" PRIu64 ", \"a_ns\": %.0f, \"b_ns\": %.0f"
+                ", \"a_allocations\": %.0f, \"b_allocations\": %.0f}",
+                r->freed_bytes, r->a_life_ns, r->b_life_ns, r->a_life_allocs, r->b_life_allocs);
 }
 
 int gp_render_diff_json(FILE *out, const gp_diff *d, const gp_render_options *o)
 {
     (void)o;
-    fputs("{\n  \"schema\": \"gradprof-diff/1\",\n  \"a\": ", out);
+    fputs("{\n  \"schema\": \"gradprof-diff/2\",\n  \"a\": ", out);
     json_run(out, &d->a);
     fputs(",\n  \"b\": ", out);
     json_run(out, &d->b);
@@ -359,19 +388,28 @@ int gp_render_diff_json(FILE *out, const gp_diff *d, const gp_render_options *o)
             ",\n  \"peak_bytes\": {\"a\": %" PRIu64 ", \"b\": %" PRIu64 ", \"delta\": %" PRId64
             "},\n",
             d->a.peak_bytes, d->b.peak_bytes, d->peak_delta);
-    fputs("  \"by_category\": {", out);
+    fputs("  \"own_peak_by_category\": {", out);
+    for (int c = 0; c < LP_CAT_COUNT; c++)
+        fprintf(out, "%s\"%s\": {\"a\": %" PRIu64 ", \"b\": %" PRIu64 "}", c ? ", " : "",
+                lp_category_name((lp_category)c), d->own_by_category[c][0],
+                d->own_by_category[c][1]);
+    fprintf(out,
+            "},\n  \"aligned_delta_bytes\": %" PRId64 ",\n  \"held_by_graph_bytes\": %" PRIu64
+            ",\n  \"b_more_bytes\": %" PRIu64 ",\n  \"unaligned_bytes\": %" PRIu64
+            ",\n  \"saved_inferred_bytes\": %" PRIu64 ",\n  \"alignment\": {\"twinned_bytes\": "
+            "%" PRIu64 ", \"twinnable_bytes\": %" PRIu64 ", \"diverged\": %s, \"why\": ",
+            d->aligned_delta, d->held_bytes, d->b_more_bytes, d->unaligned_bytes,
+            d->saved_inferred_bytes, d->twinned_bytes, d->twinnable_bytes,
+            d->diverged ? "true" : "false");
+    gp__json_string(out, d->diverged ? d->diverged_why : "");
+    fputs("},\n  \"by_category\": {", out);
     for (int c = 0; c < LP_CAT_COUNT; c++) {
         const gp_diff_row *r = &d->by_category[c];
-        fprintf(out,
-                "%s\n    \"%s\": {\"a\": %" PRIu64 ", \"b\": %" PRIu64 ", \"delta\": %" PRId64
-                ", \"held\": %" PRIu64 "}",
-                c ? "," : "", lp_category_name((lp_category)c), r->a_bytes, r->b_bytes, r->delta,
-                r->held_bytes);
+        fprintf(out, "%s\n    \"%s\": {", c ? "," : "", lp_category_name((lp_category)c));
+        json_numbers(out, r);
+        fputc('}', out);
     }
-    fprintf(out,
-            "\n  },\n  \"held_by_graph_bytes\": %" PRIu64 ",\n  \"b_more_bytes\": %" PRIu64
-            ",\n  \"held_by_category\": {",
-            d->held_bytes, d->b_more_bytes);
+    fputs("\n  },\n  \"held_by_category\": {", out);
     for (int c = 0; c < LP_CAT_COUNT; c++)
         fprintf(out, "%s\"%s\": %" PRIu64, c ? ", " : "", lp_category_name((lp_category)c),
                 d->by_category[c].held_bytes);
@@ -409,12 +447,12 @@ int gp_render_diff_json(FILE *out, const gp_diff *d, const gp_render_options *o)
         fputc('}', out);
     }
     fputs(d->n_modules ? "\n  ],\n  \"call_sites\": [" : "],\n  \"call_sites\": [", out);
-    /* Call sites that did not change are left out (a PyTorch program has 10^5 of them); the
-     * deltas of the rows written still add up to the peak delta. */
+    /* Call sites that neither changed nor hold anything for the graph are left out (a PyTorch
+     * program has 10^5 of them); the deltas of the rows written still add up. */
     size_t written = 0;
     for (size_t i = 0; i < d->n_call_sites; i++) {
         const gp_diff_row *r = &d->call_sites[i];
-        if (r->delta == 0)
+        if (r->delta == 0 && r->held_bytes == 0 && r->saved_inferred_bytes == 0)
             continue;
         fprintf(out, "%s\n    {\"label\": ", written++ ? "," : "");
         gp__json_string(out, r->label);

@@ -1347,10 +1347,16 @@ static void diff_header(FILE *out, const gp_diff *d)
                              : "-");
     card(out, d->peak_delta > 0 ? "bad" : NULL, "peak delta",
          gp__format_delta(d->peak_delta, a, sizeof a), det);
-    snprintf(det, sizeof det, "%s bytes live at A's peak that B had freed or never allocated",
+    snprintf(det, sizeof det,
+             "%s bytes live at A's peak that B had freed at the corresponding instant, or never "
+             "allocated",
              gp__format_count(d->held_bytes, a, sizeof a));
     card(out, d->held_bytes ? "bad" : "good", "held by graph construction",
          gp_format_bytes(d->held_bytes, b, sizeof b), det);
+    snprintf(det, sizeof det, "%s bytes live at A's peak kept for backward (found by alignment)",
+             gp__format_count(d->saved_inferred_bytes, a, sizeof a));
+    card(out, d->saved_inferred_bytes ? "bad" : "good", "saved for backward",
+         gp_format_bytes(d->saved_inferred_bytes, b, sizeof b), det);
     fputs("</div>\n</header>\n", out);
 }
 

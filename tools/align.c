@@ -1,0 +1,634 @@
+/*
+ * Buffer-by-buffer alignment of two runs (see align.h for the definitions).
+ *
+ * Each side keeps a record per live host buffer and a lazy snapshot of its live set at its
+ * instant (A: the peak; B: the corresponding instant, which moves forward while B replays): when
+ * the instant moves, the records freed since the last one are dropped; a record freed later, but
+ * live at the instant, goes to the `gone` list; a record retagged after the instant keeps the
+ * labels it had at it. At the end the snapshot is the live records born up to the instant plus
+ * the gone list. Memory: the live buffers of each run, the buffers live at A's peak, and the
+ * anchors, never the length of the trace.
+ */
+#include "align.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "array.h"
+#include "hashmap.h"
+
+#define NONE GP_MAP_NONE
+
+typedef struct rec {
+    uint64_t key, occ, seq, size;
+    uint64_t alloc_ns, alloc_allocs, free_ns, free_allocs; /* free_allocs = UINT64_MAX: live */
+    uint32_t stack;
+    uint32_t twin; /* B: index of its twin among A's peak buffers (a_peak[]), NONE if none */
+    lp_category cat, snap_cat;
+    const char *op, *module, *snap_op, *snap_module;
+    uint64_t label_epoch; /* == side's epoch: snap_* hold the labels at the instant */
+    uint32_t next_free;
+} rec;
+
+/* A buffer live at A's peak, with what B did with its twin. */
+typedef struct peak_buf {
+    rec a; /* A's record (labels resolved to the peak) */
+    uint64_t b_seq, b_alloc_ns, b_alloc_allocs, b_free_ns, b_free_allocs; /* b_seq 0: no twin */
+} peak_buf;
+
+/* An allocation of A after its peak, and the allocation of B that is its twin. */
+typedef struct anchor {
+    uint64_t key, occ;
+    uint64_t a_seq, b_seq; /* b_seq 0: B made no twin */
+} anchor;
+
+typedef struct side {
+    rec *recs;
+    size_t n_recs, cap_recs;
+    uint32_t free_rec;
+    gp_map live;  /* seq -> record */
+    uint32_t *gone;
+    size_t n_gone, cap_gone;
+    uint64_t snap_seq, snap_ns, epoch;
+    gp_map occ;   /* twin key -> index into counts */
+    uint64_t *counts;
+    size_t n_counts, cap_counts;
+    gp_map memo;  /* (kind, id) -> index into hashes: stack hashes, string hashes */
+    uint64_t *hashes;
+    size_t n_hashes, cap_hashes;
+    uint64_t allocs, end_ns;
+} side;
+
+struct gp__align_internal {
+    side s[2];
+    gp_replay_observer obs[2];
+    peak_buf *peak;   /* A's buffers live at its peak, in birth order */
+    size_t n_peak;
+    anchor *anchors;  /* A's allocations after its peak, sampled every `stride` */
+    size_t n_anchors, cap_anchors;
+    uint64_t stride;
+    gp_map twins;     /* (key, occ) -> index: < n_peak into peak[], else n_peak + anchor index */
+    uint64_t best_a_seq; /* B: the newest peak buffer whose twin B has made */
+    bool oom;
+};
+
+/* ---- records --------------------------------------------------------------------------------- */
+
+static uint32_t rec_new(gp_align *al, side *s)
+{
+    if (s->free_rec != NONE) {
+        uint32_t i = s->free_rec;
+        s->free_rec = s->recs[i].next_free;
+        return i;
+    }
+    if (!gp__push((void **)&s->recs, &s->n_recs, &s->cap_recs, sizeof(rec))) {
+        al->internal->oom = true;
+        return NONE;
+    }
+    return (uint32_t)(s->n_recs - 1);
+}
+
+static void rec_delete(side *s, uint32_t i)
+{
+    s->recs[i].next_free = s->free_rec;
+    s->free_rec = i;
+}
+
+/* The labels a record had at its side's instant. */
+static void rec_snap_labels(const side *s, const rec *r, lp_category *cat, const char **op,
+                            const char **module)
+{
+    bool frozen = r->label_epoch == s->epoch;
+    *cat = frozen ? r->snap_cat : r->cat;
+    *op = frozen ? r->snap_op : r->op;
+    *module = frozen ? r->snap_module : r->module;
+}
+
+/* Moves the instant to right after allocation `seq`: records freed since the last instant are
+ * no longer in the snapshot. */
+static void snapshot_move(side *s, uint64_t seq, uint64_t now)
+{
+    for (size_t i = 0; i < s->n_gone; i++)
+        rec_delete(s, s->gone[i]);
+    s->n_gone = 0;
+    s->snap_seq = seq;
+    s->snap_ns = now;
+    s->epoch++;
+}
+
+/* ---- twin keys ------------------------------------------------------------------------------- */
+
+static uint64_t hash_bytes(const char *s, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+    return gp__mix64(h);
+}
+
+/* Memoized per side: kind 1 = interned string (by address), 2 = stack id. */
+static bool memo_get(side *s, uint64_t kind, uint64_t id, uint64_t *h)
+{
+    struct gp_map_slot *m = gp__map_find(&s->memo, kind, id, 0);
+    if (!m)
+        return false;
+    *h = s->hashes[m->v];
+    return true;
+}
+
+static void memo_put(gp_align *al, side *s, uint64_t kind, uint64_t id, uint64_t h)
+{
+    uint64_t *slot = gp__push((void **)&s->hashes, &s->n_hashes, &s->cap_hashes, sizeof h);
+    if (!slot || !gp__map_put(&s->memo, kind, id, 0, (uint32_t)(s->n_hashes - 1))) {
+        al->internal->oom = true;
+        return;
+    }
+    *slot = h;
+}
+
+static uint64_t string_hash(gp_align *al, side *s, const char *str)
+{
+    uint64_t h;
+    if (!*str)
+        return 0;
+    if (memo_get(s, 1, (uint64_t)(uintptr_t)str, &h))
+        return h;
+    h = hash_bytes(str, strlen(str));
+    memo_put(al, s, 1, (uint64_t)(uintptr_t)str, h);
+    return h;
+}
+
+/* The innermost GP_ALIGN_STACK_FRAMES frames of `stack`, as module path + offset. */
+static uint64_t stack_hash(gp_align *al, side *s, gp_profile *p, uint32_t stack)
+{
+    uint64_t h;
+    if (!stack)
+        return 0;
+    if (memo_get(s, 2, stack, &h))
+        return h;
+    h = 0x6a09e667f3bcc908ull;
+    uint32_t id = stack;
+    for (int depth = 0; id && depth < GP_ALIGN_STACK_FRAMES; depth++) {
+        uint32_t module, parent;
+        uint64_t offset;
+        if (gp_trace_stack_frame(p->trace, id, &module, &offset, &parent) != 0)
+            break;
+        const gp_module *m = gp_trace_module(p->trace, module);
+        uint64_t mh = m && m->path ? string_hash(al, s, m->path) : module;
+        h = gp__mix64(h ^ mh ^ gp__mix64(offset + (uint64_t)depth));
+        id = parent;
+    }
+    memo_put(al, s, 2, stack, h);
+    return h;
+}
+
+static uint64_t twin_key(gp_align *al, side *s, gp_profile *p, const gp_buffer_event *b)
+{
+    uint64_t h = gp__mix64(((uint64_t)b->thread << 32) ^ (uint64_t)b->category);
+    h = gp__mix64(h ^ b->size);
+    h = gp__mix64(h ^ string_hash(al, s, b->op));
+    h = gp__mix64(h ^ (string_hash(al, s, b->module) * 3));
+    return gp__mix64(h ^ stack_hash(al, s, p, b->stack));
+}
+
+/* The occurrence index of `key` in this run: 0 for its first buffer. */
+static uint64_t occurrence(gp_align *al, side *s, uint64_t key)
+{
+    struct gp_map_slot *m = gp__map_find(&s->occ, key, 0, 0);
+    if (m)
+        return ++s->counts[m->v];
+    uint64_t *c = gp__push((void **)&s->counts, &s->n_counts, &s->cap_counts, sizeof *c);
+    if (!c || !gp__map_put(&s->occ, key, 0, 0, (uint32_t)(s->n_counts - 1)))
+        al->internal->oom = true;
+    return 0;
+}
+
+/* ---- A's anchors ----------------------------------------------------------------------------- */
+
+/* Samples A's allocation `r` made after its current peak: every `stride`-th is kept; when the
+ * array is full, every other one is dropped and the stride doubles. */
+static void anchor_note(gp_align *al, const rec *r)
+{
+    struct gp__align_internal *in = al->internal;
+    uint64_t since = r->seq - in->s[0].snap_seq;
+    if (since % in->stride != 0)
+        return;
+    if (in->n_anchors == GP_ALIGN_ANCHORS) {
+        size_t j = 0;
+        for (size_t i = 1; i < in->n_anchors; i += 2)
+            in->anchors[j++] = in->anchors[i];
+        in->n_anchors = j;
+        in->stride *= 2;
+        if (since % in->stride != 0)
+            return;
+    }
+    anchor *a = gp__push((void **)&in->anchors, &in->n_anchors, &in->cap_anchors, sizeof *a);
+    if (!a) {
+        in->oom = true;
+        return;
+    }
+    *a = (anchor){r->key, r->occ, r->seq, 0};
+}
+
+/* ---- observers ------------------------------------------------------------------------------- */
+
+static void on_alloc(gp_align *al, int which, gp_profile *p, const gp_buffer_event *b)
+{
+    struct gp__align_internal *in = al->internal;
+    side *s = &in->s[which];
+    s->allocs = b->allocs;
+    s->end_ns = b->time_ns;
+    if (b->device != LP_DEVICE_HOST || in->oom)
+        return;
+    uint32_t i = rec_new(al, s);
+    if (i == NONE)
+        return;
+    rec *r = &s->recs[i];
+    uint64_t key = twin_key(al, s, p, b);
+    *r = (rec){.key = key, .occ = occurrence(al, s, key), .seq = b->seq, .size = b->size,
+               .alloc_ns = b->time_ns, .alloc_allocs = b->allocs, .free_allocs = UINT64_MAX,
+               .stack = b->stack, .twin = NONE, .cat = b->category, .op = b->op,
+               .module = b->module, .next_free = NONE};
+    if (!gp__map_put(&s->live, b->seq, 0, 0, i)) {
+        in->oom = true;
+        return;
+    }
+    if (which == 0) {
+        if (s->snap_seq && b->seq > s->snap_seq)
+            anchor_note(al, r);
+        return;
+    }
+    struct gp_map_slot *t = gp__map_find(&in->twins, key, r->occ, 0);
+    if (!t)
+        return;
+    if (t->v >= in->n_peak) {
+        in->anchors[t->v - in->n_peak].b_seq = b->seq;
+        return;
+    }
+    peak_buf *pb = &in->peak[t->v];
+    r->twin = t->v;
+    pb->b_seq = b->seq;
+    pb->b_alloc_ns = b->time_ns;
+    pb->b_alloc_allocs = b->allocs;
+    if (pb->a.seq > in->best_a_seq) { /* a newer buffer of A's peak: the instant moves here */
+        in->best_a_seq = pb->a.seq;
+        snapshot_move(s, b->seq, b->time_ns);
+    }
+}
+
+static void on_retag(gp_align *al, int which, const gp_buffer_event *b)
+{
+    side *s = &al->internal->s[which];
+    struct gp_map_slot *m = gp__map_find(&s->live, b->seq, 0, 0);
+    if (!m)
+        return;
+    rec *r = &s->recs[m->v];
+    /* A buffer in the snapshot keeps the labels it had at the instant, except the one that made
+     * the instant getting its first tag right after (the engine counts it so too). */
+    bool in_snapshot = r->seq <= s->snap_seq && !(b->first_tag && r->seq == s->snap_seq);
+    if (in_snapshot && r->label_epoch != s->epoch) {
+        r->snap_cat = r->cat;
+        r->snap_op = r->op;
+        r->snap_module = r->module;
+        r->label_epoch = s->epoch;
+    }
+    r->cat = b->category;
+    r->op = b->op;
+    r->module = b->module;
+}
+
+static void on_free(gp_align *al, int which, const gp_buffer_event *b)
+{
+    struct gp__align_internal *in = al->internal;
+    side *s = &in->s[which];
+    s->end_ns = b->time_ns;
+    struct gp_map_slot *m = gp__map_find(&s->live, b->seq, 0, 0);
+    if (!m)
+        return;
+    uint32_t i = m->v;
+    gp__map_remove(&s->live, m);
+    rec *r = &s->recs[i];
+    r->free_ns = b->time_ns;
+    r->free_allocs = b->allocs;
+    if (which == 1 && r->twin != NONE) {
+        in->peak[r->twin].b_free_ns = b->time_ns;
+        in->peak[r->twin].b_free_allocs = b->allocs;
+    }
+    if (r->seq <= s->snap_seq) { /* live at the instant: keep it in the snapshot */
+        uint32_t *g = gp__push((void **)&s->gone, &s->n_gone, &s->cap_gone, sizeof *g);
+        if (g) {
+            *g = i;
+            return;
+        }
+        in->oom = true;
+    }
+    rec_delete(s, i);
+}
+
+static void alloc0(void *c, gp_profile *p, const gp_buffer_event *b) { on_alloc(c, 0, p, b); }
+static void alloc1(void *c, gp_profile *p, const gp_buffer_event *b) { on_alloc(c, 1, p, b); }
+static void retag0(void *c, gp_profile *p, const gp_buffer_event *b)
+{
+    (void)p;
+    on_retag(c, 0, b);
+}
+static void retag1(void *c, gp_profile *p, const gp_buffer_event *b)
+{
+    (void)p;
+    on_retag(c, 1, b);
+}
+static void free0(void *c, gp_profile *p, const gp_buffer_event *b)
+{
+    (void)p;
+    on_free(c, 0, b);
+}
+static void free1(void *c, gp_profile *p, const gp_buffer_event *b)
+{
+    (void)p;
+    on_free(c, 1, b);
+}
+
+/* A's host peak moved to allocation `seq` (observed just before, so its time is the latest). */
+static void peak0(void *c, gp_profile *p, int32_t device, uint64_t seq)
+{
+    struct gp__align_internal *in = ((gp_align *)c)->internal;
+    (void)p;
+    if (device != LP_DEVICE_HOST)
+        return;
+    snapshot_move(&in->s[0], seq, in->s[0].end_ns);
+    in->n_anchors = 0;
+    in->stride = 1;
+}
+
+/* ---- between the runs: A's snapshot becomes the twin table ----------------------------------- */
+
+static int cmp_peak_seq(const void *x, const void *y)
+{
+    const peak_buf *a = x, *b = y;
+    return a->a.seq < b->a.seq ? -1 : a->a.seq > b->a.seq;
+}
+
+/* Collects A's buffers live at its peak into peak[], in birth order, with their labels at the
+ * peak, and indexes them and the anchors by twin identity. Frees A's other records. */
+static void a_done(gp_align *al)
+{
+    struct gp__align_internal *in = al->internal;
+    side *s = &in->s[0];
+    size_t n = 0, cap = s->n_gone + s->live.len;
+    in->peak = calloc(cap ? cap : 1, sizeof *in->peak);
+    if (!in->peak) {
+        in->oom = true;
+        return;
+    }
+    for (size_t i = 0; i < s->live.cap; i++) {
+        struct gp_map_slot *m = &s->live.slots[i];
+        if (m->v != NONE && s->recs[m->v].seq <= s->snap_seq)
+            in->peak[n++].a = s->recs[m->v];
+    }
+    for (size_t i = 0; i < s->n_gone; i++)
+        in->peak[n++].a = s->recs[s->gone[i]];
+    qsort(in->peak, n, sizeof *in->peak, cmp_peak_seq);
+    in->n_peak = n;
+    for (size_t i = 0; i < n && !in->oom; i++) {
+        rec *r = &in->peak[i].a;
+        rec_snap_labels(s, r, &r->cat, &r->op, &r->module);
+        r->label_epoch = 0;
+        if (!gp__map_put(&in->twins, r->key, r->occ, 0, (uint32_t)i))
+            in->oom = true;
+    }
+    for (size_t i = 0; i < in->n_anchors && !in->oom; i++)
+        if (!gp__map_put(&in->twins, in->anchors[i].key, in->anchors[i].occ, 0,
+                         (uint32_t)(in->n_peak + i)))
+            in->oom = true;
+    al->a_peak_seq = s->snap_seq;
+    al->a_peak_time_ns = s->snap_ns;
+    al->a_allocs = s->allocs;
+    free(s->recs);
+    s->recs = NULL;
+    s->n_recs = s->cap_recs = 0;
+    s->free_rec = NONE;
+    gp__map_free(&s->live);
+    free(s->gone);
+    s->gone = NULL;
+    s->n_gone = s->cap_gone = 0;
+}
+
+const gp_replay_observer *gp_align_observer(gp_align *al, int which)
+{
+    if (which == 1 && !al->internal->peak)
+        a_done(al);
+    return &al->internal->obs[which ? 1 : 0];
+}
+
+/* ---- the classification ---------------------------------------------------------------------- */
+
+static bool never_saved(lp_category c)
+{
+    return c == LP_CAT_PARAMETER || c == LP_CAT_INPUT || c == LP_CAT_OPTIMIZER_STATE ||
+           c == LP_CAT_GRADIENT || c == LP_CAT_AUTOGRAD;
+}
+
+static int cmp_anchor_a(const void *x, const void *y)
+{
+    const anchor *a = x, *b = y;
+    return a->a_seq < b->a_seq ? -1 : a->a_seq > b->a_seq;
+}
+
+/* The latest B allocation that is the twin of an allocation A made at or before A's allocation
+ * count `a_allocs`: the prefix maximum over twins (peak buffers and anchors) ordered by A's
+ * birth number. `order` holds (a_seq, prefix max of b_seq) pairs, sorted by a_seq. */
+static uint64_t b_position_of(const anchor *order, size_t n, uint64_t a_allocs)
+{
+    size_t lo = 0, hi = n; /* first with a_seq > a_allocs */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (order[mid].a_seq <= a_allocs)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo ? order[lo - 1].b_seq : 0;
+}
+
+static gp_aligned *add_buffer(gp_align *al, size_t *cap)
+{
+    gp_aligned *x = gp__push((void **)&al->buffers, &al->n_buffers, cap, sizeof *x);
+    if (!x)
+        al->internal->oom = true;
+    return x;
+}
+
+int gp_align_finish(gp_align *al)
+{
+    struct gp__align_internal *in = al->internal;
+    if (!in->peak)
+        a_done(al);
+    side *b = &in->s[1];
+    if (in->oom)
+        return -1;
+    al->b_seq = b->snap_seq;
+    al->b_time_ns = b->snap_ns;
+    al->b_found = in->best_a_seq != 0;
+    al->b_allocs = b->allocs;
+
+    /* twins ordered by A's birth number, with the prefix maximum of B's */
+    size_t n_order = 0;
+    anchor *order = malloc((in->n_peak + in->n_anchors + 1) * sizeof *order);
+    if (!order)
+        return -1;
+    for (size_t i = 0; i < in->n_peak; i++)
+        if (in->peak[i].b_seq)
+            order[n_order++] = (anchor){0, 0, in->peak[i].a.seq, in->peak[i].b_seq};
+    for (size_t i = 0; i < in->n_anchors; i++)
+        if (in->anchors[i].b_seq)
+            order[n_order++] = in->anchors[i];
+    qsort(order, n_order, sizeof *order, cmp_anchor_a);
+    for (size_t i = 1; i < n_order; i++)
+        if (order[i].b_seq < order[i - 1].b_seq)
+            order[i].b_seq = order[i - 1].b_seq;
+
+    size_t cap = 0;
+    uint64_t bs = al->b_seq;
+    for (size_t i = 0; i < in->n_peak; i++) {
+        const peak_buf *pb = &in->peak[i];
+        gp_aligned *x = add_buffer(al, &cap);
+        if (!x)
+            break;
+        const rec *r = &pb->a;
+        *x = (gp_aligned){.side = 0, .category = r->cat, .op = r->op, .module = r->module,
+                          .stack = r->stack, .size = r->size};
+        bool b_freed = pb->b_seq && pb->b_free_allocs && pb->b_free_allocs < bs;
+        if (!pb->b_seq)
+            x->state = GP_TWIN_NONE;
+        else if (pb->b_seq > bs)
+            x->state = GP_TWIN_LATER;
+        else if (b_freed)
+            x->state = GP_TWIN_FREED;
+        else
+            x->state = GP_TWIN_PAIRED;
+        if (x->state == GP_TWIN_PAIRED && pb->b_free_allocs) {
+            /* B freed it after the instant: sooner than A, when before B made the twin of an
+             * allocation A made while the buffer was still live */
+            uint64_t a_free = r->free_allocs;
+            uint64_t b_pos = b_position_of(order, n_order,
+                                           a_free == UINT64_MAX ? UINT64_MAX - 1 : a_free);
+            x->saved_inferred = b_pos > pb->b_free_allocs;
+        }
+        if (x->state == GP_TWIN_FREED || x->state == GP_TWIN_NONE)
+            x->saved_inferred = true;
+        if (r->cat == LP_CAT_SAVED)
+            x->saved_inferred = true;
+        else if (never_saved(r->cat))
+            x->saved_inferred = false;
+        if (x->state == GP_TWIN_FREED) {
+            x->a_freed = r->free_allocs != UINT64_MAX;
+            uint64_t a_end_ns = x->a_freed ? r->free_ns : in->s[0].end_ns;
+            uint64_t a_end_allocs = x->a_freed ? r->free_allocs : al->a_allocs;
+            x->a_life_ns = a_end_ns - r->alloc_ns;
+            x->a_life_allocs = a_end_allocs - r->alloc_allocs;
+            x->b_life_ns = pb->b_free_ns - pb->b_alloc_ns;
+            x->b_life_allocs = pb->b_free_allocs - pb->b_alloc_allocs;
+        }
+        al->a_bytes += r->size;
+        if (x->state == GP_TWIN_FREED || x->state == GP_TWIN_NONE)
+            al->held_bytes += r->size;
+        else if (x->state == GP_TWIN_LATER)
+            al->unaligned_bytes += r->size;
+        else
+            al->paired_bytes += r->size;
+        if (x->saved_inferred)
+            al->saved_inferred_bytes += r->size;
+        if (r->cat != LP_CAT_AUTOGRAD && r->cat != LP_CAT_GRADIENT) {
+            al->twinnable_bytes += r->size;
+            if (pb->b_seq)
+                al->twinned_bytes += r->size;
+        }
+    }
+    free(order);
+
+    /* B's snapshot: its live records born up to the instant and the gone list */
+    for (int pass = 0; pass < 2 && !in->oom; pass++) {
+        size_t n = pass == 0 ? b->live.cap : b->n_gone;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t ri;
+            if (pass == 0) {
+                if (b->live.slots[i].v == NONE)
+                    continue;
+                ri = b->live.slots[i].v;
+            } else {
+                ri = b->gone[i];
+            }
+            const rec *r = &b->recs[ri];
+            if (r->seq > bs)
+                continue;
+            al->b_bytes += r->size;
+            if (r->twin != NONE)
+                continue; /* paired: counted under its twin's labels */
+            gp_aligned *x = add_buffer(al, &cap);
+            if (!x)
+                break;
+            *x = (gp_aligned){.state = GP_TWIN_B_MORE, .side = 1, .size = r->size,
+                              .stack = r->stack};
+            rec_snap_labels(b, r, &x->category, &x->op, &x->module);
+            al->b_more_bytes += r->size;
+        }
+    }
+    return in->oom ? -1 : 0;
+}
+
+bool gp_align_diverged(const gp_align *al, char *why, size_t why_size)
+{
+    if (al->twinnable_bytes == 0 || al->twinned_bytes * 2 >= al->twinnable_bytes)
+        return false;
+    snprintf(why, why_size,
+             "only %.1f%% of the bytes live at A's peak (%llu of %llu, graph memory left out) "
+             "have a twin in B (A made %llu allocations, B %llu): the runs do not look like "
+             "the same program on the same input",
+             100.0 * (double)al->twinned_bytes / (double)al->twinnable_bytes,
+             (unsigned long long)al->twinned_bytes, (unsigned long long)al->twinnable_bytes,
+             (unsigned long long)al->a_allocs, (unsigned long long)al->b_allocs);
+    return true;
+}
+
+gp_align *gp_align_new(void)
+{
+    gp_align *al = calloc(1, sizeof *al);
+    struct gp__align_internal *in = al ? calloc(1, sizeof *in) : NULL;
+    if (!in) {
+        free(al);
+        return NULL;
+    }
+    al->internal = in;
+    in->stride = 1;
+    for (int i = 0; i < 2; i++)
+        in->s[i].free_rec = NONE;
+    in->obs[0] = (gp_replay_observer){al, alloc0, retag0, free0, peak0};
+    in->obs[1] = (gp_replay_observer){al, alloc1, retag1, free1, NULL};
+    return al;
+}
+
+void gp_align_free(gp_align *al)
+{
+    if (!al)
+        return;
+    struct gp__align_internal *in = al->internal;
+    for (int i = 0; in && i < 2; i++) {
+        side *s = &in->s[i];
+        free(s->recs);
+        gp__map_free(&s->live);
+        free(s->gone);
+        gp__map_free(&s->occ);
+        free(s->counts);
+        gp__map_free(&s->memo);
+        free(s->hashes);
+    }
+    if (in) {
+        free(in->peak);
+        free(in->anchors);
+        gp__map_free(&in->twins);
+        free(in);
+    }
+    free(al->buffers);
+    free(al);
+}
