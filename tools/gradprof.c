@@ -25,6 +25,8 @@ static const command commands[] = {
     {"diff", gp_cmd_diff, "compare two traces (grad on vs off): what graph construction holds"},
     {"check", gp_cmd_check,
      "CI gate: fail on graph memory, peak, growth, leaks, detector findings"},
+    {"compare", gp_cmd_compare,
+     "run a program twice, grad as it is and grad off from the start, and diff the runs"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
@@ -45,8 +47,8 @@ static void usage(FILE *out)
             "  --version      the version of gradprof and of the trace format it reads\n"
             "\n"
             "Run 'gradprof COMMAND --help' for a command's options. Exit status: 0 ok, 1 check\n"
-            "failed, 2 usage error or unreadable input ('run' exits with the program's\n"
-            "status).\n");
+            "failed, 2 usage error or unreadable input, 3 the runs do not compare ('diff\n"
+            "--require-aligned', 'compare'); 'run' exits with the program's status.\n");
 }
 
 static const command *find_command(const char *name)
@@ -60,7 +62,7 @@ static const command *find_command(const char *name)
 static int unknown_command(const char *name)
 {
     return gp_cli_error(NULL,
-                        "unknown command '%s' (commands: run, report, diff, check, help; "
+                        "unknown command '%s' (commands: run, report, diff, check, compare, help; "
                         "see 'gradprof --help')",
                         name);
 }

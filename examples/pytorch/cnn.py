@@ -4,12 +4,14 @@ Linear classifier, in eval mode on a fixed batch of 32x32 RGB images.
 
     python3 cnn.py [--grad | --no-grad | --inference-mode] [--iters N] [--blocks K] [--width C]
                    [--batch B] [--instrument] [--saved-report FILE]
+                   [--truth FILE [--truth-method walk|hooks|both]]
 
 --grad (the default) is the loop that forgot torch.no_grad(): each output keeps a graph holding
 every conv output (batch norm's input), ReLU output (in place on batch norm's output; also the
 pool's input), the pools' indices and outputs. --instrument adds the one line of gradprof's
 helper (tools/python/gradprof_torch.py); --saved-report FILE (needs --instrument) writes what its
-saved-tensor hook saw, per module.
+saved-tensor hook saw, per module. --truth FILE writes the bytes autograd saved and held at the
+program's peak, found by the program itself (saved_truth.py), as JSON.
 """
 import argparse
 import contextlib
@@ -50,10 +52,15 @@ def main():
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--instrument", action="store_true", help="gp.instrument(model)")
     ap.add_argument("--saved-report", metavar="FILE")
+    ap.add_argument("--truth", metavar="FILE", help="write the saved bytes at the peak (JSON)")
+    ap.add_argument("--truth-method", choices=("walk", "hooks", "both"), default="walk")
     args = ap.parse_args()
     mode = args.mode or "grad"
     if args.saved_report and not args.instrument:
         ap.error("--saved-report needs --instrument")
+    if args.instrument and args.truth_method != "walk":
+        ap.error("--truth-method %s would shadow the helper's saved-tensor hooks; use walk"
+                 % args.truth_method)
     for name in ("iters", "blocks", "width", "batch"):
         if getattr(args, name) < 1:
             ap.error("--%s must be at least 1" % name)
@@ -68,6 +75,10 @@ def main():
     model = CNN(args.blocks, args.width).eval()
     if args.instrument:
         gp.instrument(model)  # the one line
+    truth = None
+    if args.truth:
+        from saved_truth import SavedTruth
+        truth = SavedTruth(model, args.truth_method)
 
     x = torch.randn(args.batch, 3, 32, 32)
     ctx = {"grad": contextlib.nullcontext, "no_grad": torch.no_grad,
@@ -82,6 +93,8 @@ def main():
     if args.saved_report:
         with open(args.saved_report, "w") as f:
             json.dump(gp.saved_report(), f, indent=1, sort_keys=True)
+    if truth:
+        truth.write(args.truth, program="cnn", mode=mode)
 
 
 if __name__ == "__main__":

@@ -3,12 +3,15 @@
 
     python3 mlp.py [--grad | --no-grad | --inference-mode] [--iters N] [--layers L] [--width W]
                    [--batch B] [--instrument] [--saved-report FILE]
+                   [--truth FILE [--truth-method walk|hooks|both]]
 
 --grad (the default) is the loop that forgot torch.no_grad(): each output keeps a graph holding
 the ReLU outputs (L x B x W x 4 bytes). --instrument adds the one line of gradprof's helper
 (tools/python/gradprof_torch.py) for exact tags; --saved-report FILE (needs --instrument) writes
 what its saved-tensor hook saw, per module, as JSON. Unmodified, run it under `gradprof run` and
-the frame rules classify PyTorch's allocations by their call stacks.
+the frame rules classify PyTorch's allocations by their call stacks. --truth FILE writes the
+bytes autograd saved and held at the program's peak, found by the program itself
+(saved_truth.py), as JSON.
 """
 import argparse
 import contextlib
@@ -45,10 +48,15 @@ def main():
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--instrument", action="store_true", help="gp.instrument(model)")
     ap.add_argument("--saved-report", metavar="FILE")
+    ap.add_argument("--truth", metavar="FILE", help="write the saved bytes at the peak (JSON)")
+    ap.add_argument("--truth-method", choices=("walk", "hooks", "both"), default="walk")
     args = ap.parse_args()
     mode = args.mode or "grad"
     if args.saved_report and not args.instrument:
         ap.error("--saved-report needs --instrument")
+    if args.instrument and args.truth_method != "walk":
+        ap.error("--truth-method %s would shadow the helper's saved-tensor hooks; use walk"
+                 % args.truth_method)
     for name in ("iters", "layers", "width", "batch"):
         if getattr(args, name) < 1:
             ap.error("--%s must be at least 1" % name)
@@ -62,6 +70,10 @@ def main():
     model = MLP(args.width, args.layers).eval()
     if args.instrument:
         gp.instrument(model)  # the one line
+    truth = None
+    if args.truth:
+        from saved_truth import SavedTruth
+        truth = SavedTruth(model, args.truth_method)
 
     x = torch.randn(args.batch, args.width)
     ctx = {"grad": contextlib.nullcontext, "no_grad": torch.no_grad,
@@ -77,6 +89,8 @@ def main():
         rep = gp.saved_report()
         with open(args.saved_report, "w") as f:
             json.dump(rep, f, indent=1, sort_keys=True)
+    if truth:
+        truth.write(args.truth, program="mlp", mode=mode)
 
 
 if __name__ == "__main__":

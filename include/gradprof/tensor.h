@@ -82,7 +82,17 @@ void tn_set_allocator(const tn_allocator *allocator);
  * Grad modes
  * ------------------------------------------------------------------------------------------- */
 
-/* The grad mode of this thread, saved and restored as one value. */
+/* The grad mode of this thread, saved and restored as one value.
+ *
+ * Every thread starts with grad enabled and inference mode off, unless the environment variable
+ * GRADPROF_GRAD_DEFAULT is "off": then every thread starts with grad disabled, as if its whole
+ * life ran inside no_grad (but with no "no_grad" region). "on", empty or unset is the usual
+ * default; any other value gives one warning line on stderr per process and is ignored. The
+ * variable is read by each thread when it first uses its grad mode (any tn_* call that queries
+ * or changes it, such as creating a tensor), so a thread started after a setenv() sees the new
+ * value. The scopes and tn_set_grad_enabled work as usual from either start: enable_grad turns
+ * grad on inside a thread that started with it off. `gradprof compare` uses this to run a
+ * program once as it is and once with grad off from the start. */
 typedef struct tn_grad_mode {
     bool grad_enabled;
     bool inference_mode;

@@ -1,0 +1,310 @@
+"""Ground truth for the examples' --truth FILE: the bytes of tensors autograd has saved for
+backward that are live at the program's memory peak, computed by the program itself (no gradprof
+involved).
+
+    truth = SavedTruth(model, method="walk")   # after gp.instrument(model), if any
+    ... the program's forwards ...
+    truth.write(path, program="mlp", mode="grad")
+
+Where the peak is. An inference loop that forgot no_grad peaks inside a forward of the model:
+every tensor that forward saved so far is held, and so is the graph of the previous output
+(``out = model(x)`` keeps the old ``out`` until ``model(x)`` returns) and of any output the
+program kept. While grad is on, each forward of the root module runs under a
+``TorchDispatchMode`` (entered in a forward pre-hook, left in the forward hook) that sees every
+ATen op below autograd, in order: it notes at which op each storage was allocated (the first op
+that returned it and does not alias an input) and polls glibc's ``mallinfo2()`` (bytes in use,
+``uordblks + hblkhd``) after each op. The op after which the most bytes were in use is the peak
+op (temporaries inside an op are not seen: the peak is located to the op, not to the byte). The
+forward with the highest such peak is the one reported (the first one, on a tie). Without
+``mallinfo2`` (not glibc) the end of the forward is taken as the peak.
+
+What is counted. The saved tensors of every graph alive at the end of that forward (see below),
+each storage once (by its base address), bytes = the storage's size (what PyTorch's CPU allocator
+asked ``posix_memalign`` for), that were allocated at or before the peak op (so live at the
+peak; the ones allocated later are written as ``saved_after_peak_bytes``, and ``saved_bytes`` +
+``saved_after_peak_bytes`` = ``saved_forward_end_bytes``). Left out (written separately as
+``saved_param_bytes`` and ``saved_input_bytes``): the model's parameters and buffers, and the
+storages of the tensors passed to the model's forward that are still alive (the program holds
+them anyway, with or without grad). Under no_grad / inference_mode there is no graph: 0.
+
+How the saved tensors are found:
+
+* ``walk`` (default): from the ``grad_fn`` of every output still alive (weak references to each
+  forward's outputs), over ``next_functions``; each node's ``_saved_*`` attributes (a tensor, or a
+  list of tensors) are the tensors it saved. Reading one unpacks it into a new tensor object over
+  the same storage; the object is dropped at once, so memory is unaffected (a few hundred bytes,
+  transiently, after the forward). Safe under gradprof's helper (``--instrument``).
+* ``hooks``: ``torch.autograd.graph.saved_tensors_hooks`` around each forward; pack records a
+  weak reference to what it returns and the storage, and returns the tensor itself (detached when
+  it has a ``grad_fn``, as the helper does: a saved output would otherwise hold its own graph node
+  in a reference cycle that only the garbage collector frees), so no memory is copied. A save
+  counts while that object is alive (while its node is). Hooks are a stack and the innermost
+  wins, so this would shadow the helper's: not allowed with ``--instrument``. Written as
+  ``hook_saved_forward_end_bytes``, to compare with ``saved_forward_end_bytes``.
+* ``both``: the two side by side (``saved_bytes`` is the walk's).
+"""
+import ctypes
+import json
+import weakref
+
+import torch
+
+try:
+    from torch.utils._python_dispatch import TorchDispatchMode
+except ImportError:  # older PyTorch: no peak location, the end of the forward is taken
+    TorchDispatchMode = None
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                                               "usmblks", "fsmblks", "uordblks", "fordblks",
+                                               "keepcost")]
+
+
+def _mallinfo2():
+    try:
+        f = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        return None
+    f.restype = _MallInfo2
+    f.argtypes = []
+    return f
+
+
+_MALLINFO2 = _mallinfo2()
+
+
+def malloc_in_use():
+    m = _MALLINFO2()
+    return m.uordblks + m.hblkhd
+
+
+def storage_of(t):
+    """(base address, bytes) of a dense CPU tensor's storage, or None."""
+    try:
+        if t.layout != torch.strided or t.device.type != "cpu" or t.is_quantized:
+            return None
+        f = getattr(t, "untyped_storage", None)
+        s = f() if f is not None else t.storage()
+        ptr, n = s.data_ptr(), s.nbytes()
+    except Exception:
+        return None
+    if not ptr or n <= 0:
+        return None
+    return ptr, n
+
+
+def _tensors(obj, out):
+    if isinstance(obj, torch.Tensor):
+        out.append(obj)
+    elif isinstance(obj, (list, tuple)):
+        for o in obj:
+            _tensors(o, out)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            _tensors(o, out)
+    return out
+
+
+_SAVED_ATTRS = {}
+
+
+def _saved_attrs(fn):
+    cls = type(fn)
+    names = _SAVED_ATTRS.get(cls)
+    if names is None:
+        names = _SAVED_ATTRS[cls] = [a for a in dir(fn) if a.startswith("_saved_") and
+                                     not a.endswith(("_sym_sizes", "_sym_strides"))]
+    return names
+
+
+def walk_saved(roots):
+    """{storage base: (bytes, saving node's type name)} of the tensors saved by the graph nodes
+    reachable from the grad_fn of the tensors in roots (the first saver found names it), and the
+    number of nodes visited."""
+    found = {}
+    seen = {}
+    stack = [t.grad_fn for t in roots if t.grad_fn is not None]
+    while stack:
+        fn = stack.pop()
+        if fn is None or id(fn) in seen:
+            continue
+        seen[id(fn)] = fn  # held, so that ids are not reused during the walk
+        for name in _saved_attrs(fn):
+            try:
+                val = getattr(fn, name)
+            except Exception:  # freed by a backward, or not readable
+                continue
+            for t in _tensors(val, []):
+                info = storage_of(t)
+                if info is not None and info[0] not in found:
+                    found[info[0]] = (info[1], type(fn).__name__)
+            del val
+        for nxt, _ in getattr(fn, "next_functions", ()):
+            if nxt is not None and id(nxt) not in seen:
+                stack.append(nxt)
+    return found, len(seen)
+
+
+if TorchDispatchMode is not None:
+    class _OpClock(TorchDispatchMode):
+        """Numbers the ATen ops of one forward; notes where each storage was allocated and after
+        which op the most malloc'ed bytes were in use."""
+
+        def __init__(self):
+            super().__init__()
+            self.ops = 0
+            self.alloc_at = {}     # storage base -> index of the op that allocated it
+            self.peak_bytes = -1
+            self.peak_op = 0
+            self.peak_name = ""
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            self.ops += 1
+            aliases = any(r.alias_info is not None for r in func._schema.returns)
+            for t in _tensors(out, []):
+                info = storage_of(t)
+                if info is not None and not aliases:  # views and in-place results: not new
+                    self.alloc_at[info[0]] = self.ops
+            if _MALLINFO2 is not None:
+                used = malloc_in_use()
+                if used > self.peak_bytes:
+                    self.peak_bytes, self.peak_op = used, self.ops
+                    self.peak_name = str(func)
+            return out
+
+
+class SavedTruth:
+    def __init__(self, model, method="walk"):
+        if method not in ("walk", "hooks", "both"):
+            raise ValueError("method must be walk, hooks or both")
+        self.model = model
+        self.method = method
+        self.fixed = set()     # parameter and buffer storages
+        self.param_bytes = 0
+        for t in list(model.parameters()) + list(model.buffers()):
+            info = storage_of(t)
+            if info is not None and info[0] not in self.fixed:
+                self.fixed.add(info[0])
+                self.param_bytes += info[1]
+        self.inputs = {}       # storage base -> weak reference of an input tensor
+        self.outputs = []      # weak references to each forward's output tensors
+        self.packed = []       # (weak reference to what pack returned, (base, bytes))
+        self.hook_ctx = None
+        self.clock = None
+        self.forwards = 0
+        self.best = None       # the forward whose peak was the highest
+        model.register_forward_pre_hook(self._pre)
+        model.register_forward_hook(self._post)
+
+    # -- saved-tensor hooks (method hooks / both) --
+    def _pack(self, t):
+        keep = t.detach() if t.grad_fn is not None else t
+        info = storage_of(t)
+        if info is not None:
+            self.packed.append((weakref.ref(keep), info))
+        return keep
+
+    @staticmethod
+    def _unpack(t):
+        return t
+
+    # -- module hooks --
+    def _pre(self, module, args):
+        for t in _tensors(args, []):
+            info = storage_of(t)
+            if info is not None:
+                self.inputs[info[0]] = weakref.ref(t)
+        if not torch.is_grad_enabled():
+            return
+        if self.method != "walk":
+            self.hook_ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+            self.hook_ctx.__enter__()
+        if TorchDispatchMode is not None:
+            self.clock = _OpClock()
+            self.clock.__enter__()
+
+    def _post(self, module, args, output):
+        clock, self.clock = self.clock, None
+        if clock is not None:
+            clock.__exit__(None, None, None)
+        if self.hook_ctx is not None:
+            self.hook_ctx.__exit__(None, None, None)
+            self.hook_ctx = None
+        self.forwards += 1
+        outs = _tensors(output, [])
+        self._measure(clock, outs)
+        for t in outs:
+            try:
+                self.outputs.append(weakref.ref(t))
+            except TypeError:
+                pass
+
+    def _measure(self, clock, outs):
+        self.inputs = {p: r for p, r in self.inputs.items() if r() is not None}
+        self.outputs = [r for r in self.outputs if r() is not None]
+        live = [r() for r in self.outputs] + outs
+        live = [t for t in live if t is not None]
+        graphs = sum(1 for t in live if t.grad_fn is not None)
+        found, nodes = walk_saved(live)
+        del live
+        located = clock is not None and _MALLINFO2 is not None and clock.ops > 0
+        peak_op = clock.peak_op if located else None
+        r = {"saved_bytes": 0, "saved_storages": 0, "saved_after_peak_bytes": 0,
+             "saved_forward_end_bytes": 0, "saved_param_bytes": 0, "saved_input_bytes": 0,
+             "by_op": {}}
+        for p, (n, op) in found.items():
+            if p in self.fixed:
+                r["saved_param_bytes"] += n
+                continue
+            if p in self.inputs:
+                r["saved_input_bytes"] += n
+                continue
+            r["saved_forward_end_bytes"] += n
+            at = clock.alloc_at.get(p, 0) if clock is not None else 0
+            if peak_op is not None and at > peak_op:
+                r["saved_after_peak_bytes"] += n
+                continue
+            r["saved_bytes"] += n
+            r["saved_storages"] += 1
+            r["by_op"][op] = r["by_op"].get(op, 0) + n
+        r["by_op"] = dict(sorted(r["by_op"].items()))
+        r.update({"forward": self.forwards, "live_outputs_with_graph": graphs,
+                  "graph_nodes": nodes,
+                  "peak_located": "mallinfo2 after each op" if located else "forward end",
+                  "peak_op_index": peak_op if located else (clock.ops if clock else 0),
+                  "peak_op": clock.peak_name if located else "",
+                  "forward_ops": clock.ops if clock else 0,
+                  "peak_malloc_in_use": clock.peak_bytes if located else 0})
+        if self.method != "walk":
+            self.packed = [(ref, info) for ref, info in self.packed if ref() is not None]
+            uniq = {}
+            for _ref, (p, n) in self.packed:
+                if p not in self.fixed and p not in self.inputs:
+                    uniq[p] = n
+            r["hook_saved_forward_end_bytes"] = sum(uniq.values())
+        key = (r["peak_malloc_in_use"], r["saved_forward_end_bytes"])
+        if self.best is None or key > self.best[0]:
+            self.best = (key, r)
+
+    def result(self, **extra):
+        if self.best is not None:
+            r = dict(self.best[1])
+        else:  # no forward with grad on
+            r = {"saved_bytes": 0, "saved_storages": 0, "saved_after_peak_bytes": 0,
+                 "saved_forward_end_bytes": 0, "saved_param_bytes": 0, "saved_input_bytes": 0,
+                 "by_op": {}, "forward": 0, "live_outputs_with_graph": 0, "graph_nodes": 0,
+                 "peak_located": "", "peak_op_index": 0, "peak_op": "", "forward_ops": 0,
+                 "peak_malloc_in_use": 0}
+            if self.method != "walk":
+                r["hook_saved_forward_end_bytes"] = 0
+        r.update({"method": self.method, "forwards": self.forwards,
+                  "param_bytes": self.param_bytes})
+        r.update(extra)
+        return r
+
+    def write(self, path, **extra):
+        with open(path, "w") as f:
+            json.dump(self.result(**extra), f, indent=1, sort_keys=True)
+            f.write("\n")

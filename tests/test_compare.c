@@ -1,0 +1,492 @@
+/*
+ * gradprof compare, run as a subprocess: its help and usage errors; compare_prog (a tensor-library
+ * program, tests/compare_prog.c) and mlp_infer compared with grad on and with grad off from the
+ * start (GRADPROF_GRAD_DEFAULT=off), the traces and captured output kept, the diff printed; the
+ * divergences (stdout, exit status) reported with exit 3 and no diff; a failure of both runs
+ * passed on; ^C during A stopping there; and Python programs through the startup hook
+ * (tools/python/startup): the user's own sitecustomize still runs, torch is not imported for a
+ * program that does not import it, and, when /usr/bin/python3 has torch, grad starts off in B in
+ * the main thread and in new threads while enable_grad still turns it on. The Python cases are
+ * skipped without /usr/bin/python3 (or torch).
+ *
+ * Which run is grad-free is checked through `gradprof check --forbid saved`, not through the
+ * diff's numbers, so that the test does not depend on the diff's layout.
+ */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define PYTHON "/usr/bin/python3"
+
+static char tmpdir[256];
+static char out_path[512], err_path[512];
+static char *out, *err; /* the last command's stdout and stderr */
+
+/* ---- helpers --------------------------------------------------------------------------------- */
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0, k;
+    char *buf = malloc(cap);
+    while (buf && (k = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += k;
+        if (cap - n < 2) {
+            char *b = realloc(buf, cap *= 2);
+            if (!b)
+                free(buf);
+            buf = b;
+        }
+    }
+    fclose(f);
+    if (buf)
+        buf[n] = '\0';
+    return buf;
+}
+
+/* A file in tmpdir, read whole (NULL if missing); free it. */
+static char *file_text(const char *name)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    return slurp(path);
+}
+
+static bool exists(const char *name)
+{
+    char path[1024];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    return stat(path, &st) == 0;
+}
+
+/* Runs `sh -c CMD` in tmpdir with stdout and stderr captured into `out` and `err`; returns the
+ * exit status (128 + N for signal N). */
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+    char cmd[8192], full[8192 + 2 * sizeof out_path + sizeof tmpdir + 64];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    snprintf(full, sizeof full, "cd '%s' && ( %s ) >'%s' 2>'%s'", tmpdir, cmd, out_path, err_path);
+    int st = system(full);
+    free(out);
+    free(err);
+    out = slurp(out_path);
+    err = slurp(err_path);
+    assert_non_null(out);
+    assert_non_null(err);
+    if (st == -1)
+        return -1;
+    return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
+}
+
+/* Under GRADPROF_SANITIZE, programs carrying ASan (compare_prog, mlp_infer, gradprof) refuse to
+ * start when another library is preloaded before the ASan runtime unless told this is fine. */
+#define ASAN_PRELOAD_OK "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0\" "
+/* gradprof ARGS (a shell fragment), from tmpdir. */
+#define gradprof(...) sh(ASAN_PRELOAD_OK "'" GRADPROF_BIN "' " __VA_ARGS__)
+#define PROG "'" GRADPROF_COMPARE_PROG "'"
+
+static void show(void)
+{
+    print_message("---- stdout\n%s---- stderr\n%s----\n", out, err);
+}
+
+static void contains(const char *hay, const char *needle)
+{
+    if (!hay || !strstr(hay, needle)) {
+        print_message("expected to find: %s\n", needle);
+        show();
+        fail();
+    }
+}
+
+static void lacks(const char *hay, const char *needle)
+{
+    if (hay && strstr(hay, needle)) {
+        print_message("expected not to find: %s\n", needle);
+        show();
+        fail();
+    }
+}
+
+static void expect_rc(int rc, int want)
+{
+    if (rc != want) {
+        print_message("exit status %d, expected %d\n", rc, want);
+        show();
+    }
+    assert_int_equal(rc, want);
+}
+
+/* One line on stderr: usage errors are one clear line. */
+static void one_line_error(void)
+{
+    size_t n = strlen(err);
+    if (n == 0 || err[n - 1] != '\n' || strchr(err, '\n') != err + n - 1) {
+        print_message("expected exactly one line on stderr\n");
+        show();
+        fail();
+    }
+    contains(err, "gradprof compare: ");
+}
+
+/* The file `name` in tmpdir contains `needle`. */
+static void file_contains(const char *name, const char *needle)
+{
+    char *text = file_text(name);
+    if (!text)
+        print_message("missing file %s\n", name);
+    assert_non_null(text);
+    if (!strstr(text, needle)) {
+        print_message("%s does not contain: %s\n---- %s\n%s----\n", name, needle, name, text);
+        free(text);
+        show();
+        fail();
+    }
+    free(text);
+}
+
+/* Every file of a compare run with base name `base` is there. */
+static void all_files(const char *base)
+{
+    static const char *const suffixes[] = {".grad.gptrace",   ".grad.stdout",   ".grad.stderr",
+                                           ".nograd.gptrace", ".nograd.stdout", ".nograd.stderr"};
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        char name[512];
+        snprintf(name, sizeof name, "%s%s", base, suffixes[i]);
+        if (!exists(name)) {
+            print_message("missing %s\n", name);
+            show();
+            fail();
+        }
+    }
+}
+
+/* A holds saved (graph) memory, B none: B ran with grad off from the start. */
+static void grad_only_in_a(const char *base)
+{
+    char *keep_out = out, *keep_err = err;
+    out = err = NULL;
+    int a = gradprof("check '%s.grad.gptrace' --forbid saved --detectors none", base);
+    char *a_out = out;
+    out = NULL;
+    int b = gradprof("check '%s.nograd.gptrace' --forbid saved --detectors none", base);
+    if (a != 1 || b != 0)
+        print_message("check --forbid saved: A %d (want 1), B %d (want 0)\n---- A\n%s", a, b,
+                      a_out ? a_out : "");
+    free(a_out);
+    free(out);
+    free(err);
+    out = keep_out;
+    err = keep_err;
+    assert_int_equal(a, 1);
+    assert_int_equal(b, 0);
+}
+
+static bool have_python(void)
+{
+    return access(PYTHON, X_OK) == 0;
+}
+
+static int setup(void **state)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/gradprof_test_compare.XXXXXX");
+    if (!mkdtemp(tmpdir))
+        return -1;
+    snprintf(out_path, sizeof out_path, "%s/.stdout", tmpdir);
+    snprintf(err_path, sizeof err_path, "%s/.stderr", tmpdir);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    free(out);
+    free(err);
+    out = err = NULL;
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* ---- help and usage -------------------------------------------------------------------------- */
+
+static void test_help(void **state)
+{
+    static const char *const words[] = {"usage: gradprof compare",
+                                        "-n, --name BASE",
+                                        "--format",
+                                        "-o, --output",
+                                        "--top",
+                                        "--rules",
+                                        "--ignore-stdout",
+                                        "--stack-depth",
+                                        "--no-stacks",
+                                        "--min-stack-size",
+                                        "--stack-sample",
+                                        "--flush-ms",
+                                        "--cuda",
+                                        "-h, --help",
+                                        "BASE.grad.gptrace",
+                                        "BASE.nograd.stdout",
+                                        "GRADPROF_GRAD_DEFAULT=off",
+                                        "Divergence",
+                                        "Exit status",
+                                        "--require-aligned"};
+    for (const char *flag = "--help"; flag; flag = strcmp(flag, "--help") ? NULL : "-h") {
+        expect_rc(gradprof("compare %s", flag), 0);
+        for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+            contains(out, words[i]);
+        assert_string_equal(err, "");
+    }
+    expect_rc(gradprof("help compare"), 0);
+    contains(out, "usage: gradprof compare");
+    expect_rc(gradprof("--help"), 0);
+    contains(out, "compare");
+    /* run shares the recorder options and says what it puts on PYTHONPATH */
+    expect_rc(gradprof("run --help"), 0);
+    contains(out, "--stack-sample SIZE");
+    contains(out, "--cuda");
+    contains(out, "PYTHONPATH");
+}
+
+static void test_usage_errors(void **state)
+{
+    expect_rc(gradprof("compare"), 2);
+    one_line_error();
+    contains(err, "no program to run");
+    expect_rc(gradprof("compare --"), 2);
+    one_line_error();
+    expect_rc(gradprof("compare --format xml -- /bin/true"), 2);
+    one_line_error();
+    contains(err, "unknown --format 'xml'");
+    expect_rc(gradprof("compare --top many -- /bin/true"), 2);
+    one_line_error();
+    contains(err, "--top: ");
+    contains(err, "'many'");
+    expect_rc(gradprof("compare --stack-depth 999 -- /bin/true"), 2);
+    one_line_error();
+    contains(err, "--stack-depth: ");
+    expect_rc(gradprof("compare --name 'x.%%p' -- /bin/true"), 2);
+    one_line_error();
+    contains(err, "--name: 'x.%p'");
+    expect_rc(gradprof("compare --rules /nonexistent/rules -- /bin/true"), 2);
+    one_line_error();
+    contains(err, "--rules: cannot read '/nonexistent/rules'");
+    expect_rc(gradprof("compare --bogus -- /bin/true"), 2);
+    one_line_error();
+    contains(err, "unknown option '--bogus'");
+    expect_rc(gradprof("compare -n sub/x -- /bin/true"), 2);
+    one_line_error();
+    contains(err, "--name: directory");
+    /* nothing ran for any of these */
+    assert_false(exists("x.grad.stdout"));
+
+    /* An existing file: compare stops before running anything. */
+    expect_rc(sh("touch e.nograd.stderr"), 0);
+    expect_rc(gradprof("compare -n e -- /bin/true"), 2);
+    one_line_error();
+    contains(err, "'e.nograd.stderr' exists");
+    assert_false(exists("e.grad.gptrace"));
+    assert_false(exists("e.grad.stdout"));
+}
+
+static void test_not_found(void **state)
+{
+    expect_rc(gradprof("compare -n nf -- /nonexistent/program"), 127);
+    contains(err, "/nonexistent/program: no such file");
+    assert_false(exists("nf.nograd.stdout")); /* B was not tried */
+    expect_rc(gradprof("compare -n nx -- /"), 126);
+}
+
+/* ---- the same computation twice -------------------------------------------------------------- */
+
+static void test_same_output(void **state)
+{
+    expect_rc(gradprof("compare -n c -- " PROG), 0);
+    all_files("c");
+    /* the diff on stdout names both traces; stderr says where everything is */
+    contains(out, "c.grad.gptrace");
+    contains(out, "c.nograd.gptrace");
+    contains(err, "A (GRADPROF_GRAD_DEFAULT=on) exited with status 0; trace c.grad.gptrace; "
+                  "stdout c.grad.stdout, stderr c.grad.stderr");
+    contains(err, "B (GRADPROF_GRAD_DEFAULT=off) exited with status 0; trace c.nograd.gptrace; "
+                  "stdout c.nograd.stdout, stderr c.nograd.stderr");
+    lacks(err, "diverged");
+    file_contains("c.grad.stdout", "checksum ");
+    file_contains("c.nograd.stdout", "checksum ");
+    grad_only_in_a("c");
+
+    /* JSON into a file; the recorder options reach the recorder */
+    expect_rc(gradprof("compare -n j --no-stacks --flush-ms 5 --format json -o diff.json --top 2 "
+                       "-- " PROG),
+              0);
+    all_files("j");
+    assert_string_equal(out, "");
+    contains(err, "diff written to diff.json");
+    file_contains("diff.json", "\"schema\"");
+    file_contains("diff.json", "j.nograd.gptrace");
+    if (have_python())
+        expect_rc(sh(PYTHON " -c \"import json,sys; json.load(open(sys.argv[1]))\" diff.json"), 0);
+    grad_only_in_a("j");
+
+    /* the default base name: gradprof.PROGRAM.PID in the current directory */
+    expect_rc(gradprof("compare -- " PROG), 0);
+    contains(err, "trace gradprof.compare_prog.");
+    contains(err, ".nograd.gptrace; stdout gradprof.compare_prog.");
+}
+
+#ifdef GRADPROF_MLP_INFER
+/* mlp_infer --grad leaves the mode alone ("the default"), so B runs it with grad off. It prints
+ * timings and memory figures, which differ: compare refuses, and diffs with --ignore-stdout. */
+static void test_mlp_infer(void **state)
+{
+#define MLP "'" GRADPROF_MLP_INFER "' --grad --iters 2 --layers 3 --width 64 --batch 4"
+    expect_rc(gradprof("compare -n m -- " MLP), 3);
+    contains(err, "the runs diverged: their standard output differs from line");
+    assert_string_equal(out, "");
+    expect_rc(gradprof("compare -n m2 --ignore-stdout -- " MLP), 0);
+    all_files("m2");
+    contains(out, "m2.grad.gptrace");
+    file_contains("m2.grad.stdout", "mlp_infer: 3 layers");
+    grad_only_in_a("m2");
+#undef MLP
+}
+#endif
+
+/* ---- divergence ------------------------------------------------------------------------------ */
+
+static void test_diverged_stdout(void **state)
+{
+    expect_rc(gradprof("compare -n d -- " PROG " --print-grad"), 3);
+    all_files("d");
+    assert_string_equal(out, ""); /* no diff */
+    contains(err, "the runs diverged: their standard output differs from line 2 on");
+    contains(err, "A (d.grad.stdout): 'grad enabled: main yes, thread yes'");
+    contains(err, "B (d.nograd.stdout): 'grad enabled: main no, thread no'");
+    contains(err, "--ignore-stdout"); /* which test_mlp_infer uses */
+
+    /* one output longer than the other */
+    expect_rc(gradprof("compare -n l -- /bin/sh -c "
+                       "'echo same; test \"$GRADPROF_GRAD_DEFAULT\" = off || echo more'"),
+              3);
+    contains(err, "differs from line 2 on");
+    contains(err, "A (l.grad.stdout): 'more'");
+    contains(err, "B (l.nograd.stdout): (end of output)");
+}
+
+static void test_diverged_status(void **state)
+{
+    expect_rc(gradprof("compare -n s -- " PROG " --fail-without-grad"), 3);
+    all_files("s");
+    assert_string_equal(out, "");
+    contains(err, "the runs diverged: A exited with status 0, B exited with status 4");
+    contains(err, "B's stderr ends with: 'compare_prog: grad is off, giving up'");
+    contains(err, "'gradprof diff s.grad.gptrace s.nograd.gptrace' compares them anyway");
+    file_contains("s.nograd.stderr", "grad is off");
+}
+
+/* Both runs fail the same way: no diff, the program's status. */
+static void test_same_failure(void **state)
+{
+    expect_rc(gradprof("compare -n f -- " PROG " --exit 5"), 5);
+    all_files("f");
+    assert_string_equal(out, "");
+    contains(err, "exited with status 5 in both runs");
+    expect_rc(gradprof("compare -n k -- /bin/sh -c 'kill -TERM $$'"), 143);
+    contains(err, "was killed by signal 15 (Terminated) in both runs");
+}
+
+/* ^C reaching gradprof during A stops it there: B is not run. */
+static void test_interrupted(void **state)
+{
+    expect_rc(gradprof("compare -n i -- /bin/sh -c 'kill -INT $PPID; sleep 1'"), 130);
+    contains(err, "interrupted by signal 2 (Interrupt) during A; B not run");
+    assert_true(exists("i.grad.stdout"));
+    assert_false(exists("i.nograd.stdout"));
+}
+
+/* ---- Python ---------------------------------------------------------------------------------- */
+
+/* The startup hook chains to the user's own sitecustomize, and a program that never imports
+ * torch does not get it imported. */
+static void test_python_chain(void **state)
+{
+    if (!have_python()) {
+        print_message("SKIPPED: " PYTHON " is not installed\n");
+        skip();
+    }
+    expect_rc(sh("mkdir -p user && printf '%%s\\n' 'import sys' "
+                 "'print(\"user sitecustomize ran\")' 'MARK = 42' >user/sitecustomize.py && "
+                 "printf '%%s\\n' 'import sys, sitecustomize' "
+                 "'print(\"mark\", sitecustomize.MARK, \"torch\", \"torch\" in sys.modules)' "
+                 ">p.py"),
+              0);
+    /* the user's PYTHONPATH comes after the hook's folder */
+    expect_rc(sh("PYTHONPATH=user " ASAN_PRELOAD_OK "'" GRADPROF_BIN
+                 "' compare -n py --no-stacks -- " PYTHON " p.py"),
+              0);
+    all_files("py");
+    file_contains("py.grad.stdout", "user sitecustomize ran\nmark 42 torch False\n");
+    file_contains("py.nograd.stdout", "user sitecustomize ran\nmark 42 torch False\n");
+}
+
+static void test_python_torch(void **state)
+{
+    if (!have_python() || system(PYTHON " -c 'import torch' >/dev/null 2>&1") != 0) {
+        print_message("SKIPPED: " PYTHON " cannot import torch\n");
+        skip();
+    }
+    expect_rc(sh("printf '%%s\\n' 'import threading' 'import torch' 'r = []' "
+                 "'t = threading.Thread(target=lambda: r.append(torch.is_grad_enabled()))' "
+                 "'t.start()' 't.join()' 'with torch.enable_grad():' "
+                 "'    e = torch.is_grad_enabled()' "
+                 "'print(\"grad\", torch.is_grad_enabled(), \"thread\", r[0], \"enable_grad\", e)' "
+                 ">t.py"),
+              0);
+    expect_rc(gradprof("compare -n t --no-stacks -- " PYTHON " t.py"), 3);
+    all_files("t");
+    contains(err, "A (t.grad.stdout): 'grad True thread True enable_grad True'");
+    contains(err, "B (t.nograd.stdout): 'grad False thread False enable_grad True'");
+    /* gradprof run passes GRADPROF_GRAD_DEFAULT on to the hook as well */
+    expect_rc(sh("GRADPROF_GRAD_DEFAULT=off " ASAN_PRELOAD_OK "'" GRADPROF_BIN
+                 "' run --no-stacks -o r.gptrace -- " PYTHON " t.py"),
+              0);
+    contains(out, "grad False thread False enable_grad True");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_help, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_usage_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_not_found, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_same_output, setup, teardown),
+#ifdef GRADPROF_MLP_INFER
+        cmocka_unit_test_setup_teardown(test_mlp_infer, setup, teardown),
+#endif
+        cmocka_unit_test_setup_teardown(test_diverged_stdout, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_diverged_status, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_same_failure, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_interrupted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_python_chain, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_python_torch, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

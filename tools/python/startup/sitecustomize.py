@@ -1,0 +1,124 @@
+"""gradprof's Python startup hook: GRADPROF_GRAD_DEFAULT=off for PyTorch programs.
+
+``gradprof run`` and ``gradprof compare`` put this folder first on ``PYTHONPATH``, so the ``site``
+module imports this file at startup as ``sitecustomize``. It does two things:
+
+* When ``GRADPROF_GRAD_DEFAULT`` is ``off``, grad starts off, as in the gradprof tensor library:
+  as soon as ``torch`` has been imported, ``torch.set_grad_enabled(False)`` runs on the thread
+  that imported it, and every thread started through ``threading`` after that runs it before its
+  ``run()``. An import hook on the name ``torch`` does this, so a program that never imports torch
+  pays for one entry on ``sys.meta_path`` and nothing else. ``with torch.enable_grad():``,
+  ``torch.set_grad_enabled(True)`` and the like work as usual. Not covered: threads that were
+  already running when torch was imported (PyTorch's grad mode is per thread), threads started
+  without ``threading`` (from C++), and interpreters started with ``-S``, ``-E`` or ``-I``, which
+  skip this file or ignore ``PYTHONPATH``. ``on``, empty or unset changes nothing; any other value
+  gives one warning line on stderr and is ignored.
+* Then it runs the ``sitecustomize`` the program would have had without gradprof: the next one on
+  ``sys.path`` after this folder (Debian's, a virtual environment's), loaded by its path, so this
+  file is not found again. ``import sitecustomize`` then gives that module.
+"""
+
+import os
+import sys
+
+
+def _install_torch_hook():
+    import importlib.abc
+
+    class _TorchFinder(importlib.abc.MetaPathFinder):
+        """Finds torch through the other finders and runs _after_torch once it has loaded."""
+
+        def find_spec(self, name, path=None, target=None):
+            if name != "torch":
+                return None
+            spec = None
+            for finder in list(sys.meta_path):
+                find = getattr(finder, "find_spec", None)
+                if finder is self or find is None:
+                    continue
+                spec = find(name, path, target)
+                if spec is not None:
+                    break
+            loader = getattr(spec, "loader", None)
+            if loader is None or not hasattr(loader, "exec_module"):
+                return spec
+            # Wrap this loader instance's exec_module (the loader keeps its type, so torch's
+            # __loader__ and __spec__ stay what they would be).
+            exec_module = loader.exec_module
+
+            def exec_then_disable(module):
+                exec_module(module)
+                try:
+                    del loader.exec_module
+                except AttributeError:
+                    pass
+                if self in sys.meta_path:
+                    sys.meta_path.remove(self)
+                _after_torch(module)
+
+            loader.exec_module = exec_then_disable
+            return spec
+
+    sys.meta_path.insert(0, _TorchFinder())
+
+
+def _after_torch(torch):
+    try:
+        torch.set_grad_enabled(False)
+    except Exception as e:  # never break the program
+        sys.stderr.write("gradprof: GRADPROF_GRAD_DEFAULT=off: torch.set_grad_enabled(False) "
+                         "failed (%s); grad stays on\n" % e)
+        return
+    import threading
+    inner = getattr(threading.Thread, "_bootstrap_inner", None)
+    if inner is None:
+        return  # a Python without it: only the importing thread starts with grad off
+
+    def _bootstrap_inner(self):
+        try:
+            torch.set_grad_enabled(False)
+        except Exception:
+            pass
+        inner(self)
+
+    threading.Thread._bootstrap_inner = _bootstrap_inner
+
+
+def _chain():
+    """Runs the next sitecustomize on sys.path after this folder, if there is one."""
+    import importlib.machinery
+    import importlib.util
+
+    def real(p):
+        return os.path.realpath(p or os.curdir)
+
+    here = real(os.path.dirname(os.path.abspath(__file__)))
+    rest, seen = [], False
+    for p in sys.path:
+        if not isinstance(p, str):
+            continue
+        if real(p) == here:
+            seen = True
+        elif seen:
+            rest.append(p)
+    if not seen:  # imported some other way: every other folder
+        rest = [p for p in sys.path if isinstance(p, str) and real(p) != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sitecustomize"] = module
+    spec.loader.exec_module(module)
+
+
+def _main():
+    value = os.environ.get("GRADPROF_GRAD_DEFAULT")
+    if value == "off":
+        _install_torch_hook()
+    elif value not in (None, "", "on"):
+        sys.stderr.write("gradprof: GRADPROF_GRAD_DEFAULT='%.40s%s' is not 'on' or 'off'; "
+                         "using on\n" % (value, "..." if len(value) > 40 else ""))
+
+
+_main()
+_chain()

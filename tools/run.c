@@ -1,0 +1,595 @@
+/*
+ * Running a program under the recorder (API: run.h), shared by `gradprof run` and `gradprof
+ * compare`.
+ */
+#define _GNU_SOURCE /* pipe2, strverscmp, strsignal */
+#include "run.h"
+#include "cli.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define PRELOAD_NAME "libprof_preload.so"
+#define CUPTI_NAME "libprof_cupti.so"
+#define STARTUP_NAME "sitecustomize.py"
+
+const char gp_run_options_help[] =
+    "      --stack-depth N      frames per call stack, 0-256 (default 32)\n"
+    "      --no-stacks          record no call stacks (--stack-depth 0)\n"
+    "      --min-stack-size SIZE  allocations smaller than SIZE get no stack (default 0)\n"
+    "      --stack-sample SIZE  capture a stack about once per SIZE bytes allocated (geometric\n"
+    "                           sampling; default 0 = every allocation). Every allocation is\n"
+    "                           still recorded, only stacks are sampled\n"
+    "      --flush-ms N         flush interval, 1-10000 ms (default 20): a program killed by\n"
+    "                           SIGKILL loses at most about this much\n"
+    "      --cuda               also record CUDA memory (cudaMalloc & co., with host stacks)\n"
+    "                           through CUPTI: sets CUDA_INJECTION64_PATH to libprof_cupti.so\n"
+    "                           ($GRADPROF_CUPTI, else next to the preload library). Without a\n"
+    "                           CUDA driver, or when another CUPTI client is attached, one line\n"
+    "                           says so and only host memory is recorded\n";
+
+int gp_run_option(const char *cmd, int c, const char *value, gp_run_config *cfg)
+{
+    char err[512];
+    switch (c) {
+    case GP_RUN_OPT_STACK_DEPTH:
+        if (gp_parse_uint(value, 0, 256, &cfg->depth, err, sizeof err) != 0)
+            return gp_cli_error(cmd, "--stack-depth: %s", err);
+        cfg->have_depth = true;
+        return 0;
+    case GP_RUN_OPT_NO_STACKS:
+        cfg->depth = 0;
+        cfg->have_depth = true;
+        return 0;
+    case GP_RUN_OPT_MIN_STACK:
+        if (gp_parse_size(value, &cfg->min_stack, err, sizeof err) != 0)
+            return gp_cli_error(cmd, "--min-stack-size: %s", err);
+        cfg->have_min = true;
+        return 0;
+    case GP_RUN_OPT_STACK_SAMPLE:
+        if (gp_parse_size(value, &cfg->sample, err, sizeof err) != 0)
+            return gp_cli_error(cmd, "--stack-sample: %s", err);
+        cfg->have_sample = true;
+        return 0;
+    case GP_RUN_OPT_FLUSH_MS:
+        if (gp_parse_uint(value, 1, 10000, &cfg->flush_ms, err, sizeof err) != 0)
+            return gp_cli_error(cmd, "--flush-ms: %s", err);
+        cfg->have_flush = true;
+        return 0;
+    case GP_RUN_OPT_CUDA:
+        cfg->cuda = true;
+        return 0;
+    default:
+        return gp_cli_error(cmd, "internal error: option code %d is not a recorder option", c);
+    }
+}
+
+/* ---- finding the libraries ------------------------------------------------------------------- */
+
+/* The directory of the running gradprof binary into out; false if /proc/self/exe is unreadable. */
+static bool exe_dir(char *out, size_t size)
+{
+    ssize_t n = readlink("/proc/self/exe", out, size - 1);
+    if (n <= 0)
+        return false;
+    out[n] = '\0';
+    char *slash = strrchr(out, '/');
+    if (slash)
+        *slash = '\0';
+    return true;
+}
+
+/* Finds libprof_preload.so; 0, or prints which paths were tried and returns GP_EXIT_USAGE. */
+static int find_preload(const char *cmd, char *out, size_t size)
+{
+    const char *env = getenv("GRADPROF_PRELOAD");
+    if (env && *env) {
+        if (access(env, R_OK) != 0 || !realpath(env, out))
+            return gp_cli_error(cmd, "GRADPROF_PRELOAD='%s': %s", env, strerror(errno));
+        return 0;
+    }
+    char exe[PATH_MAX];
+    if (!exe_dir(exe, sizeof exe))
+        return gp_cli_error(cmd,
+                            "cannot find %s: /proc/self/exe: %s; set GRADPROF_PRELOAD to its "
+                            "path",
+                            PRELOAD_NAME, strerror(errno));
+    const char *const rel[] = {"../libprof/" PRELOAD_NAME, "../lib/gradprof/" PRELOAD_NAME};
+    char tried[2][PATH_MAX + 64];
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(tried[i], sizeof tried[i], "%s/%s", exe, rel[i]);
+        if (access(tried[i], R_OK) == 0 && realpath(tried[i], out) && strlen(out) < size)
+            return 0;
+    }
+    return gp_cli_error(cmd, "cannot find %s; tried %s and %s; set GRADPROF_PRELOAD to its path",
+                        PRELOAD_NAME, tried[0], tried[1]);
+}
+
+/* Finds libprof_cupti.so for --cuda ($GRADPROF_CUPTI, else the preload library's directory).
+ * Returns 0, or prints why and returns GP_EXIT_USAGE. Without a CUDA driver it warns once and
+ * goes on (the program then runs host-only: CUDA never loads the injection). */
+static int find_cupti(const char *cmd, const char *preload, char *out, size_t size)
+{
+    const char *env = getenv("GRADPROF_CUPTI");
+    if (env && *env) {
+        if (access(env, R_OK) != 0 || !realpath(env, out))
+            return gp_cli_error(cmd, "GRADPROF_CUPTI='%s': %s", env, strerror(errno));
+    } else {
+        const char *slash = strrchr(preload, '/');
+        int dir = slash ? (int)(slash - preload) : 0;
+        snprintf(out, size, "%.*s/%s", dir, preload, CUPTI_NAME);
+        if (access(out, R_OK) != 0)
+            return gp_cli_error(cmd,
+                                "--cuda: cannot find %s (it is built only when the CUDA toolkit "
+                                "with CUPTI is found); set GRADPROF_CUPTI to its path",
+                                out);
+    }
+    const char *old = getenv("CUDA_INJECTION64_PATH");
+    if (old && *old && strcmp(old, out) != 0)
+        gp_cli_warn(cmd, "--cuda: replacing CUDA_INJECTION64_PATH=%s", old);
+    void *driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (!driver)
+        gp_cli_warn(cmd, "--cuda: no CUDA driver (libcuda.so.1 not found); recording host memory "
+                         "only");
+    else
+        dlclose(driver);
+    return 0;
+}
+
+/* Whether dir holds the startup hook; writes its absolute path to out. */
+static bool startup_at(const char *dir, char *out)
+{
+    char file[PATH_MAX + 32];
+    if ((size_t)snprintf(file, sizeof file, "%.*s/%s", PATH_MAX, dir, STARTUP_NAME) >= sizeof file)
+        return false;
+    return access(file, R_OK) == 0 && realpath(dir, out);
+}
+
+/* Finds the folder of the Python startup hook; "" when there is none. 0, or GP_EXIT_USAGE for a
+ * $GRADPROF_PYTHON_STARTUP without sitecustomize.py. */
+static int find_python_startup(const char *cmd, char *out, size_t size)
+{
+    out[0] = '\0';
+    const char *env = getenv("GRADPROF_PYTHON_STARTUP");
+    if (env && *env) {
+        if (!startup_at(env, out))
+            return gp_cli_error(cmd, "GRADPROF_PYTHON_STARTUP='%s': no readable %s there", env,
+                                STARTUP_NAME);
+        return 0;
+    }
+    char exe[PATH_MAX], dir[PATH_MAX];
+    if (!exe_dir(exe, sizeof exe))
+        return 0;
+    const char *const rel[] = {"python/startup", "../lib/gradprof/python/startup"};
+    for (size_t i = 0; i < 2; i++) {
+        if ((size_t)snprintf(dir, sizeof dir, "%.*s/%s", PATH_MAX - 64, exe, rel[i]) >= sizeof dir)
+            continue;
+        if (startup_at(dir, out) && strlen(out) < size)
+            return 0;
+    }
+    out[0] = '\0';
+    return 0;
+}
+
+int gp_run_setup_init(const char *cmd, const gp_run_config *cfg, gp_run_setup *s)
+{
+    memset(s, 0, sizeof *s);
+    s->cfg = *cfg;
+    int rc = find_preload(cmd, s->preload, sizeof s->preload);
+    if (rc == 0 && cfg->cuda)
+        rc = find_cupti(cmd, s->preload, s->cupti, sizeof s->cupti);
+    if (rc == 0)
+        rc = find_python_startup(cmd, s->python_startup, sizeof s->python_startup);
+    return rc;
+}
+
+/* ---- the traces ------------------------------------------------------------------------------ */
+
+/* Whether `name` is a file the recorder may have made from the template `pat` (both without a
+ * directory): %p matches a pid (digits), and any number of ".N" suffixes may follow (.1, .2 for a
+ * taken name; .PID for a forked child of a template without %p). */
+static bool trace_name_matches(const char *pat, const char *name)
+{
+    while (*pat) {
+        if (pat[0] == '%' && pat[1] == 'p') {
+            if (!isdigit((unsigned char)*name))
+                return false;
+            while (isdigit((unsigned char)*name))
+                name++;
+            pat += 2;
+        } else if (*pat++ != *name++) {
+            return false;
+        }
+    }
+    while (*name == '.') {
+        name++;
+        if (!isdigit((unsigned char)*name))
+            return false;
+        while (isdigit((unsigned char)*name))
+            name++;
+    }
+    return *name == '\0';
+}
+
+typedef struct name_list {
+    char **names;
+    size_t n, cap;
+} name_list;
+
+static void name_list_free(name_list *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->names[i]);
+    free(l->names);
+    memset(l, 0, sizeof *l);
+}
+
+static bool name_list_has(const name_list *l, const char *name)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (strcmp(l->names[i], name) == 0)
+            return true;
+    return false;
+}
+
+static int name_list_add(name_list *l, const char *name)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 8;
+        char **p = realloc(l->names, cap * sizeof *p);
+        if (!p)
+            return -1;
+        l->names = p;
+        l->cap = cap;
+    }
+    if (!(l->names[l->n] = strdup(name)))
+        return -1;
+    l->n++;
+    return 0;
+}
+
+/* The regular files in `dir` whose names match `pat`, except those in `skip` (may be NULL). */
+static void list_traces(const char *dir, const char *pat, const name_list *skip, name_list *out)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!trace_name_matches(pat, e->d_name) || (skip && name_list_has(skip, e->d_name)))
+            continue;
+        struct stat st;
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+            name_list_add(out, e->d_name);
+    }
+    closedir(d);
+}
+
+/* The main process's trace (the template expanded with its pid) first, then in version order. */
+static const char *sort_first;
+static int compare_names(const void *a, const void *b)
+{
+    const char *x = *(const char *const *)a, *y = *(const char *const *)b;
+    bool fx = strcmp(x, sort_first) == 0, fy = strcmp(y, sort_first) == 0;
+    if (fx != fy)
+        return fx ? -1 : 1;
+    return strverscmp(x, y);
+}
+
+/* Expands %p with pid into out. */
+static void expand_pid(char *out, size_t size, const char *templ, pid_t pid)
+{
+    size_t o = 0;
+    for (const char *p = templ; *p && o + 1 < size; p++) {
+        if (p[0] == '%' && p[1] == 'p') {
+            int n = snprintf(out + o, size - o, "%d", (int)pid);
+            o = n > 0 && (size_t)n < size - o ? o + (size_t)n : size - 1;
+            p++;
+        } else {
+            out[o++] = *p;
+        }
+    }
+    out[o] = '\0';
+}
+
+/* ---- the child's environment ----------------------------------------------------------------- */
+
+/* Variables to set in the child: names are static strings, values are owned. */
+typedef struct env_list {
+    const char *name[12];
+    char *value[12];
+    int n;
+} env_list;
+
+static void env_list_free(env_list *e)
+{
+    for (int i = 0; i < e->n; i++)
+        free(e->value[i]);
+    e->n = 0;
+}
+
+static int env_add(const char *cmd, env_list *e, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int env_add(const char *cmd, env_list *e, const char *name, const char *fmt, ...)
+{
+    if (e->n == (int)(sizeof e->name / sizeof e->name[0]))
+        return gp_cli_error(cmd, "internal error: too many variables for the program");
+    va_list ap;
+    va_start(ap, fmt);
+    char *v = NULL;
+    int n = vasprintf(&v, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return gp_cli_error(cmd, "cannot set %s: out of memory", name);
+    e->name[e->n] = name;
+    e->value[e->n++] = v;
+    return 0;
+}
+
+/* `first`, then the inherited value of `name` after `sep` if it has one. */
+static int env_prepend(const char *cmd, env_list *e, const char *name, const char *first)
+{
+    const char *old = getenv(name);
+    if (old && *old)
+        return env_add(cmd, e, name, "%s:%s", first, old);
+    return env_add(cmd, e, name, "%s", first);
+}
+
+/* ---- the child ------------------------------------------------------------------------------- */
+
+static volatile sig_atomic_t child_pid, got_signal;
+
+/* SIGINT and SIGQUIT come from the terminal to the program as well: only noted. */
+static void note_signal(int sig)
+{
+    got_signal = sig;
+}
+
+/* SIGTERM and SIGHUP are sent to gradprof alone: noted and passed on. */
+static void forward_signal(int sig)
+{
+    got_signal = sig;
+    if (child_pid > 0)
+        kill((pid_t)child_pid, sig);
+}
+
+/* Runs argv with `env` added and fds 0, 1, 2 replaced by in/out/errfd where those are >= 0;
+ * returns its wait status (and its pid in *pid_out, the signal gradprof got while it ran or 0 in
+ * *signal_out), or -1 with *exec_errno set when it could not be started (fork failed, or the
+ * environment or exec failed in the child). */
+static int run_child(char **argv, const env_list *env, int infd, int outfd, int errfd,
+                     int *exec_errno, pid_t *pid_out, int *signal_out)
+{
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+        *exec_errno = errno;
+        return -1;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        *exec_errno = errno;
+        close(fds[0]);
+        close(fds[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        int e = 0;
+        for (int i = 0; i < env->n && !e; i++)
+            if (setenv(env->name[i], env->value[i], 1) != 0)
+                e = errno;
+        if ((infd >= 0 && dup2(infd, STDIN_FILENO) < 0) ||
+            (outfd >= 0 && dup2(outfd, STDOUT_FILENO) < 0) ||
+            (errfd >= 0 && dup2(errfd, STDERR_FILENO) < 0))
+            e = errno;
+        if (!e) {
+            execvp(argv[0], argv);
+            e = errno;
+        }
+        ssize_t w = write(fds[1], &e, sizeof e);
+        (void)w;
+        _exit(127);
+    }
+    close(fds[1]);
+    child_pid = pid;
+    *pid_out = pid;
+    /* Like a shell: ^C and ^\ go to the program (same process group), gradprof waits for it to
+     * end and then says where the trace is; SIGTERM and SIGHUP sent to gradprof are passed on. */
+    struct sigaction note = {.sa_handler = note_signal}, fwd = {.sa_handler = forward_signal};
+    struct sigaction old[4];
+    got_signal = 0;
+    sigaction(SIGINT, &note, &old[0]);
+    sigaction(SIGQUIT, &note, &old[1]);
+    sigaction(SIGTERM, &fwd, &old[2]);
+    sigaction(SIGHUP, &fwd, &old[3]);
+    int e = 0;
+    ssize_t r;
+    do
+        r = read(fds[0], &e, sizeof e);
+    while (r < 0 && errno == EINTR);
+    close(fds[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    sigaction(SIGINT, &old[0], NULL);
+    sigaction(SIGQUIT, &old[1], NULL);
+    sigaction(SIGTERM, &old[2], NULL);
+    sigaction(SIGHUP, &old[3], NULL);
+    child_pid = 0;
+    *signal_out = got_signal;
+    if (r == (ssize_t)sizeof e) {
+        *exec_errno = e;
+        return -1;
+    }
+    return status;
+}
+
+/* ---- one run --------------------------------------------------------------------------------- */
+
+/* The environment of the program (see gp_run_program). */
+static int build_env(const char *cmd, const gp_run_setup *s, const gp_run_spec *spec,
+                     const char *abs_templ, env_list *e)
+{
+    const gp_run_config *c = &s->cfg;
+    int rc;
+    if ((rc = env_prepend(cmd, e, "LD_PRELOAD", s->preload)) ||
+        (rc = env_add(cmd, e, "GRADPROF_OUTPUT", "%s", abs_templ)) ||
+        (rc = env_add(cmd, e, "GRADPROF_ENABLE", "1")) ||
+        (c->have_depth && (rc = env_add(cmd, e, "GRADPROF_STACK_DEPTH", "%" PRIu64, c->depth))) ||
+        (c->have_min &&
+         (rc = env_add(cmd, e, "GRADPROF_MIN_STACK_SIZE", "%" PRIu64, c->min_stack))) ||
+        (c->have_sample &&
+         (rc = env_add(cmd, e, "GRADPROF_STACK_SAMPLE", "%" PRIu64, c->sample))) ||
+        (c->have_flush && (rc = env_add(cmd, e, "GRADPROF_FLUSH_MS", "%" PRIu64, c->flush_ms))) ||
+        (s->cupti[0] && (rc = env_add(cmd, e, "CUDA_INJECTION64_PATH", "%s", s->cupti))) ||
+        (s->python_startup[0] && (rc = env_prepend(cmd, e, "PYTHONPATH", s->python_startup))) ||
+        (spec->grad_default &&
+         (rc = env_add(cmd, e, "GRADPROF_GRAD_DEFAULT", "%s", spec->grad_default))))
+        return rc;
+    const char *grad = spec->grad_default ? spec->grad_default : getenv("GRADPROF_GRAD_DEFAULT");
+    if (grad && strcmp(grad, "off") == 0 && !s->python_startup[0])
+        gp_cli_warn(cmd,
+                    "GRADPROF_GRAD_DEFAULT=off: the Python startup hook (%s) was not found next "
+                    "to gradprof, so a Python program starts with grad on; set "
+                    "GRADPROF_PYTHON_STARTUP to the folder that holds it",
+                    STARTUP_NAME);
+    return 0;
+}
+
+/* Opens a capture file for the program: a new file (never an existing one), closed on exec. */
+static int open_capture(const char *cmd, const char *path, int *fd)
+{
+    *fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (*fd < 0)
+        return gp_cli_error(cmd, "cannot create '%s': %s", path, strerror(errno));
+    return 0;
+}
+
+int gp_run_program(const char *cmd, const gp_run_setup *s, const gp_run_spec *spec, char **prog,
+                   gp_run_result *r)
+{
+    memset(r, 0, sizeof *r);
+    const char *templ = spec->templ, *opt = spec->templ_option ? spec->templ_option : "-o";
+
+    /* The output template: as given (for messages) and absolute (for the program, which may
+     * change directory before it writes). */
+    char abs_templ[PATH_MAX], cwd[PATH_MAX];
+    if (templ[0] == '/') {
+        if ((size_t)snprintf(abs_templ, sizeof abs_templ, "%s", templ) >= sizeof abs_templ)
+            return gp_cli_error(cmd, "%s: path too long: %s", opt, templ);
+    } else {
+        if (!getcwd(cwd, sizeof cwd))
+            return gp_cli_error(cmd, "cannot get the current directory: %s", strerror(errno));
+        if ((size_t)snprintf(abs_templ, sizeof abs_templ, "%s/%s", cwd, templ) >= sizeof abs_templ)
+            return gp_cli_error(cmd, "%s: path too long: %s", opt, templ);
+    }
+    char dir[PATH_MAX], pat[PATH_MAX];
+    const char *slash = strrchr(abs_templ, '/');
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - abs_templ) ? (int)(slash - abs_templ) : 1,
+             abs_templ);
+    snprintf(pat, sizeof pat, "%s", slash + 1);
+    if (!*pat)
+        return gp_cli_error(cmd, "%s: '%s' names a directory, not a file", opt, templ);
+    if (strstr(dir, "%p"))
+        return gp_cli_error(cmd,
+                            "%s: %%p may appear only in the file name, not in the directory "
+                            "('%s')",
+                            opt, templ);
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return gp_cli_error(cmd, "%s: directory '%s' does not exist", opt, dir);
+    if (access(dir, W_OK) != 0)
+        return gp_cli_error(cmd, "%s: cannot write traces to '%s': %s", opt, dir, strerror(errno));
+
+    env_list env = {0};
+    name_list before = {0}, after = {0};
+    int infd = -1, outfd = -1, errfd = -1;
+    int rc = build_env(cmd, s, spec, abs_templ, &env);
+    if (rc == 0 && spec->stdin_null && (infd = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
+        rc = gp_cli_error(cmd, "cannot open /dev/null: %s", strerror(errno));
+    if (rc == 0 && spec->stdout_path)
+        rc = open_capture(cmd, spec->stdout_path, &outfd);
+    if (rc == 0 && spec->stderr_path)
+        rc = open_capture(cmd, spec->stderr_path, &errfd);
+    if (rc != 0)
+        goto done;
+
+    list_traces(dir, pat, NULL, &before);
+    int exec_errno = 0;
+    pid_t pid = 0;
+    int status = run_child(prog, &env, infd, outfd, errfd, &exec_errno, &pid, &r->interrupted);
+    if (status < 0) {
+        if (exec_errno == ENOENT) {
+            gp_cli_error(cmd, "%s: %s", prog[0],
+                         strchr(prog[0], '/') ? "no such file" : "command not found");
+            rc = 127;
+        } else {
+            gp_cli_error(cmd, "cannot run %s: %s", prog[0], strerror(exec_errno));
+            rc = exec_errno == EACCES || exec_errno == ENOEXEC || exec_errno == EISDIR ? 126 : 127;
+        }
+        goto done;
+    }
+    r->status = status;
+    r->code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+
+    list_traces(dir, pat, &before, &after);
+    if (after.n > 0) {
+        char first[PATH_MAX];
+        expand_pid(first, sizeof first, pat, pid);
+        sort_first = first;
+        qsort(after.names, after.n, sizeof *after.names, compare_names);
+        /* Named as the template was given: relative names stay relative. */
+        const char *shown_slash = strrchr(templ, '/');
+        int shown_dir = shown_slash ? (int)(shown_slash - templ) + 1 : 0;
+        r->traces = calloc(after.n, sizeof *r->traces);
+        for (size_t i = 0; r->traces && i < after.n; i++)
+            if (asprintf(&r->traces[r->n_traces], "%.*s%s", shown_dir, templ, after.names[i]) >= 0)
+                r->n_traces++;
+    }
+
+done:
+    name_list_free(&before);
+    name_list_free(&after);
+    env_list_free(&env);
+    if (infd >= 0)
+        close(infd);
+    if (outfd >= 0)
+        close(outfd);
+    if (errfd >= 0)
+        close(errfd);
+    return rc;
+}
+
+void gp_run_result_free(gp_run_result *r)
+{
+    for (size_t i = 0; i < r->n_traces; i++)
+        free(r->traces[i]);
+    free(r->traces);
+    memset(r, 0, sizeof *r);
+}
+
+void gp_run_describe_status(int status, char *buf, size_t size)
+{
+    if (WIFSIGNALED(status)) {
+        int sig = WTERMSIG(status);
+        snprintf(buf, size, "was killed by signal %d (%s)%s", sig, strsignal(sig),
+                 WCOREDUMP(status) ? ", core dumped" : "");
+    } else {
+        snprintf(buf, size, "exited with status %d", WEXITSTATUS(status));
+    }
+}
