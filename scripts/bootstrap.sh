@@ -10,7 +10,8 @@ set -euo pipefail
 
 GRADPROF_PACKAGES=(build-essential cmake pkg-config libopenblas-dev libunwind-dev libcmocka-dev
                    libdw-dev libelf-dev)
-GRADPROF_TEST_PACKAGES=(python3 chromium python3-torch clang libclang-rt-14-dev)
+GRADPROF_TEST_PACKAGES=(python3 chromium python3-torch python3-torchvision python3-pytest clang
+                        libclang-rt-14-dev)
 
 gradprof_bootstrap() {
     local wanted=("${GRADPROF_PACKAGES[@]}") missing=()

@@ -423,10 +423,12 @@ const gp_replay_observer *gp_align_observer(gp_align *al, int which)
 
 /* ---- the classification ---------------------------------------------------------------------- */
 
-static bool never_saved(lp_category c)
+/* Only tensor memory can be saved for backward: tagged or classified by frame rules as an
+ * activation, a saved tensor or a temporary. Raw allocations nothing classified (interpreter
+ * objects, BLAS workspaces) are never counted: their twins misalign too easily to judge. */
+static bool may_be_saved(lp_category c)
 {
-    return c == LP_CAT_PARAMETER || c == LP_CAT_INPUT || c == LP_CAT_OPTIMIZER_STATE ||
-           c == LP_CAT_GRADIENT || c == LP_CAT_AUTOGRAD;
+    return c == LP_CAT_SAVED || c == LP_CAT_ACTIVATION || c == LP_CAT_TEMPORARY;
 }
 
 static int cmp_anchor_a(const void *x, const void *y)
@@ -519,7 +521,7 @@ int gp_align_finish(gp_align *al)
             x->saved_inferred = true;
         if (r->cat == LP_CAT_SAVED)
             x->saved_inferred = true;
-        else if (never_saved(r->cat))
+        else if (!may_be_saved(r->cat))
             x->saved_inferred = false;
         if (x->state == GP_TWIN_FREED) {
             x->a_freed = r->free_allocs != UINT64_MAX;

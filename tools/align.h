@@ -23,8 +23,9 @@
  * Saved inferred. A buffer live at A's peak is memory autograd kept for backward, found without
  * tags, when it is tagged SAVED, or when it has no twin, or when B frees its twin sooner: before B
  * made the twin of some allocation that A made before it freed the buffer (A's allocations after
- * its peak are sampled as such anchors, at most GP_ALIGN_ANCHORS of them, evenly). Parameters,
- * inputs, optimizer state, gradients and graph nodes (by tag or frame rule) are never saved.
+ * its peak are sampled as such anchors, at most GP_ALIGN_ANCHORS of them, evenly). Only tensor
+ * memory (activation, saved or temporary, by tag or frame rule) counts: parameters, inputs,
+ * gradients, graph nodes and raw memory nothing classified are never saved.
  *
  * Use: gp_align_new; load A with gp_align_observer(al, 0) in gp_analysis_options.observer, then B
  * with gp_align_observer(al, 1); gp_align_finish; read buffers[]. Only host memory is aligned.

@@ -1,46 +1,57 @@
 """Ground truth for the examples' --truth FILE: the bytes of tensors autograd has saved for
-backward that are live at the program's memory peak, computed by the program itself (no gradprof
-involved).
+backward that are live at the program's memory peak, computed by the program itself (nothing of
+gradprof is used).
 
     truth = SavedTruth(model, method="walk")   # after gp.instrument(model), if any
     ... the program's forwards ...
     truth.write(path, program="mlp", mode="grad")
 
 Where the peak is. An inference loop that forgot no_grad peaks inside a forward of the model:
-every tensor that forward saved so far is held, and so is the graph of the previous output
+every tensor that forward has saved so far is held, and so is the graph of the previous output
 (``out = model(x)`` keeps the old ``out`` until ``model(x)`` returns) and of any output the
 program kept. While grad is on, each forward of the root module runs under a
 ``TorchDispatchMode`` (entered in a forward pre-hook, left in the forward hook) that sees every
-ATen op below autograd, in order: it notes at which op each storage was allocated (the first op
-that returned it and does not alias an input) and polls glibc's ``mallinfo2()`` (bytes in use,
-``uordblks + hblkhd``) after each op. The op after which the most bytes were in use is the peak
-op (temporaries inside an op are not seen: the peak is located to the op, not to the byte). The
-forward with the highest such peak is the one reported (the first one, on a tie). Without
-``mallinfo2`` (not glibc) the end of the forward is taken as the peak.
+ATen op below autograd, in order, and polls glibc's ``mallinfo2()`` (bytes in use, ``uordblks +
+hblkhd``) after each one: the op after which the most bytes were in use is that forward's peak
+op, and it notes the storages allocated after it (by ops that return a new tensor, not a view or
+an in-place result). The forward with the highest peak is the one reported (the first, on a tie).
+Temporaries inside an op are not seen, so the peak is located to the op, not to the byte: an op
+whose own scratch memory is larger than what the rest of the forward adds moves the real peak
+into that op. OpenBLAS's threaded sgemm does this (it mallocs a 512 KiB job array per call): run
+with ``OPENBLAS_NUM_THREADS=1`` for the figures to hold to the op. Without ``mallinfo2`` (not
+glibc) or ``TorchDispatchMode`` (old PyTorch), the end of the forward is taken as the peak.
 
-What is counted. The saved tensors of every graph alive at the end of that forward (see below),
-each storage once (by its base address), bytes = the storage's size (what PyTorch's CPU allocator
-asked ``posix_memalign`` for), that were allocated at or before the peak op (so live at the
-peak; the ones allocated later are written as ``saved_after_peak_bytes``, and ``saved_bytes`` +
-``saved_after_peak_bytes`` = ``saved_forward_end_bytes``). Left out (written separately as
-``saved_param_bytes`` and ``saved_input_bytes``): the model's parameters and buffers, and the
-storages of the tensors passed to the model's forward that are still alive (the program holds
-them anyway, with or without grad). Under no_grad / inference_mode there is no graph: 0.
+What is counted. The saved tensors of every graph alive during that forward, each storage once
+(by its base address), bytes = the storage's size (what PyTorch's CPU allocator asked
+``posix_memalign`` for), except the storages the forward allocated after its peak op (written
+as ``saved_after_peak_bytes``; ``saved_bytes`` + ``saved_after_peak_bytes`` =
+``saved_forward_end_bytes``). Left out and written separately as ``saved_param_bytes`` and
+``saved_input_bytes``: the model's parameters and buffers, and the storages of the tensors
+passed to the model's forward that are still alive (the program holds them anyway, with or
+without grad). Under no_grad / inference_mode there is no graph: 0.
+
+When the graphs are read. Not at the peak: what the walk allocates (tens of KiB of Python
+containers, which glibc's malloc serves) would sit on top of it. The graphs alive are read at
+the start of each forward (those held while it runs) and after it, at the start of the next one
+or in ``write()`` (those it built); for forward j the saved set is the union of the first and of
+the second less what forward j allocated after its peak op. Between the two reads only the small
+list of storages allocated after the current peak op is kept.
 
 How the saved tensors are found:
 
 * ``walk`` (default): from the ``grad_fn`` of every output still alive (weak references to each
   forward's outputs), over ``next_functions``; each node's ``_saved_*`` attributes (a tensor, or a
   list of tensors) are the tensors it saved. Reading one unpacks it into a new tensor object over
-  the same storage; the object is dropped at once, so memory is unaffected (a few hundred bytes,
-  transiently, after the forward). Safe under gradprof's helper (``--instrument``).
+  the same storage; the object is dropped at once, so memory is unaffected. Safe under gradprof's
+  helper (``--instrument``).
 * ``hooks``: ``torch.autograd.graph.saved_tensors_hooks`` around each forward; pack records a
   weak reference to what it returns and the storage, and returns the tensor itself (detached when
   it has a ``grad_fn``, as the helper does: a saved output would otherwise hold its own graph node
   in a reference cycle that only the garbage collector frees), so no memory is copied. A save
   counts while that object is alive (while its node is). Hooks are a stack and the innermost
   wins, so this would shadow the helper's: not allowed with ``--instrument``. Written as
-  ``hook_saved_forward_end_bytes``, to compare with ``saved_forward_end_bytes``.
+  ``hook_saved_forward_end_bytes`` (forward j's graphs at its end, read at the next read), to
+  compare with ``saved_forward_end_bytes``.
 * ``both``: the two side by side (``saved_bytes`` is the walk's).
 """
 import ctypes
@@ -148,30 +159,39 @@ def walk_saved(roots):
 
 if TorchDispatchMode is not None:
     class _OpClock(TorchDispatchMode):
-        """Numbers the ATen ops of one forward; notes where each storage was allocated and after
-        which op the most malloc'ed bytes were in use."""
+        """Numbers the ATen ops of one forward; notes after which op the most malloc'ed bytes were
+        in use, and the storages allocated after that op. Allocates as little as it can: it runs
+        while memory peaks."""
 
         def __init__(self):
             super().__init__()
             self.ops = 0
-            self.alloc_at = {}     # storage base -> index of the op that allocated it
             self.peak_bytes = -1
             self.peak_op = 0
-            self.peak_name = ""
+            self.peak_func = None
+            self.after_peak = []   # storage bases allocated after the peak op
+            self.aliases = {}      # func -> whether its results alias its arguments
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             self.ops += 1
-            aliases = any(r.alias_info is not None for r in func._schema.returns)
-            for t in _tensors(out, []):
-                info = storage_of(t)
-                if info is not None and not aliases:  # views and in-place results: not new
-                    self.alloc_at[info[0]] = self.ops
+            aliases = self.aliases.get(func)
+            if aliases is None:
+                aliases = self.aliases[func] = any(r.alias_info is not None
+                                                   for r in func._schema.returns)
             if _MALLINFO2 is not None:
                 used = malloc_in_use()
                 if used > self.peak_bytes:
-                    self.peak_bytes, self.peak_op = used, self.ops
-                    self.peak_name = str(func)
+                    self.peak_bytes, self.peak_op, self.peak_func = used, self.ops, func
+                    del self.after_peak[:]
+                elif not aliases:
+                    for t in (out if isinstance(out, (tuple, list)) else (out,)):
+                        if isinstance(t, torch.Tensor) and t.layout == torch.strided:
+                            try:
+                                base = t.data_ptr() - t.storage_offset() * t.element_size()
+                            except Exception:
+                                continue
+                            self.after_peak.append(base)
             return out
 
 
@@ -193,8 +213,9 @@ class SavedTruth:
         self.packed = []       # (weak reference to what pack returned, (base, bytes))
         self.hook_ctx = None
         self.clock = None
+        self.pending = None    # the last forward with grad, waiting for the read after it
         self.forwards = 0
-        self.best = None       # the forward whose peak was the highest
+        self.best = None       # (key, result) of the forward whose peak was the highest
         model.register_forward_pre_hook(self._pre)
         model.register_forward_hook(self._post)
 
@@ -212,16 +233,18 @@ class SavedTruth:
 
     # -- module hooks --
     def _pre(self, module, args):
+        held = self._read()    # also completes the previous forward
         for t in _tensors(args, []):
             info = storage_of(t)
             if info is not None:
                 self.inputs[info[0]] = weakref.ref(t)
         if not torch.is_grad_enabled():
             return
+        self.pending = {"held": held, "clock": None, "forward": self.forwards + 1}
         if self.method != "walk":
             self.hook_ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
             self.hook_ctx.__enter__()
-        if TorchDispatchMode is not None:
+        if TorchDispatchMode is not None and _MALLINFO2 is not None:
             self.clock = _OpClock()
             self.clock.__enter__()
 
@@ -233,49 +256,60 @@ class SavedTruth:
             self.hook_ctx.__exit__(None, None, None)
             self.hook_ctx = None
         self.forwards += 1
-        outs = _tensors(output, [])
-        self._measure(clock, outs)
-        for t in outs:
+        if self.pending is not None:
+            self.pending["clock"] = clock
+        for t in _tensors(output, []):
             try:
                 self.outputs.append(weakref.ref(t))
             except TypeError:
                 pass
 
-    def _measure(self, clock, outs):
+    # -- reading the graphs --
+    def _read(self):
+        """Walks the graphs of the outputs alive now; completes the pending forward. Returns
+        {storage base: (bytes, saving node)} of what they saved (parameters and inputs
+        included: classified when a forward is completed)."""
         self.inputs = {p: r for p, r in self.inputs.items() if r() is not None}
         self.outputs = [r for r in self.outputs if r() is not None]
-        live = [r() for r in self.outputs] + outs
-        live = [t for t in live if t is not None]
-        graphs = sum(1 for t in live if t.grad_fn is not None)
+        live = [t for t in (r() for r in self.outputs) if t is not None]
         found, nodes = walk_saved(live)
+        graphs = sum(1 for t in live if t.grad_fn is not None)
         del live
-        located = clock is not None and _MALLINFO2 is not None and clock.ops > 0
-        peak_op = clock.peak_op if located else None
+        pend, self.pending = self.pending, None
+        if pend is not None:
+            self._complete(pend, found, nodes, graphs)
+        return found
+
+    def _complete(self, pend, after, nodes, graphs):
+        clock = pend["clock"]
+        late = set(clock.after_peak) if clock is not None else set()
+        union = dict(pend["held"])
+        for p, v in after.items():
+            union.setdefault(p, v)
         r = {"saved_bytes": 0, "saved_storages": 0, "saved_after_peak_bytes": 0,
              "saved_forward_end_bytes": 0, "saved_param_bytes": 0, "saved_input_bytes": 0,
              "by_op": {}}
-        for p, (n, op) in found.items():
+        for p, (n, op) in union.items():
             if p in self.fixed:
                 r["saved_param_bytes"] += n
-                continue
-            if p in self.inputs:
+            elif p in self.inputs:
                 r["saved_input_bytes"] += n
-                continue
-            r["saved_forward_end_bytes"] += n
-            at = clock.alloc_at.get(p, 0) if clock is not None else 0
-            if peak_op is not None and at > peak_op:
-                r["saved_after_peak_bytes"] += n
-                continue
-            r["saved_bytes"] += n
-            r["saved_storages"] += 1
-            r["by_op"][op] = r["by_op"].get(op, 0) + n
+            else:
+                r["saved_forward_end_bytes"] += n
+                if p in late and p not in pend["held"]:
+                    r["saved_after_peak_bytes"] += n
+                else:
+                    r["saved_bytes"] += n
+                    r["saved_storages"] += 1
+                    r["by_op"][op] = r["by_op"].get(op, 0) + n
         r["by_op"] = dict(sorted(r["by_op"].items()))
-        r.update({"forward": self.forwards, "live_outputs_with_graph": graphs,
+        located = clock is not None and clock.ops > 0
+        r.update({"forward": pend["forward"], "live_outputs_with_graph": graphs,
                   "graph_nodes": nodes,
                   "peak_located": "mallinfo2 after each op" if located else "forward end",
-                  "peak_op_index": peak_op if located else (clock.ops if clock else 0),
-                  "peak_op": clock.peak_name if located else "",
-                  "forward_ops": clock.ops if clock else 0,
+                  "peak_op_index": clock.peak_op if located else 0,
+                  "peak_op": str(clock.peak_func) if located else "",
+                  "forward_ops": clock.ops if clock is not None else 0,
                   "peak_malloc_in_use": clock.peak_bytes if located else 0})
         if self.method != "walk":
             self.packed = [(ref, info) for ref, info in self.packed if ref() is not None]
@@ -289,6 +323,7 @@ class SavedTruth:
             self.best = (key, r)
 
     def result(self, **extra):
+        self._read()
         if self.best is not None:
             r = dict(self.best[1])
         else:  # no forward with grad on
@@ -305,6 +340,8 @@ class SavedTruth:
         return r
 
     def write(self, path, **extra):
+        r = self.result(**extra)
         with open(path, "w") as f:
-            json.dump(self.result(**extra), f, indent=1, sort_keys=True)
+            json.dump(r, f, indent=1, sort_keys=True)
             f.write("\n")
+        return r
