@@ -31,10 +31,10 @@ static const char usage_head[] =
     "Runs PROGRAM twice under the recorder, as 'gradprof run' does: A as it is, and B with\n"
     "GRADPROF_GRAD_DEFAULT=off, so that every thread starts with grad off -- in a program of the\n"
     "gradprof tensor library, and in a PyTorch program through gradprof's Python startup hook\n"
-    "(only threads started after torch is imported). The scopes the program enters itself\n"
-    "(no_grad, enable_grad, inference_mode) act the same in both runs. Then, if the runs behaved\n"
-    "the same, it prints 'gradprof diff --require-aligned A B': the memory that graph\n"
-    "construction holds.\n"
+    "(the thread that imports torch and the threads started after). The scopes the program\n"
+    "enters itself (no_grad, enable_grad, inference_mode) act the same in both runs. Then, if\n"
+    "the runs behaved the same, it prints 'gradprof diff --require-aligned A B': the memory\n"
+    "that graph construction holds.\n"
     "\n"
     "Files, all kept (BASE is --name, default gradprof.PROGRAM.PID, PID = gradprof's own):\n"
     "  BASE.grad.gptrace    BASE.grad.stdout    BASE.grad.stderr      run A\n"
@@ -65,7 +65,7 @@ static const char usage_tail[] =
     "trace written, or a trace that cannot be read; 3 the runs diverged, or do not align (see\n"
     "'gradprof diff --help'); when the program failed the same way in both runs, its status\n"
     "(128+N for signal N) without a diff; 127 if PROGRAM was not found, 126 if it could not be\n"
-    "executed.\n";
+    "executed; 128+N when gradprof got signal N (^C) during A, which stops it before B.\n";
 
 enum { OPT_FORMAT = GP_RUN_OPT_END, OPT_TOP, OPT_RULES, OPT_IGNORE_STDOUT };
 
