@@ -5,7 +5,7 @@ torch.utils.data.DataLoader with forking worker processes over a synthetic Tenso
 
     python3 loader_cnn.py [--grad | --no-grad | --inference-mode] [--batches N] [--batch B]
                           [--width C] [--workers W] [--instrument]
-                          [--truth FILE [--truth-method walk|hooks|both]]
+                          [--truth FILE [--truth-method M] [--truth-peak op|end]]
 
 --grad (the default) is the loop that forgot torch.no_grad(): each output keeps a graph holding
 every conv output (batch norm's input), the ReLU outputs (in place on batch norm's outputs), the
@@ -55,6 +55,9 @@ def main():
     ap.add_argument("--instrument", action="store_true", help="gp.instrument(model)")
     ap.add_argument("--truth", metavar="FILE", help="write the saved bytes at the peak (JSON)")
     ap.add_argument("--truth-method", choices=("walk", "hooks", "both"), default="walk")
+    ap.add_argument("--truth-peak", choices=("op", "end"), default="op",
+                    help="op: locate the peak to the op (not in a recorded run); end: the "
+                         "forward's end")
     args = ap.parse_args()
     mode = args.mode or "grad"
     for name in ("batches", "batch", "width"):
@@ -82,7 +85,7 @@ def main():
     truth = None
     if args.truth:
         from saved_truth import SavedTruth
-        truth = SavedTruth(model, args.truth_method)
+        truth = SavedTruth(model, args.truth_method, args.truth_peak)
 
     ctx = {"grad": contextlib.nullcontext, "no_grad": torch.no_grad,
            "inference_mode": torch.inference_mode}[mode]()

@@ -3,7 +3,7 @@
 
     python3 mlp.py [--grad | --no-grad | --inference-mode] [--iters N] [--layers L] [--width W]
                    [--batch B] [--instrument] [--saved-report FILE]
-                   [--truth FILE [--truth-method walk|hooks|both]]
+                   [--truth FILE [--truth-method M] [--truth-peak op|end]]
 
 --grad (the default) is the loop that forgot torch.no_grad(): each output keeps a graph holding
 the ReLU outputs (L x B x W x 4 bytes). --instrument adds the one line of gradprof's helper
@@ -50,6 +50,9 @@ def main():
     ap.add_argument("--saved-report", metavar="FILE")
     ap.add_argument("--truth", metavar="FILE", help="write the saved bytes at the peak (JSON)")
     ap.add_argument("--truth-method", choices=("walk", "hooks", "both"), default="walk")
+    ap.add_argument("--truth-peak", choices=("op", "end"), default="op",
+                    help="op: locate the peak to the op (not in a recorded run); end: the "
+                         "forward's end")
     args = ap.parse_args()
     mode = args.mode or "grad"
     if args.saved_report and not args.instrument:
@@ -73,7 +76,7 @@ def main():
     truth = None
     if args.truth:
         from saved_truth import SavedTruth
-        truth = SavedTruth(model, args.truth_method)
+        truth = SavedTruth(model, args.truth_method, args.truth_peak)
 
     x = torch.randn(args.batch, args.width)
     ctx = {"grad": contextlib.nullcontext, "no_grad": torch.no_grad,

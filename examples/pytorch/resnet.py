@@ -3,7 +3,8 @@
 batch of RGB images, N forwards.
 
     python3 resnet.py [--grad | --no-grad | --inference-mode] [--iters N] [--batch B] [--size S]
-                      [--instrument] [--truth FILE [--truth-method walk|hooks|both]]
+                      [--instrument]
+                      [--truth FILE [--truth-method M] [--truth-peak op|end]]
 
 --grad (the default) is the loop that forgot torch.no_grad(): each output keeps a graph holding
 every convolution's input, batch norm's input, the in-place ReLU outputs, the max-pool indices
@@ -33,6 +34,9 @@ def main():
     ap.add_argument("--instrument", action="store_true", help="gp.instrument(model)")
     ap.add_argument("--truth", metavar="FILE", help="write the saved bytes at the peak (JSON)")
     ap.add_argument("--truth-method", choices=("walk", "hooks", "both"), default="walk")
+    ap.add_argument("--truth-peak", choices=("op", "end"), default="op",
+                    help="op: locate the peak to the op (not in a recorded run); end: the "
+                         "forward's end")
     args = ap.parse_args()
     mode = args.mode or "grad"
     for name in ("iters", "batch"):
@@ -55,7 +59,7 @@ def main():
     truth = None
     if args.truth:
         from saved_truth import SavedTruth
-        truth = SavedTruth(model, args.truth_method)
+        truth = SavedTruth(model, args.truth_method, args.truth_peak)
 
     x = torch.randn(args.batch, 3, args.size, args.size)
     ctx = {"grad": contextlib.nullcontext, "no_grad": torch.no_grad,

@@ -3,7 +3,8 @@
 classifier at every position; eval mode, a fixed batch of token ids, N forwards.
 
     python3 rnn.py [--grad | --no-grad | --inference-mode] [--iters N] [--batch B] [--seq S]
-                   [--hidden H] [--instrument] [--truth FILE [--truth-method walk|hooks|both]]
+                   [--hidden H] [--instrument]
+                   [--truth FILE [--truth-method M] [--truth-peak op|end]]
 
 --grad (the default) is the loop that forgot torch.no_grad(): on the CPU both recurrent layers
 are computed step by step from matmuls and pointwise ops, and each output keeps a graph holding
@@ -50,6 +51,9 @@ def main():
     ap.add_argument("--instrument", action="store_true", help="gp.instrument(model)")
     ap.add_argument("--truth", metavar="FILE", help="write the saved bytes at the peak (JSON)")
     ap.add_argument("--truth-method", choices=("walk", "hooks", "both"), default="walk")
+    ap.add_argument("--truth-peak", choices=("op", "end"), default="op",
+                    help="op: locate the peak to the op (not in a recorded run); end: the "
+                         "forward's end")
     args = ap.parse_args()
     mode = args.mode or "grad"
     for name in ("iters", "batch", "seq", "dim", "hidden", "vocab", "tags"):
@@ -70,7 +74,7 @@ def main():
     truth = None
     if args.truth:
         from saved_truth import SavedTruth
-        truth = SavedTruth(model, args.truth_method)
+        truth = SavedTruth(model, args.truth_method, args.truth_peak)
 
     ids = torch.randint(args.vocab, (args.batch, args.seq))
     ctx = {"grad": contextlib.nullcontext, "no_grad": torch.no_grad,

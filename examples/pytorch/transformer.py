@@ -5,7 +5,8 @@ batch of token ids, N forwards.
 
     python3 transformer.py [--grad | --no-grad | --inference-mode] [--iters N] [--batch B]
                            [--seq S] [--dim D] [--heads H] [--layers L] [--batch-first]
-                           [--instrument] [--truth FILE [--truth-method walk|hooks|both]]
+                           [--instrument]
+                           [--truth FILE [--truth-method M] [--truth-peak op|end]]
 
 --grad (the default) is the loop that forgot torch.no_grad(): each output keeps a graph holding
 the attention inputs, scores and softmax weights, the feed-forward activations and every layer
@@ -62,6 +63,9 @@ def main():
     ap.add_argument("--instrument", action="store_true", help="gp.instrument(model)")
     ap.add_argument("--truth", metavar="FILE", help="write the saved bytes at the peak (JSON)")
     ap.add_argument("--truth-method", choices=("walk", "hooks", "both"), default="walk")
+    ap.add_argument("--truth-peak", choices=("op", "end"), default="op",
+                    help="op: locate the peak to the op (not in a recorded run); end: the "
+                         "forward's end")
     args = ap.parse_args()
     mode = args.mode or "grad"
     for name in ("iters", "batch", "seq", "dim", "heads", "layers", "vocab"):
@@ -85,7 +89,7 @@ def main():
     truth = None
     if args.truth:
         from saved_truth import SavedTruth
-        truth = SavedTruth(model, args.truth_method)
+        truth = SavedTruth(model, args.truth_method, args.truth_peak)
 
     shape = (args.batch, args.seq) if args.batch_first else (args.seq, args.batch)
     ids = torch.randint(args.vocab, shape)
