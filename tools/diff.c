@@ -7,6 +7,8 @@
  */
 #include "diff.h"
 
+#include "array.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -321,20 +323,6 @@ static void row_add(gp_diff_row *r, const gp_aligned *x)
     r->delta = delta_of(r->a_bytes, r->b_bytes);
 }
 
-static int entries_push(entries *e, const entry *x)
-{
-    if (e->n == e->cap) {
-        size_t cap = e->cap ? e->cap * 2 : 256;
-        entry *v = realloc(e->v, cap * sizeof *v);
-        if (!v)
-            return -1;
-        e->v = v;
-        e->cap = cap;
-    }
-    e->v[e->n++] = *x;
-    return 0;
-}
-
 /* One entry per aligned buffer for table `kind`. */
 static int add_entries(entries *e, const gp_align *al, gp_profile *a, gp_profile *b,
                        table_kind kind)
@@ -365,8 +353,10 @@ static int add_entries(entries *e, const gp_align *al, gp_profile *a, gp_profile
             break;
         }
         }
-        if (entries_push(e, &y))
+        entry *slot = gp__push((void **)&e->v, &e->n, &e->cap, sizeof *slot);
+        if (!slot)
             return -1;
+        *slot = y;
     }
     return 0;
 }

@@ -341,7 +341,6 @@ int gp_render_diff_text(FILE *out, const gp_diff *d, const gp_render_options *o)
                 "; the tables do not all add up to it: remainders categories %" PRId64
                 " B, tag keys %" PRId64 " B, call sites %" PRId64 " B, layers %" PRId64 " B.\n",
                 rm->categories, rm->keys, rm->call_sites, rm->layers);
-    (void)y;
     return rc || ferror(out) ? -1 : 0;
 }
 
