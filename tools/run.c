@@ -353,6 +353,15 @@ static int env_prepend(const char *cmd, env_list *e, const char *name, const cha
 
 static volatile sig_atomic_t child_pid, got_signal;
 
+/* The signals gradprof handles while the program runs: noted (the first two) or passed on. */
+static const int run_signals[4] = {SIGINT, SIGQUIT, SIGTERM, SIGHUP};
+
+static void signals_restore(const struct sigaction old[4])
+{
+    for (int i = 0; i < 4; i++)
+        sigaction(run_signals[i], &old[i], NULL);
+}
+
 /* SIGINT and SIGQUIT come from the terminal to the program as well: only noted. */
 static void note_signal(int sig)
 {
@@ -379,15 +388,27 @@ static int run_child(char **argv, const env_list *env, int infd, int outfd, int 
         *exec_errno = errno;
         return -1;
     }
+    /* Like a shell: ^C and ^\ go to the program (same process group), gradprof waits for it to
+     * end and then says where the trace is; SIGTERM and SIGHUP sent to gradprof are passed on.
+     * Installed before the fork, so a signal the program sends at once is not missed; the child
+     * puts the old dispositions back before it runs the program. */
+    struct sigaction note = {.sa_handler = note_signal}, fwd = {.sa_handler = forward_signal};
+    struct sigaction old[4];
+    got_signal = 0;
+    child_pid = 0;
+    for (int i = 0; i < 4; i++)
+        sigaction(run_signals[i], i < 2 ? &note : &fwd, &old[i]);
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
         *exec_errno = errno;
+        signals_restore(old);
         close(fds[0]);
         close(fds[1]);
         return -1;
     }
     if (pid == 0) {
+        signals_restore(old);
         close(fds[0]);
         int e = 0;
         for (int i = 0; i < env->n && !e; i++)
@@ -408,15 +429,6 @@ static int run_child(char **argv, const env_list *env, int infd, int outfd, int 
     close(fds[1]);
     child_pid = pid;
     *pid_out = pid;
-    /* Like a shell: ^C and ^\ go to the program (same process group), gradprof waits for it to
-     * end and then says where the trace is; SIGTERM and SIGHUP sent to gradprof are passed on. */
-    struct sigaction note = {.sa_handler = note_signal}, fwd = {.sa_handler = forward_signal};
-    struct sigaction old[4];
-    got_signal = 0;
-    sigaction(SIGINT, &note, &old[0]);
-    sigaction(SIGQUIT, &note, &old[1]);
-    sigaction(SIGTERM, &fwd, &old[2]);
-    sigaction(SIGHUP, &fwd, &old[3]);
     int e = 0;
     ssize_t r;
     do
@@ -426,10 +438,7 @@ static int run_child(char **argv, const env_list *env, int infd, int outfd, int 
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
-    sigaction(SIGINT, &old[0], NULL);
-    sigaction(SIGQUIT, &old[1], NULL);
-    sigaction(SIGTERM, &old[2], NULL);
-    sigaction(SIGHUP, &old[3], NULL);
+    signals_restore(old);
     child_pid = 0;
     *signal_out = got_signal;
     if (r == (ssize_t)sizeof e) {
