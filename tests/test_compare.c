@@ -4,7 +4,7 @@
  * start (GRADPROF_GRAD_DEFAULT=off), the traces and captured output kept, the diff printed; the
  * divergences (stdout, exit status) reported with exit 3 and no diff; a failure of both runs
  * passed on; ^C during A stopping there; and Python programs through the startup hook
- * (tools/python/startup): the user's own sitecustomize still runs, torch is not imported for a
+ * (libprof/python/startup): the user's own sitecustomize still runs, torch is not imported for a
  * program that does not import it, and, when /usr/bin/python3 has torch, grad starts off in B in
  * the main thread and in new threads while enable_grad still turns it on. The Python cases are
  * skipped without /usr/bin/python3 (or torch).

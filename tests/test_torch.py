@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """PyTorch end-to-end tests (ctest label `torch`): the example scripts in examples/pytorch/ run
-under `gradprof run`, unmodified (frame rules) and with the helper tools/python/gradprof_torch.py,
+under `gradprof run`, unmodified (frame rules) and with the helper libprof/python/gradprof_torch.py,
 then `gradprof diff`, `check` and `report` on their traces.
 
     test_torch.py SUBTEST [--program PROG] --gradprof BIN --source DIR --work DIR
@@ -46,7 +46,7 @@ class Env:
         self.work = args.work
         self.libprof = args.libprof
         self.pytorch = os.path.join(self.src, "examples", "pytorch")
-        self.helper_dir = os.path.join(self.src, "tools", "python")
+        self.helper_dir = os.path.join(self.src, "libprof", "python")
 
     def path(self, name):
         return os.path.join(self.work, name)

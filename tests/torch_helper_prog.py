@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Exercises tools/python/gradprof_torch.py in one process; run by test_torch.py (/usr/bin/python3,
-PYTHONPATH=tools/python) standalone and under `gradprof run`, which then checks the trace.
+"""Exercises libprof/python/gradprof_torch.py in one process; run by test_torch.py (/usr/bin/python3,
+PYTHONPATH=libprof/python) standalone and under `gradprof run`, which then checks the trace.
 
     torch_helper_prog.py EXPECTED_MODE OUT.json
 

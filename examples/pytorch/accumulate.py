@@ -8,7 +8,7 @@ The loop forgot torch.no_grad(), and adds the loss *tensor* to a running total: 
 chains every iteration's graph, with the activations each one saved, so memory grows with every
 batch. --fixed applies the one-line fix, `total_loss += float(loss)`; --no-grad /
 --inference-mode run the loop under that mode (nothing has a graph, so nothing leaks).
---instrument adds gradprof's helper (tools/python/gradprof_torch.py): the model's tags, a mark
+--instrument adds gradprof's helper (libprof/python/gradprof_torch.py): the model's tags, a mark
 "iter <i>" at the start of each iteration and a region "inference" around its evaluation work,
 which is what gradprof's growth and forgot_no_grad detectors key on.
 """
@@ -40,7 +40,7 @@ def main():
     gp = None
     if args.instrument:
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                        "..", "..", "tools", "python"))
+                                        "..", "..", "libprof", "python"))
         import gradprof_torch as gp
 
     torch.manual_seed(0)

@@ -9,7 +9,7 @@ Linear classifier, in eval mode on a fixed batch of 32x32 RGB images.
 --grad (the default) is the loop that forgot torch.no_grad(): each output keeps a graph holding
 every conv output (batch norm's input), ReLU output (in place on batch norm's output; also the
 pool's input), the pools' indices and outputs. --instrument adds the one line of gradprof's
-helper (tools/python/gradprof_torch.py); --saved-report FILE (needs --instrument) writes what its
+helper (libprof/python/gradprof_torch.py); --saved-report FILE (needs --instrument) writes what its
 saved-tensor hook saw, per module. --truth FILE writes the bytes autograd saved and held at the
 program's peak, found by the program itself (saved_truth.py), as JSON.
 """
@@ -71,7 +71,7 @@ def main():
         ap.error("--blocks must be at most 5 (32x32 images)")
     if args.instrument:
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                        "..", "..", "tools", "python"))
+                                        "..", "..", "libprof", "python"))
         import gradprof_torch as gp
 
     torch.manual_seed(0)

@@ -11,7 +11,7 @@ torch.utils.data.DataLoader with forking worker processes over a synthetic Tenso
 every conv output (batch norm's input), the ReLU outputs (in place on batch norm's outputs), the
 pools' indices and the pooled features, while the next batch is evaluated. The workers (fork)
 send each batch through shared memory, so the batches are not malloc'ed in the main process.
---instrument adds the one line of gradprof's helper (tools/python/gradprof_torch.py); --truth FILE
+--instrument adds the one line of gradprof's helper (libprof/python/gradprof_torch.py); --truth FILE
 writes the bytes autograd saved and held at the program's peak (saved_truth.py) as JSON.
 """
 import argparse
@@ -70,7 +70,7 @@ def main():
                  % args.truth_method)
     if args.instrument:
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                        "..", "..", "tools", "python"))
+                                        "..", "..", "libprof", "python"))
         import gradprof_torch as gp
 
     torch.manual_seed(0)

@@ -7,7 +7,7 @@
 
 --grad (the default) is the loop that forgot torch.no_grad(): each output keeps a graph holding
 the ReLU outputs (L x B x W x 4 bytes). --instrument adds the one line of gradprof's helper
-(tools/python/gradprof_torch.py) for exact tags; --saved-report FILE (needs --instrument) writes
+(libprof/python/gradprof_torch.py) for exact tags; --saved-report FILE (needs --instrument) writes
 what its saved-tensor hook saw, per module, as JSON. Unmodified, run it under `gradprof run` and
 the frame rules classify PyTorch's allocations by their call stacks. --truth FILE writes the
 bytes autograd saved and held at the program's peak, found by the program itself
@@ -66,7 +66,7 @@ def main():
 
     if args.instrument:
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                        "..", "..", "tools", "python"))
+                                        "..", "..", "libprof", "python"))
         import gradprof_torch as gp
 
     torch.manual_seed(0)

@@ -9,7 +9,7 @@ batch of RGB images, N forwards.
 --grad (the default) is the loop that forgot torch.no_grad(): each output keeps a graph holding
 every convolution's input, batch norm's input, the in-place ReLU outputs, the max-pool indices
 and the pooled features (the previous output's graph is still alive while the next forward runs).
---instrument adds the one line of gradprof's helper (tools/python/gradprof_torch.py). --truth FILE
+--instrument adds the one line of gradprof's helper (libprof/python/gradprof_torch.py). --truth FILE
 writes the bytes autograd saved and held at the program's peak, found by the program itself
 (saved_truth.py), as JSON.
 """
@@ -49,7 +49,7 @@ def main():
                  % args.truth_method)
     if args.instrument:
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                        "..", "..", "tools", "python"))
+                                        "..", "..", "libprof", "python"))
         import gradprof_torch as gp
 
     torch.manual_seed(0)

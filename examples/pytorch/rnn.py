@@ -9,7 +9,7 @@ classifier at every position; eval mode, a fixed batch of token ids, N forwards.
 --grad (the default) is the loop that forgot torch.no_grad(): on the CPU both recurrent layers
 are computed step by step from matmuls and pointwise ops, and each output keeps a graph holding
 every step's gates (sigmoid and tanh outputs), cell and hidden states. --instrument adds the one
-line of gradprof's helper (tools/python/gradprof_torch.py); --truth FILE writes the bytes
+line of gradprof's helper (libprof/python/gradprof_torch.py); --truth FILE writes the bytes
 autograd saved and held at the program's peak (saved_truth.py) as JSON.
 """
 import argparse
@@ -64,7 +64,7 @@ def main():
                  % args.truth_method)
     if args.instrument:
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                        "..", "..", "tools", "python"))
+                                        "..", "..", "libprof", "python"))
         import gradprof_torch as gp
 
     torch.manual_seed(0)

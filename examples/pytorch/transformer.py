@@ -13,7 +13,7 @@ the attention inputs, scores and softmax weights, the feed-forward activations a
 norm's input. The encoder takes (S, N, D) as PyTorch's default batch_first=False; --batch-first
 uses (N, S, D), where under no_grad / inference_mode PyTorch takes its fused "fast path"
 (torch._transformer_encoder_layer_fwd), so the two runs no longer compute the same ops.
---instrument adds the one line of gradprof's helper (tools/python/gradprof_torch.py); --truth FILE
+--instrument adds the one line of gradprof's helper (libprof/python/gradprof_torch.py); --truth FILE
 writes the bytes autograd saved and held at the program's peak (saved_truth.py) as JSON.
 """
 import argparse
@@ -78,7 +78,7 @@ def main():
                  % args.truth_method)
     if args.instrument:
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                        "..", "..", "tools", "python"))
+                                        "..", "..", "libprof", "python"))
         import gradprof_torch as gp
 
     torch.manual_seed(0)

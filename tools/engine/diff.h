@@ -30,7 +30,6 @@
 
 #include "align.h"
 #include "analysis.h"
-#include "render.h"
 
 /* One run of the diff. */
 typedef struct gp_diff_run {
@@ -123,11 +122,5 @@ int gp_diff_compute(gp_profile *a, gp_profile *b, const gp_align *al, const char
 int gp_diff_load(const char *a_path, const char *b_path, const gp_analysis_options *opts,
                  gp_profile **a, gp_profile **b, gp_diff **out, char *err, size_t err_size);
 void gp_diff_free(gp_diff *d);
-
-/* Renderers: return 0, or -1 if writing failed. o->top limits the module, op and call-site tables
- * of the text output (0 = all); the JSON output always has every row. */
-int gp_render_diff_text(FILE *out, const gp_diff *d, const gp_render_options *o);
-/* JSON schema "gradprof-diff/2" (documented in the README). */
-int gp_render_diff_json(FILE *out, const gp_diff *d, const gp_render_options *o);
 
 #endif /* GRADPROF_TOOLS_DIFF_H */

@@ -1,5 +1,5 @@
 /*
- * Shared helpers of the gradprof commands (API: cli.h), and gp_format_bytes (render.h).
+ * Shared helpers of the gradprof commands (API: cli.h).
  */
 #include "cli.h"
 #include "rules.h"
@@ -172,30 +172,6 @@ int gp_parse_categories(const char *text, bool set[LP_CAT_COUNT], char *err, siz
     }
     memcpy(set, parsed, sizeof parsed);
     return 0;
-}
-
-const char *gp_format_bytes(uint64_t bytes, char *buf, size_t size)
-{
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-    if (bytes < 1024) {
-        snprintf(buf, size, "%" PRIu64 " B", bytes);
-        return buf;
-    }
-    /* The largest unit not above the value, in hundredths rounded to nearest; a value that rounds
-     * up to 1024.00 of a unit is shown in the next one ("1.00 MiB", not "1024.00 KiB"). */
-    int u = 0;
-    while (u < 6 && bytes >> (10 * (u + 1)))
-        u++;
-    uint64_t div = 1ull << (10 * u);
-    uint64_t hundredths = (uint64_t)(((unsigned __int128)bytes * 100 + div / 2) / div);
-    if (hundredths >= 102400 && u < 6) {
-        u++;
-        div <<= 10;
-        hundredths = (uint64_t)(((unsigned __int128)bytes * 100 + div / 2) / div);
-    }
-    snprintf(buf, size, "%" PRIu64 ".%02" PRIu64 " %s", hundredths / 100, hundredths % 100,
-             units[u]);
-    return buf;
 }
 
 /* ---- messages -------------------------------------------------------------------------------- */

@@ -1,6 +1,6 @@
 """gradprof_torch -- one line for exact gradprof attribution in a PyTorch program.
 
-Usage (no installation: put tools/python on sys.path, or run with PYTHONPATH=tools/python)::
+Usage (no installation: put libprof/python on sys.path, or run with PYTHONPATH=libprof/python)::
 
     import gradprof_torch as gp
     gp.instrument(model)                 # or: with gp.profile(model): ...

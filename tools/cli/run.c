@@ -174,7 +174,7 @@ static int find_python_startup(const char *cmd, char *out, size_t size)
     char exe[PATH_MAX], dir[PATH_MAX];
     if (!exe_dir(exe, sizeof exe))
         return 0;
-    const char *const rel[] = {"python/startup", "../lib/gradprof/python/startup"};
+    const char *const rel[] = {"../python/startup", "../lib/gradprof/python/startup"};
     for (size_t i = 0; i < 2; i++) {
         if ((size_t)snprintf(dir, sizeof dir, "%.*s/%s", PATH_MAX - 64, exe, rel[i]) >= sizeof dir)
             continue;

@@ -1,7 +1,6 @@
 /*
  * render_common — formatting, escaping, orderings and text tables shared by the renderers; see
- * render_common.h. Also defines render.h's gp_render_options_default (gp_format_bytes is in
- * cli.c).
+ * render_common.h. Also defines render.h's gp_render_options_default and gp_format_bytes.
  */
 #define _GNU_SOURCE /* vasprintf */
 #include "render_common.h"
@@ -16,6 +15,30 @@ void gp_render_options_default(gp_render_options *o)
     o->top = 10;
     o->measure = "peak";
     o->color = false;
+}
+
+const char *gp_format_bytes(uint64_t bytes, char *buf, size_t size)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    if (bytes < 1024) {
+        snprintf(buf, size, "%" PRIu64 " B", bytes);
+        return buf;
+    }
+    /* The largest unit not above the value, in hundredths rounded to nearest; a value that rounds
+     * up to 1024.00 of a unit is shown in the next one ("1.00 MiB", not "1024.00 KiB"). */
+    int u = 0;
+    while (u < 6 && bytes >> (10 * (u + 1)))
+        u++;
+    uint64_t div = 1ull << (10 * u);
+    uint64_t hundredths = (uint64_t)(((unsigned __int128)bytes * 100 + div / 2) / div);
+    if (hundredths >= 102400 && u < 6) {
+        u++;
+        div <<= 10;
+        hundredths = (uint64_t)(((unsigned __int128)bytes * 100 + div / 2) / div);
+    }
+    snprintf(buf, size, "%" PRIu64 ".%02" PRIu64 " %s", hundredths / 100, hundredths % 100,
+             units[u]);
+    return buf;
 }
 
 const char *gp__format_count(uint64_t n, char *buf, size_t size)

@@ -64,7 +64,7 @@ typedef struct gp_run_setup {
  * Finds the preload library ($GRADPROF_PRELOAD, else <gradprof's dir>/../libprof/, else
  * <gradprof's dir>/../lib/gradprof/), with --cuda libprof_cupti.so ($GRADPROF_CUPTI, else next to
  * the preload; warns once when there is no CUDA driver), and the Python startup hook
- * (sitecustomize.py: $GRADPROF_PYTHON_STARTUP, else <gradprof's dir>/python/startup, else
+ * (sitecustomize.py: $GRADPROF_PYTHON_STARTUP, else <gradprof's dir>/../python/startup (the build tree), else
  * <gradprof's dir>/../lib/gradprof/python/startup; "" when none is there). Returns 0, or prints
  * what it tried and returns GP_EXIT_USAGE.
  */

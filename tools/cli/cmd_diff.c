@@ -15,7 +15,6 @@
 #include "commands.h"
 #include "diff.h"
 #include "render.h"
-#include "render_html.h"
 
 static const char usage[] =
     "usage: gradprof diff A B [--format text|json|html] [-o OUT] [--top N] [--require-aligned]\n"

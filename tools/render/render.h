@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "analysis.h"
+#include "diff.h"
 
 typedef struct gp_render_options {
     size_t top;           /* rows per table (default 10; 0 = all) */
@@ -30,5 +31,15 @@ int gp_render_chrome(FILE *out, gp_profile *p, const gp_render_options *o);
 
 /* Human sizes: "0 B", "512 B", "1.50 KiB", "3.25 MiB", "1.00 GiB" (binary units). */
 const char *gp_format_bytes(uint64_t bytes, char *buf, size_t size);
+
+/* Renderers of a diff: o->top limits the module, op and call-site tables of the text and HTML
+ * output (0 = all); the JSON output always has every row. JSON schema "gradprof-diff/2"
+ * (documented in the README). The HTML page: a summary (both peaks, the delta, the bytes held by
+ * graph construction), both runs' memory over time stacked by category on the same axes, the
+ * per-category delta table and the held-by-graph tables per layer, op and call site, with any
+ * remainder that does not add up shown as a row of its own. */
+int gp_render_diff_text(FILE *out, const gp_diff *d, const gp_render_options *o);
+int gp_render_diff_json(FILE *out, const gp_diff *d, const gp_render_options *o);
+int gp_render_html_diff(FILE *out, const gp_diff *d, const gp_render_options *o);
 
 #endif /* GRADPROF_TOOLS_RENDER_H */

@@ -1,5 +1,6 @@
 /*
- * The HTML diff report (the single-run report, gp_render_html, is declared in render.h).
+ * Internals of the HTML renderers (gp_render_html and gp_render_html_diff are declared in
+ * render.h).
  *
  * Both HTML outputs are one self-contained file: inline CSS, inline SVG charts and a little inline
  * JavaScript (sortable tables, chart tooltips) that the page does not need to be read. Nothing is
@@ -10,15 +11,7 @@
 
 #include <stdio.h>
 
-#include "diff.h"
 #include "render.h"
-
-/* Writes the diff of two runs as HTML: a summary (both peaks, the delta, the bytes held by graph
- * construction), both runs' memory over time stacked by category on the same axes, the per-category
- * delta table and the held-by-graph tables per layer, op and call site, with any remainder that
- * does not add up shown as a row of its own. o->top limits the op and call-site tables (0 = all).
- * Returns 0, or -1 if writing failed. */
-int gp_render_html_diff(FILE *out, const gp_diff *d, const gp_render_options *o);
 
 /*
  * Internal, shared with render_chrome.c: where the timeline's points start. Each
