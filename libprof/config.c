@@ -12,11 +12,11 @@
 void lp_options_default(lp_options *o)
 {
     memset(o, 0, sizeof *o);
-    snprintf(o->output, sizeof o->output, "%s", "gradprof.%p.gptrace");
-    o->stack_depth = 32;
+    snprintf(o->output, sizeof o->output, "%s", LP_DEFAULT_OUTPUT);
+    o->stack_depth = LP_DEFAULT_STACK_DEPTH;
     o->min_stack_size = 0;
     o->stack_sample_bytes = 0;
-    o->flush_ms = 20;
+    o->flush_ms = LP_DEFAULT_FLUSH_MS;
     o->enabled = true;
 }
 
@@ -66,12 +66,12 @@ void lp_options_from_env(lp_options *o)
             snprintf(o->output, sizeof o->output, "%s", out);
     }
     uint64_t v = (uint64_t)o->stack_depth;
-    if (lp__env_uint(1, "GRADPROF_STACK_DEPTH", 0, 256, &v) == 0)
+    if (lp__env_uint(1, "GRADPROF_STACK_DEPTH", 0, LP_MAX_STACK_DEPTH, &v) == 0)
         o->stack_depth = (int)v;
     lp__env_uint(2, "GRADPROF_MIN_STACK_SIZE", 0, UINT64_MAX / 2, &o->min_stack_size);
     lp__env_uint(3, "GRADPROF_STACK_SAMPLE", 0, UINT64_MAX / 2, &o->stack_sample_bytes);
     v = o->flush_ms;
-    if (lp__env_uint(4, "GRADPROF_FLUSH_MS", 1, 10000, &v) == 0)
+    if (lp__env_uint(4, "GRADPROF_FLUSH_MS", LP_MIN_FLUSH_MS, LP_MAX_FLUSH_MS, &v) == 0)
         o->flush_ms = (uint32_t)v;
     v = o->enabled;
     if (lp__env_uint(5, "GRADPROF_ENABLE", 0, 1, &v) == 0)

@@ -44,7 +44,6 @@
 
 #define LP__BUF_BYTES (64u * 1024)  /* a thread's chunk payload */
 #define LP__MAX_RECORD 256          /* bytes reserved for one fixed-size record */
-#define LP__MAX_DEPTH 256
 #define LP__VERSION "0.1.0"
 
 /* ---- mmap-backed memory ---------------------------------------------------------------------- */
@@ -841,7 +840,7 @@ static bool lp__want_stack(lp__thread *th, size_t size)
  * Frames inside libprof itself are dropped. Kept out of line so the frames to drop are ours. */
 __attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
 {
-    void *ips[LP__MAX_DEPTH + 8];
+    void *ips[LP_MAX_STACK_DEPTH + 8];
     int max = R.opts.stack_depth + 8;
     int n = R.unwinder ? R.unwinder(ips, max, R.unwinder_user) : lp__default_unwind(ips, max, NULL);
     int first = 0;
@@ -1183,8 +1182,8 @@ int lp_start(const lp_options *o)
         lp_options_default(&R.opts);
         lp_options_from_env(&R.opts);
     }
-    if (R.opts.stack_depth > LP__MAX_DEPTH)
-        R.opts.stack_depth = LP__MAX_DEPTH;
+    if (R.opts.stack_depth > LP_MAX_STACK_DEPTH)
+        R.opts.stack_depth = LP_MAX_STACK_DEPTH;
     if (R.opts.flush_ms < 1)
         R.opts.flush_ms = 1;
     if (!R.opts.enabled)

@@ -448,7 +448,7 @@ int tn_backward(tn_tensor *root, const tn_tensor *grad, bool retain_graph)
     tn__context *ctx = tn__ctx();
     tn__context saved_ctx = *ctx;
     bool saved_grad = tn_set_grad_enabled(false);
-    lp_region_push("backward");
+    lp_region_push(LP_REGION_BACKWARD);
     ctx->backward_op = "backward";
 
     int rc = 0;

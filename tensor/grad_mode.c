@@ -81,19 +81,19 @@ static tn_grad_mode tn__enter(tn_grad_mode next, const char *region)
 
 tn_grad_mode tn_no_grad_begin(void)
 {
-    return tn__enter((tn_grad_mode){false, tn__mode_get()->inference_mode}, "no_grad");
+    return tn__enter((tn_grad_mode){false, tn__mode_get()->inference_mode}, LP_REGION_NO_GRAD);
 }
 
 tn_grad_mode tn_enable_grad_begin(void)
 {
-    return tn__enter((tn_grad_mode){true, tn__mode_get()->inference_mode}, "enable_grad");
+    return tn__enter((tn_grad_mode){true, tn__mode_get()->inference_mode}, LP_REGION_ENABLE_GRAD);
 }
 
 tn_grad_mode tn_inference_mode_begin(bool enabled)
 {
     /* inference_mode(false) inside inference mode restores normal autograd, as in PyTorch. */
     tn_grad_mode next = enabled ? (tn_grad_mode){false, true} : (tn_grad_mode){true, false};
-    return tn__enter(next, enabled ? "inference_mode" : "inference_mode(false)");
+    return tn__enter(next, enabled ? LP_REGION_INFERENCE_MODE : LP_REGION_INFERENCE_MODE_OFF);
 }
 
 void tn_grad_mode_end(tn_grad_mode previous)

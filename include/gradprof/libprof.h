@@ -19,28 +19,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gradprof/vocabulary.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* What a buffer is. X(ENUM, name) — the name is what traces and reports print. */
-#define LP_CATEGORY_MAP(X)                                                                         \
-    X(PARAMETER, "parameter")             /* model weights and buffers (running statistics) */     \
-    X(INPUT, "input")                     /* data fed to the model */                              \
-    X(ACTIVATION, "activation")           /* an op's output */                                     \
-    X(SAVED, "saved")                     /* an activation kept alive for backward */              \
-    X(GRADIENT, "gradient")               /* .grad of leaves and gradients flowing in backward */  \
-    X(OPTIMIZER_STATE, "optimizer_state") /* momentum, Adam moments */                             \
-    X(AUTOGRAD, "autograd")               /* graph nodes and their metadata */                     \
-    X(TEMPORARY, "temporary")             /* scratch an op frees before it returns */              \
-    X(OTHER, "other")                     /* untagged raw allocation */
-
-typedef enum lp_category {
-#define LP__CATEGORY_ENUM(e, s) LP_CAT_##e,
-    LP_CATEGORY_MAP(LP__CATEGORY_ENUM)
-#undef LP__CATEGORY_ENUM
-        LP_CAT_COUNT
-} lp_category;
+/* Categories (lp_category, LP_CATEGORY_MAP, lp_category_is_graph), region names and recorder
+ * defaults: gradprof/vocabulary.h. */
 
 /* The lower-case name of a category ("saved"), or "invalid". */
 const char *lp_category_name(lp_category category);

@@ -47,7 +47,8 @@
  *                    (0 = the outermost frame). An allocation's stack id is its innermost frame.
  * GP_REC_ALLOC       dt, daddr, varint size, varint stack     a raw allocation (category OTHER)
  * GP_REC_FREE        dt, daddr
- * GP_REC_TAG         dt, daddr, varint size, varint category, varint op, varint module,
+ * GP_REC_TAG         dt, daddr, varint size, varint category (its wire value, vocabulary.h),
+ *                    varint op, varint module,
  *                    varint detail (string ids), varint stack
  *                    gives the live buffer at addr a role (an lp_alloc or lp_retag); a TAG for an
  *                    address that is not live is an allocation of `size` bytes made at `stack`

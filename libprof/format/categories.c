@@ -4,7 +4,7 @@
 #include "gradprof/libprof.h"
 
 static const char *const lp__category_names[] = {
-#define LP__CATEGORY_NAME(e, s) s,
+#define LP__CATEGORY_NAME(e, s, v) [v] = s,
     LP_CATEGORY_MAP(LP__CATEGORY_NAME)
 #undef LP__CATEGORY_NAME
 };

@@ -83,9 +83,24 @@ import weakref
 __all__ = ["instrument", "uninstall", "profile", "mark", "region", "thread_name",
            "saved_bytes_by_module", "saved_report", "enabled", "mode"]
 
-# lp_category (include/gradprof/libprof.h)
-(PARAMETER, INPUT, ACTIVATION, SAVED, GRADIENT, OPTIMIZER_STATE, AUTOGRAD, TEMPORARY,
- OTHER) = range(9)
+# The event vocabulary (include/gradprof/vocabulary.h; tests/test_vocabulary.py checks these copies).
+# Category wire values (lp_category):
+PARAMETER = 0
+INPUT = 1
+ACTIVATION = 2
+SAVED = 3
+GRADIENT = 4
+OPTIMIZER_STATE = 5
+AUTOGRAD = 6
+TEMPORARY = 7
+OTHER = 8
+# Region names with a meaning (LP_REGION_*):
+REGION_NO_GRAD = "no_grad"
+REGION_ENABLE_GRAD = "enable_grad"
+REGION_INFERENCE_MODE = "inference_mode"
+REGION_INFERENCE_MODE_OFF = "inference_mode(false)"
+REGION_BACKWARD = "backward"
+REGION_INFERENCE = "inference"
 _HOST = -1  # LP_DEVICE_HOST
 _ALIGN = 64  # c10's CPU allocator aligns every storage to 64 bytes
 _SANITIZED = (b"__asan_init", b"__tsan_init", b"__msan_init", b"libasan.so", b"libtsan.so")
@@ -628,8 +643,8 @@ _MISSING = object()
 
 
 def _ctx_region_name(cls_name, self):
-    if cls_name == "inference_mode":
-        return "inference_mode" if getattr(self, "mode", True) else "inference_mode(false)"
+    if cls_name == REGION_INFERENCE_MODE:
+        return REGION_INFERENCE_MODE if getattr(self, "mode", True) else REGION_INFERENCE_MODE_OFF
     return cls_name
 
 
@@ -705,7 +720,7 @@ def _wrap_backward(orig):
             return orig(*a, **k)
         tls.backward += 1
         key = object()
-        s.push("backward", id(key), "backward")
+        s.push(REGION_BACKWARD, id(key), REGION_BACKWARD)
         try:
             return orig(*a, **k)
         finally:
@@ -713,7 +728,7 @@ def _wrap_backward(orig):
                 s.tag_grads()  # inside the region: backward made them
             except Exception:
                 pass
-            s.pop("backward", id(key))
+            s.pop(REGION_BACKWARD, id(key))
             tls.backward -= 1
 
     return backward
@@ -722,9 +737,9 @@ def _wrap_backward(orig):
 def _install_globals():
     import torch
     import torch.autograd.graph as graph
-    _wrap_ctx(torch.no_grad, "no_grad")
-    _wrap_ctx(torch.enable_grad, "enable_grad")
-    _wrap_ctx(torch.inference_mode, "inference_mode")
+    _wrap_ctx(torch.no_grad, REGION_NO_GRAD)
+    _wrap_ctx(torch.enable_grad, REGION_ENABLE_GRAD)
+    _wrap_ctx(torch.inference_mode, REGION_INFERENCE_MODE)
     _wrap_set_grad_enabled(torch.set_grad_enabled)
     _wrap_user_hooks(graph.saved_tensors_hooks)
     _patch(torch.Tensor, "backward", _wrap_backward(torch.Tensor.backward))

@@ -26,15 +26,19 @@
 #define PRELOAD_NAME "libprof_preload.so"
 #define CUPTI_NAME "libprof_cupti.so"
 #define STARTUP_NAME "sitecustomize.py"
+#define STR(x) #x
+#define XSTR(x) STR(x)
 
 const char gp_run_options_help[] =
-    "      --stack-depth N      frames per call stack, 0-256 (default 32)\n"
+    "      --stack-depth N      frames per call stack, 0-" XSTR(LP_MAX_STACK_DEPTH)
+    " (default " XSTR(LP_DEFAULT_STACK_DEPTH) ")\n"
     "      --no-stacks          record no call stacks (--stack-depth 0)\n"
     "      --min-stack-size SIZE  allocations smaller than SIZE get no stack (default 0)\n"
     "      --stack-sample SIZE  capture a stack about once per SIZE bytes allocated (geometric\n"
     "                           sampling; default 0 = every allocation). Every allocation is\n"
     "                           still recorded, only stacks are sampled\n"
-    "      --flush-ms N         flush interval, 1-10000 ms (default 20): a program killed by\n"
+    "      --flush-ms N         flush interval, " XSTR(LP_MIN_FLUSH_MS) "-" XSTR(LP_MAX_FLUSH_MS)
+    " ms (default " XSTR(LP_DEFAULT_FLUSH_MS) "): a program killed by\n"
     "                           SIGKILL loses at most about this much\n"
     "      --cuda               also record CUDA memory (cudaMalloc & co., with host stacks)\n"
     "                           through CUPTI: sets CUDA_INJECTION64_PATH to libprof_cupti.so\n"
@@ -47,7 +51,7 @@ int gp_run_option(const char *cmd, int c, const char *value, gp_run_config *cfg)
     char err[512];
     switch (c) {
     case GP_RUN_OPT_STACK_DEPTH:
-        if (gp_parse_uint(value, 0, 256, &cfg->depth, err, sizeof err) != 0)
+        if (gp_parse_uint(value, 0, LP_MAX_STACK_DEPTH, &cfg->depth, err, sizeof err) != 0)
             return gp_cli_error(cmd, "--stack-depth: %s", err);
         cfg->have_depth = true;
         return 0;
@@ -66,7 +70,7 @@ int gp_run_option(const char *cmd, int c, const char *value, gp_run_config *cfg)
         cfg->have_sample = true;
         return 0;
     case GP_RUN_OPT_FLUSH_MS:
-        if (gp_parse_uint(value, 1, 10000, &cfg->flush_ms, err, sizeof err) != 0)
+        if (gp_parse_uint(value, LP_MIN_FLUSH_MS, LP_MAX_FLUSH_MS, &cfg->flush_ms, err, sizeof err) != 0)
             return gp_cli_error(cmd, "--flush-ms: %s", err);
         cfg->have_flush = true;
         return 0;

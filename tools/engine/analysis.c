@@ -139,17 +139,12 @@ const char *gp_finding_kind_name(gp_finding_kind k)
 
 void gp_analysis_options_default(gp_analysis_options *o)
 {
-    static const char *const inference[] = {"inference"};
+    static const char *const inference[] = {LP_REGION_INFERENCE};
     memset(o, 0, sizeof *o);
     o->inference_regions = inference;
     o->n_inference_regions = 1;
     o->timeline_points = 512;
     o->growth_threshold = 64 << 10;
-}
-
-static bool is_graph(lp_category c)
-{
-    return c == LP_CAT_SAVED || c == LP_CAT_AUTOGRAD || c == LP_CAT_GRADIENT;
 }
 
 /* ---- keys and stats -------------------------------------------------------------------------- */
@@ -492,18 +487,18 @@ static const char *inference_region(gp_profile *p, const thread_state *t)
  * - gradients (GRADIENT) allocated inside an inference region. */
 static void detect(gp_profile *p, const thread_state *t, const object *o, bool grad_flag)
 {
-    if (!is_graph(o->category))
+    if (!lp_category_is_graph(o->category))
         return;
     const gp_tag_key *k = &p->tag_keys[o->tag_key];
     uint32_t stack = p->sites[o->site].stack;
     if (t->no_grad_depth > 0 && t->enable_grad_depth == 0 && t->backward_depth == 0)
-        finding_add(p, GP_FIND_GRAPH_WITHOUT_GRAD, "no_grad", o->category, k->op, k->module, stack,
+        finding_add(p, GP_FIND_GRAPH_WITHOUT_GRAD, LP_REGION_NO_GRAD, o->category, k->op, k->module, stack,
                     o->size);
     const char *inf = inference_region(p, t);
     if (!inf || t->backward_depth > 0)
         return;
     bool grad_on = !t->grad_disabled && t->no_grad_depth == 0 && grad_flag;
-    if ((o->category == LP_CAT_SAVED || o->category == LP_CAT_AUTOGRAD) && grad_on)
+    if (lp_category_is_graph_structure(o->category) && grad_on)
         finding_add(p, GP_FIND_FORGOT_NO_GRAD, inf, o->category, k->op, k->module, stack, o->size);
     if (o->category == LP_CAT_GRADIENT)
         finding_add(p, GP_FIND_PARAM_GRAD_IN_INFERENCE, inf, o->category, k->op, k->module, stack,
@@ -533,8 +528,6 @@ static void object_delete(engine *e, uint32_t i)
     e->free_object = i;
 }
 
-static bool counts_as_graph(lp_category c) { return c == LP_CAT_SAVED || c == LP_CAT_AUTOGRAD; }
-
 /* Adds o's bytes to every key it belongs to. `count` also counts it as an allocation (or a
  * retag into) there; `count_site` does the same for its site, which counts only allocations. */
 static void object_enter(gp_profile *p, object *o, bool count, bool count_site)
@@ -556,7 +549,7 @@ static void object_enter(gp_profile *p, object *o, bool count, bool count_site)
         if (!in->open)
             continue;
         in->live_inside += o->size;
-        if (counts_as_graph(o->category))
+        if (lp_category_is_graph_structure(o->category))
             in->graph_inside += o->size;
     }
     d->live_by_cat[o->category] += o->size;
@@ -594,7 +587,7 @@ static void object_leave(gp_profile *p, object *o)
         if (!in->open)
             continue;
         in->live_inside -= o->size;
-        if (counts_as_graph(o->category))
+        if (lp_category_is_graph_structure(o->category))
             in->graph_inside -= o->size;
     }
     d->live_by_cat[o->category] -= o->size;
@@ -669,11 +662,11 @@ static void region_push(gp_profile *p, thread_state *t, uint32_t thread, const c
     t->top = i;
     t->depth++;
     p->regions[in->region].entries++;
-    if (!strcmp(name, "no_grad") || !strcmp(name, "inference_mode"))
+    if (!strcmp(name, LP_REGION_NO_GRAD) || !strcmp(name, LP_REGION_INFERENCE_MODE))
         t->no_grad_depth++;
-    else if (!strcmp(name, "enable_grad") || !strcmp(name, "inference_mode(false)"))
+    else if (!strcmp(name, LP_REGION_ENABLE_GRAD) || !strcmp(name, LP_REGION_INFERENCE_MODE_OFF))
         t->enable_grad_depth++;
-    else if (!strcmp(name, "backward"))
+    else if (!strcmp(name, LP_REGION_BACKWARD))
         t->backward_depth++;
     if (in->inference)
         t->inference_depth++;
@@ -686,7 +679,7 @@ static void escape_items(gp_profile *p, uint32_t inst, const char *region)
     engine *e = p->internal;
     for (size_t k = 0; k < e->n_objects; k++) {
         object *o = &e->objects[k];
-        if (!o->size || !counts_as_graph(o->category))
+        if (!o->size || !lp_category_is_graph_structure(o->category))
             continue;
         for (uint32_t i = o->instance; i != NONE; i = e->instances[i].parent)
             if (i == inst) {
@@ -723,11 +716,11 @@ static void region_pop(gp_profile *p, thread_state *t)
             *s = (gp_region_span){in->name, in->thread, in->depth, in->begin_ns, e->now};
     }
     const char *name = in->name;
-    if (!strcmp(name, "no_grad") || !strcmp(name, "inference_mode"))
+    if (!strcmp(name, LP_REGION_NO_GRAD) || !strcmp(name, LP_REGION_INFERENCE_MODE))
         t->no_grad_depth--;
-    else if (!strcmp(name, "enable_grad") || !strcmp(name, "inference_mode(false)"))
+    else if (!strcmp(name, LP_REGION_ENABLE_GRAD) || !strcmp(name, LP_REGION_INFERENCE_MODE_OFF))
         t->enable_grad_depth--;
-    else if (!strcmp(name, "backward"))
+    else if (!strcmp(name, LP_REGION_BACKWARD))
         t->backward_depth--;
     if (in->inference)
         t->inference_depth--;
@@ -759,7 +752,7 @@ static void regions_note_alloc(gp_profile *p, const thread_state *t, const objec
         if (allocated)
             r->allocated_bytes += o->size;
         r->allocated_by_category[o->category] += o->size;
-        if (is_graph(o->category))
+        if (lp_category_is_graph(o->category))
             r->graph_bytes += o->size;
     }
 }

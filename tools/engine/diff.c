@@ -278,11 +278,6 @@ static bool same_key(const entry *a, const entry *b)
     return a->category == b->category && strcmp(a->s1, b->s1) == 0 && strcmp(a->s2, b->s2) == 0;
 }
 
-static bool graph_category(lp_category c)
-{
-    return c == LP_CAT_SAVED || c == LP_CAT_AUTOGRAD || c == LP_CAT_GRADIENT;
-}
-
 /* Adds buffer x's numbers to row r. */
 static void row_add(gp_diff_row *r, const gp_aligned *x)
 {
@@ -304,11 +299,11 @@ static void row_add(gp_diff_row *r, const gp_aligned *x)
     case GP_TWIN_B_MORE:
         r->b_bytes += s;
         r->b_more_bytes += s;
-        if (graph_category(x->category))
+        if (lp_category_is_graph(x->category))
             r->b_graph_bytes += s;
         break;
     }
-    if (x->side == 0 && graph_category(x->category))
+    if (x->side == 0 && lp_category_is_graph(x->category))
         r->a_graph_bytes += s;
     if (x->saved_inferred)
         r->saved_inferred_bytes += s;

@@ -36,11 +36,6 @@ static const char *const cat_color[LP_CAT_COUNT] = {
 static const char *const region_color[8] = {"#8da0cb", "#a6d854", "#ffd92f", "#e5c494",
                                             "#66c2a5", "#fc8d62", "#e78ac3", "#b3b3b3"};
 
-static bool is_graph_category(int c)
-{
-    return c == LP_CAT_SAVED || c == LP_CAT_GRADIENT || c == LP_CAT_AUTOGRAD;
-}
-
 static void esc(FILE *out, const char *s)
 {
     gp__html_escape(out, s);
@@ -272,7 +267,7 @@ static void td_category(FILE *out, lp_category c)
         return;
     }
     fprintf(out, "<td%s><i class=\"sw\" style=\"background:%s\"></i>%s</td>",
-            is_graph_category(c) ? " class=\"graph\"" : "", cat_color[c], lp_category_name(c));
+            lp_category_is_graph((lp_category)c) ? " class=\"graph\"" : "", cat_color[c], lp_category_name(c));
 }
 
 /* The header row of a table: columns whose name starts with '#' are numeric (right-aligned). */
@@ -1236,7 +1231,7 @@ static void report_iterations(FILE *out, gp_profile *p)
         for (int k = 0; k < LP_CAT_COUNT; k++)
             if (used[k])
                 td_bytes_class(out, it->live_by_category[k],
-                               is_graph_category(k) && it->live_by_category[k] ? "graph" : NULL);
+                               lp_category_is_graph((lp_category)k) && it->live_by_category[k] ? "graph" : NULL);
         fputs("</tr>\n", out);
     }
     fputs("</tbody></table>\n</section>\n", out);

@@ -531,7 +531,10 @@ static void regions(text_ctx *c)
 
 static uint64_t graph_bytes(const uint64_t *by_category)
 {
-    return by_category[LP_CAT_SAVED] + by_category[LP_CAT_AUTOGRAD] + by_category[LP_CAT_GRADIENT];
+    uint64_t sum = 0;
+    for (int c = 0; c < LP_CAT_COUNT; c++)
+        sum += lp_category_is_graph((lp_category)c) ? by_category[c] : 0;
+    return sum;
 }
 
 static void iteration_row(text_ctx *c, gp__table *t, size_t i)
