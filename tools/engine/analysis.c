@@ -113,6 +113,9 @@ struct gp__profile_internal {
     finding_acc *findings; /* one per (kind, region), in order of first occurrence */
     size_t n_findings, cap_findings;
     gp_map finding_map;       /* (kind, region) -> index */
+    gp_map key_site_map;      /* (tag key, site) -> index in key_site_bytes */
+    uint64_t *key_site_bytes; /* bytes that entered the tag key from the site (for top_site) */
+    size_t n_key_site, cap_key_site;
     const gp_analysis_options *opts;
     gp_analysis_options opts_copy;
     uint64_t now;
@@ -208,7 +211,8 @@ static uint32_t tag_key_get(gp_profile *p, lp_category cat, const char *op, cons
         e->oom = true;
         return 0;
     }
-    *k = (gp_tag_key){.category = cat, .op = op, .module = module, .device = device};
+    *k = (gp_tag_key){.category = cat, .op = op, .module = module, .device = device,
+                      .top_site = NONE};
     return (uint32_t)(p->n_tag_keys - 1);
 }
 
@@ -528,6 +532,25 @@ static void object_delete(engine *e, uint32_t i)
     e->free_object = i;
 }
 
+/* Counts `size` bytes (negative: takes them back) as having entered tag key `key` from `site`:
+ * gp_tag_key.top_site is chosen from these sums when the replay ends. */
+static void key_site_add(gp_profile *p, uint32_t key, uint32_t site, int64_t size)
+{
+    engine *e = p->internal;
+    struct gp_map_slot *s = gp__map_find(&e->key_site_map, key, site, 0);
+    if (!s) {
+        uint64_t *b = gp__push((void **)&e->key_site_bytes, &e->n_key_site, &e->cap_key_site,
+                               sizeof *b);
+        if (!b || !gp__map_put(&e->key_site_map, key, site, 0, (uint32_t)(e->n_key_site - 1))) {
+            e->oom = true;
+            return;
+        }
+        *b = (uint64_t)size;
+        return;
+    }
+    e->key_site_bytes[s->v] += (uint64_t)size;
+}
+
 /* Adds o's bytes to every key it belongs to. `count` also counts it as an allocation (or a
  * retag into) there; `count_site` does the same for its site, which counts only allocations. */
 static void object_enter(gp_profile *p, object *o, bool count, bool count_site)
@@ -535,6 +558,8 @@ static void object_enter(gp_profile *p, object *o, bool count, bool count_site)
     engine *e = p->internal;
     device_state *d = device_get(p, o->device);
     stats_add(&p->tag_keys[o->tag_key].stats, d, o->size, count);
+    if (count)
+        key_site_add(p, o->tag_key, o->site, (int64_t)o->size);
     gp_site *site = &p->sites[o->site];
     stats_add(&site->stats, d, o->size, count_site);
     if (count_site)
@@ -963,6 +988,7 @@ static void on_tag(gp_profile *p, thread_state *t, const gp_event *ev)
             undo[i]->total_bytes -= o->size;
             undo[i]->frees--;
         }
+        key_site_add(p, o->tag_key, o->site, -(int64_t)o->size);
         site->by_category[o->category] -= o->size;
         site->by_category[ev->category] += o->size;
         o->tagged = true;
@@ -1082,6 +1108,20 @@ static int finish(gp_profile *p)
     }
     for (size_t i = 0; i < p->n_tag_keys; i++)
         p->leaked_count += p->tag_keys[i].stats.live_count;
+    /* each tag key's top site: the most bytes entered from it, ties to the lower site index */
+    uint64_t *best = calloc(p->n_tag_keys ? p->n_tag_keys : 1, sizeof *best);
+    if (!best)
+        return -1;
+    for (size_t i = 0; i < e->key_site_map.cap; i++) {
+        const struct gp_map_slot *s = &e->key_site_map.slots[i];
+        uint64_t bytes = s->v == GP_MAP_NONE ? 0 : e->key_site_bytes[s->v];
+        gp_tag_key *k = bytes ? &p->tag_keys[s->k1] : NULL;
+        if (k && (bytes > best[s->k1] || (bytes == best[s->k1] && s->k2 < k->top_site))) {
+            best[s->k1] = bytes;
+            k->top_site = (uint32_t)s->k2;
+        }
+    }
+    free(best);
     timeline_close_bucket(p);
     detect_growth(p);
     /* findings: items by bytes, largest first; one per (kind, region), by kind then first seen */
@@ -1212,6 +1252,8 @@ void gp_profile_free(gp_profile *p)
         }
         free(e->findings);
         free(e->finding_map.slots);
+        free(e->key_site_map.slots);
+        free(e->key_site_bytes);
         for (size_t i = 0; i < e->n_owned; i++)
             free(e->owned_strings[i]);
         free(e->owned_strings);

@@ -48,6 +48,10 @@ typedef struct gp_tag_key {
     const char *module; /* interned, "" if none */
     int32_t device;
     gp_stats stats;
+    /* The site (index in p->sites) where most of the key's bytes entered it, allocated there or
+     * retagged into the key (stats.total_bytes, by site; ties to the lower index): the call
+     * stack to show for the key. UINT32_MAX when the key has no bytes. */
+    uint32_t top_site;
 } gp_tag_key;
 
 typedef struct gp_site {
