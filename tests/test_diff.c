@@ -128,8 +128,9 @@ static void test_held_by_graph_mlp(void **state)
     assert_int_equal(d->b_more_bytes, 0);
     assert_int_equal(d->unaligned_bytes, 0);
     assert_false(d->diverged);
-    /* saved for backward: a0, tagged SAVED (a1 is retagged after the peak) */
-    assert_int_equal(d->saved_inferred_bytes, ACT);
+    /* saved for backward: a0, tagged SAVED at the peak, and a1, which the next op saves right
+     * after the peak (tagged SAVED later in its life): what saved_tensors_hooks would see */
+    assert_int_equal(d->saved_inferred_bytes, 2 * ACT);
     /* By category: a0 SAVED, the nodes AUTOGRAD; h1 and a1 are paired activations. */
     assert_int_equal(d->by_category[LP_CAT_SAVED].a_bytes, ACT);
     assert_int_equal(d->by_category[LP_CAT_SAVED].b_bytes, 0);
@@ -165,6 +166,9 @@ static void test_held_by_graph_mlp(void **state)
     assert_int_equal(k->a_bytes, ACT);
     assert_int_equal(k->b_bytes, 0);
     assert_int_equal(k->held_bytes, ACT);
+    assert_int_equal(k->saved_inferred_bytes, ACT);
+    assert_non_null(k = find_row(d->keys, d->n_keys, "relu @ mlp.3 (activation)"));
+    assert_int_equal(k->held_bytes, 0); /* paired: B holds its twin at the instant */
     assert_int_equal(k->saved_inferred_bytes, ACT);
     assert_non_null(k = find_row(d->ops, d->n_ops, "linear @ mlp.2"));
     assert_int_equal(k->held_bytes, NODE);

@@ -22,13 +22,16 @@
 
 typedef struct rec {
     uint64_t key, occ, seq, size;
+    uint64_t loose_key; /* the twin key with only GP_ALIGN_LOOSE_FRAMES frames */
     uint64_t alloc_ns, alloc_allocs, free_ns, free_allocs; /* free_allocs = UINT64_MAX: live */
     uint32_t stack;
     uint32_t twin; /* B: index of its twin among A's peak buffers (a_peak[]), NONE if none */
     lp_category cat, snap_cat;
     const char *op, *module, *snap_op, *snap_module;
     uint64_t label_epoch; /* == side's epoch: snap_* hold the labels at the instant */
+    bool ever_saved;      /* tagged SAVED at some point of its life (A: after the peak too) */
     uint32_t next_free;
+    bool loose_paired;    /* B: paired with a leftover of A's peak by the loose key */
 } rec;
 
 /* A buffer live at A's peak, with what B did with its twin. */
@@ -159,17 +162,17 @@ static uint64_t string_hash(gp_align *al, side *s, const char *str)
     return h;
 }
 
-/* The innermost GP_ALIGN_STACK_FRAMES frames of `stack`, as module path + offset. */
-static uint64_t stack_hash(gp_align *al, side *s, gp_profile *p, uint32_t stack)
+/* The innermost `frames` frames of `stack`, as module path + offset (memo kind 2 + frames). */
+static uint64_t stack_hash(gp_align *al, side *s, gp_profile *p, uint32_t stack, int frames)
 {
     uint64_t h;
     if (!stack)
         return 0;
-    if (memo_get(s, 2, stack, &h))
+    if (memo_get(s, 2 + (uint64_t)frames, stack, &h))
         return h;
     h = 0x6a09e667f3bcc908ull;
     uint32_t id = stack;
-    for (int depth = 0; id && depth < GP_ALIGN_STACK_FRAMES; depth++) {
+    for (int depth = 0; id && depth < frames; depth++) {
         uint32_t module, parent;
         uint64_t offset;
         if (gp_trace_stack_frame(p->trace, id, &module, &offset, &parent) != 0)
@@ -179,17 +182,22 @@ static uint64_t stack_hash(gp_align *al, side *s, gp_profile *p, uint32_t stack)
         h = gp__mix64(h ^ mh ^ gp__mix64(offset + (uint64_t)depth));
         id = parent;
     }
-    memo_put(al, s, 2, stack, h);
+    memo_put(al, s, 2 + (uint64_t)frames, stack, h);
     return h;
 }
 
-static uint64_t twin_key(gp_align *al, side *s, gp_profile *p, const gp_buffer_event *b)
+/* The twin key of a new buffer with the innermost `frames` frames of its stack; the strict key
+ * (all GP_ALIGN_STACK_FRAMES) also holds its scope. */
+static uint64_t twin_key(gp_align *al, side *s, gp_profile *p, const gp_buffer_event *b,
+                         int frames)
 {
     uint64_t h = gp__mix64(((uint64_t)b->thread << 32) ^ (uint64_t)b->category);
+    if (frames == GP_ALIGN_STACK_FRAMES)
+        h = gp__mix64(h ^ string_hash(al, s, b->scope) ^ gp__mix64(b->scope_ordinal * 5 + 1));
     h = gp__mix64(h ^ b->size);
     h = gp__mix64(h ^ string_hash(al, s, b->op));
     h = gp__mix64(h ^ (string_hash(al, s, b->module) * 3));
-    return gp__mix64(h ^ stack_hash(al, s, p, b->stack));
+    return gp__mix64(h ^ stack_hash(al, s, p, b->stack, frames));
 }
 
 /* The occurrence index of `key` in this run: 0 for its first buffer. */
@@ -245,11 +253,13 @@ static void on_alloc(gp_align *al, int which, gp_profile *p, const gp_buffer_eve
     if (i == NONE)
         return;
     rec *r = &s->recs[i];
-    uint64_t key = twin_key(al, s, p, b);
+    uint64_t key = twin_key(al, s, p, b, GP_ALIGN_STACK_FRAMES);
     *r = (rec){.key = key, .occ = occurrence(al, s, key), .seq = b->seq, .size = b->size,
+               .loose_key = twin_key(al, s, p, b, GP_ALIGN_LOOSE_FRAMES),
                .alloc_ns = b->time_ns, .alloc_allocs = b->allocs, .free_allocs = UINT64_MAX,
                .stack = b->stack, .twin = NONE, .cat = b->category, .op = b->op,
-               .module = b->module, .next_free = NONE};
+               .module = b->module, .ever_saved = b->category == LP_CAT_SAVED,
+               .next_free = NONE};
     if (!gp__map_put(&s->live, b->seq, 0, 0, i)) {
         in->oom = true;
         return;
@@ -296,6 +306,7 @@ static void on_retag(gp_align *al, int which, const gp_buffer_event *b)
     r->cat = b->category;
     r->op = b->op;
     r->module = b->module;
+    r->ever_saved = r->ever_saved || b->category == LP_CAT_SAVED;
 }
 
 static void on_free(gp_align *al, int which, const gp_buffer_event *b)
@@ -453,6 +464,116 @@ static uint64_t b_position_of(const anchor *order, size_t n, uint64_t a_allocs)
     return lo ? order[lo - 1].b_seq : 0;
 }
 
+/* A leftover of the strict alignment, for the loose pass. */
+typedef struct leftover {
+    uint64_t loose_key, seq;
+    uint32_t index; /* A: into peak[]; B: into the side's recs */
+} leftover;
+
+static int cmp_leftover(const void *x, const void *y)
+{
+    const leftover *a = x, *b = y;
+    if (a->loose_key != b->loose_key)
+        return a->loose_key < b->loose_key ? -1 : 1;
+    return a->seq < b->seq ? -1 : a->seq > b->seq;
+}
+
+/* Whether A made a buffer with this (key, occurrence): B's buffer has a twin in A. */
+static bool has_twin_in_a(const struct gp__align_internal *in, const rec *r)
+{
+    const side *a = &in->s[0];
+    struct gp_map_slot *m = gp__map_find(&a->occ, r->key, 0, 0);
+    return m && r->occ <= a->counts[m->v];
+}
+
+static bool add_leftover(gp_align *al, leftover **v, size_t *n, size_t *cap, leftover x)
+{
+    leftover *slot = gp__push((void **)v, n, cap, sizeof *slot);
+    if (!slot)
+        al->internal->oom = true;
+    else
+        *slot = x;
+    return slot != NULL;
+}
+
+/* Raw memory: what no tag or frame rule says is tensor or graph memory (interpreter objects,
+ * library workspaces, and parameters, inputs and optimizer state, which a graph never holds). */
+static bool is_raw(lp_category c) { return !may_be_saved(c) && !lp_category_is_graph(c); }
+
+/* Whether B freed peak buffer pb's twin before the instant. */
+static bool twin_freed(const gp_align *al, const peak_buf *pb)
+{
+    return pb->b_seq && pb->b_free_allocs && pb->b_free_allocs < al->b_seq;
+}
+
+/*
+ * The loose passes: leftovers of the strict alignment, paired by the loose key (the strict key
+ * with only the innermost GP_ALIGN_LOOSE_FRAMES frames and no scope), in birth order. A loose twin
+ * is then a twin like any other.
+ *   1. A's peak buffers B made no twin of, with B's buffers live at the instant that have no twin
+ *      anywhere in A: the same code reached from another caller in the two runs (a table resized
+ *      at another moment, a cache first filled from another path).
+ *   2. Raw memory only (is_raw): A's peak buffers still without a twin live in B, with B's
+ *      buffers live at the instant whose twin is not live at A's peak. Raw allocations of the
+ *      same key are interchangeable, and a few more or fewer of them in one run (a graph node
+ *      object A makes) shift every later occurrence index: without stacks, whole sequences of
+ *      small interpreter objects pair with the wrong twin. Tensor memory is never re-paired here.
+ * Graph memory only A makes (nodes, copies autograd makes) has no loose twin in either pass
+ * unless B has a raw leftover of the same key (without stacks: thread and size).
+ */
+static void pair_loose(gp_align *al, int pass)
+{
+    struct gp__align_internal *in = al->internal;
+    side *b = &in->s[1];
+    leftover *la = NULL, *lb = NULL;
+    size_t na = 0, nb = 0, ca = 0, cb = 0;
+    for (size_t i = 0; i < in->n_peak; i++) {
+        const peak_buf *pb = &in->peak[i];
+        bool want = pass == 1 ? !pb->b_seq
+                              : is_raw(pb->a.cat) && (!pb->b_seq || twin_freed(al, pb));
+        if (want && !add_leftover(al, &la, &na, &ca, (leftover){pb->a.loose_key, pb->a.seq,
+                                                                  (uint32_t)i}))
+            goto out;
+    }
+    for (int list = 0; list < 2; list++) {
+        size_t n = list == 0 ? b->live.cap : b->n_gone;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t ri = list == 0 ? b->live.slots[i].v : b->gone[i];
+            if (ri == NONE)
+                continue;
+            const rec *r = &b->recs[ri];
+            if (r->seq > b->snap_seq || r->twin != NONE)
+                continue;
+            lp_category cat;
+            const char *op, *module;
+            rec_snap_labels(b, r, &cat, &op, &module);
+            bool want = pass == 1 ? !has_twin_in_a(in, r) : is_raw(cat);
+            if (want && !add_leftover(al, &lb, &nb, &cb, (leftover){r->loose_key, r->seq, ri}))
+                goto out;
+        }
+    }
+    qsort(la, na, sizeof *la, cmp_leftover);
+    qsort(lb, nb, sizeof *lb, cmp_leftover);
+    for (size_t i = 0, j = 0; i < na && j < nb;) {
+        if (la[i].loose_key != lb[j].loose_key) {
+            la[i].loose_key < lb[j].loose_key ? i++ : j++;
+            continue;
+        }
+        peak_buf *pb = &in->peak[la[i++].index];
+        rec *r = &b->recs[lb[j++].index];
+        r->twin = (uint32_t)(pb - in->peak);
+        pb->b_seq = r->seq;
+        pb->b_alloc_ns = r->alloc_ns;
+        pb->b_alloc_allocs = r->alloc_allocs;
+        pb->b_free_ns = r->free_ns;
+        pb->b_free_allocs = r->free_allocs == UINT64_MAX ? 0 : r->free_allocs;
+        al->loose_bytes += pb->a.size;
+    }
+out:
+    free(la);
+    free(lb);
+}
+
 static gp_aligned *add_buffer(gp_align *al, size_t *cap)
 {
     gp_aligned *x = gp__push((void **)&al->buffers, &al->n_buffers, cap, sizeof *x);
@@ -473,6 +594,8 @@ int gp_align_finish(gp_align *al)
     al->b_time_ns = b->snap_ns;
     al->b_found = in->best_a_seq != 0;
     al->b_allocs = b->allocs;
+    pair_loose(al, 1);
+    pair_loose(al, 2);
 
     /* twins ordered by A's birth number, with the prefix maximum of B's */
     size_t n_order = 0;
@@ -500,7 +623,7 @@ int gp_align_finish(gp_align *al)
         const rec *r = &pb->a;
         *x = (gp_aligned){.side = 0, .category = r->cat, .op = r->op, .module = r->module,
                           .stack = r->stack, .size = r->size};
-        bool b_freed = pb->b_seq && pb->b_free_allocs && pb->b_free_allocs < bs;
+        bool b_freed = twin_freed(al, pb);
         if (!pb->b_seq)
             x->state = GP_TWIN_NONE;
         else if (pb->b_seq > bs)
@@ -519,7 +642,7 @@ int gp_align_finish(gp_align *al)
         }
         if (x->state == GP_TWIN_FREED || x->state == GP_TWIN_NONE)
             x->saved_inferred = true;
-        if (r->cat == LP_CAT_SAVED)
+        if (r->cat == LP_CAT_SAVED || r->ever_saved)
             x->saved_inferred = true;
         else if (!may_be_saved(r->cat))
             x->saved_inferred = false;

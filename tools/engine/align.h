@@ -3,10 +3,17 @@
  *
  * Twins. Every host allocation gets a twin key that survives across runs: a hash of its thread
  * (the dense index of the trace reader, i.e. the order threads first appeared), its size, the role
- * it was born with (category, op, module; for raw allocations what the frame rules say) and its
+ * it was born with (category, op, module; for raw allocations what the frame rules say), its
  * innermost GP_ALIGN_STACK_FRAMES frames as module path + offset (ASLR-independent; none when the
- * trace has no stacks), plus the occurrence index of that key in its thread. Buffer n of key K in
- * A and buffer n of key K in B are twins. No address or stack id takes part.
+ * trace has no stacks) and its scope (the innermost region open at its birth that is not a
+ * grad-mode scope -- a module's forward, a user region -- with the number of regions of that name
+ * entered before it, so an allocation one run makes and the other does not shifts occurrences
+ * within that region only), plus the occurrence index of that key in its thread. Buffer n of key K in
+ * A and buffer n of key K in B are twins. No address or stack id takes part. Leftovers -- a buffer
+ * live at A's peak with no twin, and a buffer live in B at the corresponding instant with no twin
+ * anywhere in A -- are then paired by a loose key, the same with only the innermost
+ * GP_ALIGN_LOOSE_FRAMES frames, in birth order: the same code reached from another caller (a
+ * table resized at another moment). Graph memory that only A makes has no loose twin either.
  *
  * The instants. A's instant is its host peak (the allocation that first reached it). B's
  * corresponding instant is right after B made the twin of the newest buffer live at A's peak that
@@ -21,7 +28,8 @@
  *   A's peak - B's live bytes at the instant = held - b_more + unaligned, exactly.
  *
  * Saved inferred. A buffer live at A's peak is memory autograd kept for backward, found without
- * tags, when it is tagged SAVED, or when it has no twin, or when B frees its twin sooner: before B
+ * tags, when it is tagged SAVED (at the peak, or later in its life: a tensor saved by the op that
+ * follows the peak), or when it has no twin, or when B frees its twin sooner: before B
  * made the twin of some allocation that A made before it freed the buffer (A's allocations after
  * its peak are sampled as such anchors, at most GP_ALIGN_ANCHORS of them, evenly). Only tensor
  * memory (activation, saved or temporary, by tag or frame rule) counts: parameters, inputs,
@@ -41,6 +49,7 @@
 #include "analysis.h"
 
 #define GP_ALIGN_STACK_FRAMES 8 /* innermost frames in the twin key */
+#define GP_ALIGN_LOOSE_FRAMES 2 /* innermost frames in the loose key (leftovers) */
 #define GP_ALIGN_ANCHORS 65536  /* post-peak anchors sampled from A */
 
 typedef enum gp_twin_state {
@@ -79,6 +88,7 @@ typedef struct gp_align {
     uint64_t held_bytes, b_more_bytes, unaligned_bytes, saved_inferred_bytes, paired_bytes;
     /* alignment quality: bytes live at A's peak, not graph memory by tag or rule, with a twin */
     uint64_t twinned_bytes, twinnable_bytes;
+    uint64_t loose_bytes; /* bytes live at A's peak whose twin only the loose key found */
     uint64_t a_allocs, b_allocs; /* allocations each run made */
     struct gp__align_internal *internal;
 } gp_align;

@@ -45,7 +45,9 @@ typedef struct instance {
     const char *name;
     uint32_t parent, region, thread, depth;
     uint32_t refs; /* live objects made inside + child instances */
+    uint64_t ordinal; /* regions of this name entered before this one (all threads) */
     bool open, inference;
+    uint8_t scope;   /* grad_scope: what kind of grad-mode scope it is, if any */
     uint64_t live_inside, graph_inside, begin_ns;
 } instance;
 
@@ -672,6 +674,29 @@ static bool is_inference_name(const engine *e, const char *name)
     return false;
 }
 
+/* Grad-mode scopes, by region name (vocabulary.h): grad off, grad back on, backward. */
+enum grad_scope { SCOPE_NONE, SCOPE_GRAD_OFF, SCOPE_GRAD_ON, SCOPE_BACKWARD };
+
+static enum grad_scope grad_scope(const char *name)
+{
+    if (!strcmp(name, LP_REGION_NO_GRAD) || !strcmp(name, LP_REGION_INFERENCE_MODE))
+        return SCOPE_GRAD_OFF;
+    if (!strcmp(name, LP_REGION_ENABLE_GRAD) || !strcmp(name, LP_REGION_INFERENCE_MODE_OFF))
+        return SCOPE_GRAD_ON;
+    return !strcmp(name, LP_REGION_BACKWARD) ? SCOPE_BACKWARD : SCOPE_NONE;
+}
+
+/* Adds d (+1 on entry, -1 on exit) to the thread's depth in scope kind k. */
+static void grad_scope_enter(thread_state *t, enum grad_scope k, int d)
+{
+    if (k == SCOPE_GRAD_OFF)
+        t->no_grad_depth += d;
+    else if (k == SCOPE_GRAD_ON)
+        t->enable_grad_depth += d;
+    else if (k == SCOPE_BACKWARD)
+        t->backward_depth += d;
+}
+
 static void region_push(gp_profile *p, thread_state *t, uint32_t thread, const char *name)
 {
     engine *e = p->internal;
@@ -681,18 +706,14 @@ static void region_push(gp_profile *p, thread_state *t, uint32_t thread, const c
     instance *in = &e->instances[i];
     *in = (instance){.name = name, .parent = t->top, .region = region_get(p, name),
                      .thread = thread, .depth = t->depth, .refs = 1, .open = true,
-                     .inference = is_inference_name(e, name), .begin_ns = e->now};
+                     .inference = is_inference_name(e, name), .begin_ns = e->now,
+                     .scope = (uint8_t)grad_scope(name)};
     if (t->top != NONE)
         e->instances[t->top].refs++;
     t->top = i;
     t->depth++;
-    p->regions[in->region].entries++;
-    if (!strcmp(name, LP_REGION_NO_GRAD) || !strcmp(name, LP_REGION_INFERENCE_MODE))
-        t->no_grad_depth++;
-    else if (!strcmp(name, LP_REGION_ENABLE_GRAD) || !strcmp(name, LP_REGION_INFERENCE_MODE_OFF))
-        t->enable_grad_depth++;
-    else if (!strcmp(name, LP_REGION_BACKWARD))
-        t->backward_depth++;
+    in->ordinal = p->regions[in->region].entries++;
+    grad_scope_enter(t, (enum grad_scope)in->scope, 1);
     if (in->inference)
         t->inference_depth++;
 }
@@ -740,13 +761,7 @@ static void region_pop(gp_profile *p, thread_state *t)
         if (s)
             *s = (gp_region_span){in->name, in->thread, in->depth, in->begin_ns, e->now};
     }
-    const char *name = in->name;
-    if (!strcmp(name, LP_REGION_NO_GRAD) || !strcmp(name, LP_REGION_INFERENCE_MODE))
-        t->no_grad_depth--;
-    else if (!strcmp(name, LP_REGION_ENABLE_GRAD) || !strcmp(name, LP_REGION_INFERENCE_MODE_OFF))
-        t->enable_grad_depth--;
-    else if (!strcmp(name, LP_REGION_BACKWARD))
-        t->backward_depth--;
+    grad_scope_enter(t, (enum grad_scope)in->scope, -1);
     if (in->inference)
         t->inference_depth--;
     in->open = false;
@@ -895,11 +910,19 @@ static void observe(gp_profile *p, void (*fn)(void *, gp_profile *, const gp_buf
     const gp_replay_observer *obs = p->internal->opts->observer;
     if (!obs || !fn)
         return;
+    const engine *e = p->internal;
     const gp_tag_key *k = &p->tag_keys[o->tag_key];
-    gp_buffer_event b = {.seq = o->seq, .allocs = p->alloc_count, .time_ns = p->internal->now,
+    gp_buffer_event b = {.seq = o->seq, .allocs = p->alloc_count, .time_ns = e->now,
                          .thread = thread, .device = o->device, .size = o->size,
                          .stack = p->sites[o->site].stack, .category = o->category, .op = k->op,
-                         .module = k->module, .first_tag = first_tag};
+                         .module = k->module, .scope = "", .first_tag = first_tag};
+    uint32_t i = o->instance;
+    while (i != NONE && e->instances[i].scope != SCOPE_NONE)
+        i = e->instances[i].parent;
+    if (i != NONE) {
+        b.scope = e->instances[i].name;
+        b.scope_ordinal = e->instances[i].ordinal;
+    }
     fn(obs->ctx, p, &b);
 }
 

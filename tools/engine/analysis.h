@@ -172,6 +172,11 @@ typedef struct gp_buffer_event {
     uint32_t stack;       /* the allocating stack (0 = none) */
     lp_category category; /* the buffer's role now (after the event) */
     const char *op, *module; /* interned by the profile, "" if none */
+    /* The innermost region open at its birth that is not a grad-mode scope (a module's forward,
+     * a user region; "" if none), and how many regions of that name were entered before it: the
+     * same in two runs of one program whatever their grad modes. */
+    const char *scope;
+    uint64_t scope_ordinal;
     bool first_tag;       /* retag: the buffer's first tag (a raw allocation getting its role) */
 } gp_buffer_event;
 
