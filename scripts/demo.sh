@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The demo: installs what is missing, builds (Release), profiles examples/mlp_infer once with grad
-# on and once under no_grad, and shows what gradprof says: the diff (memory held by graph
-# construction, per layer and op) and the CI check that fails the grad-on run.
+# The demo: installs what is missing, builds (Release) and asks gradprof the question users ask of
+# an evaluation loop that forgot no_grad: what would no_grad save me, and where? `gradprof compare`
+# runs examples/mlp_infer twice (grad as it is, and off from the start) and prints the aligned
+# diff; `gradprof check` is the CI gate that fails the grad-on run and passes the other.
 #   scripts/demo.sh [mlp_infer options, e.g. --layers 16 --width 512]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,25 +16,23 @@ gradprof="$build/tools/gradprof"
 mlp="$build/examples/mlp_infer"
 out="$root/build-release/demo"
 mkdir -p "$out"
-rm -f "$out"/*.gptrace*
+rm -f "$out"/mlp.*
 
 args=("$@")
 [ ${#args[@]} -gt 0 ] || args=(--layers 8 --width 1024 --batch 64 --iters 10)
 
-echo "== 1. the program, grad on (as an evaluation loop that forgot no_grad) and under no_grad"
-"$gradprof" run -o "$out/grad.gptrace" -- "$mlp" --grad "${args[@]}"
-"$gradprof" run -o "$out/nograd.gptrace" -- "$mlp" --no-grad "${args[@]}"
+echo "== 1. gradprof compare: the program with grad as it is (an evaluation loop that forgot"
+echo "==    no_grad) and with grad off from the start; what graph construction holds at the peak"
+# --ignore-stdout: mlp_infer prints its timings, which differ from run to run.
+"$gradprof" compare --ignore-stdout --top 8 -n "$out/mlp" -- "$mlp" "${args[@]}"
 
 echo
-echo "== 2. gradprof diff: what graph construction holds at the peak"
-"$gradprof" diff "$out/grad.gptrace" "$out/nograd.gptrace" --top 8
+echo "== 2. gradprof check: the CI gate fails the grad-on run and passes the no_grad run"
+"$gradprof" check "$out/mlp.grad.gptrace" | head -24 || true
+"$gradprof" check "$out/mlp.nograd.gptrace" | head -3 || true
 
 echo
-echo "== 3. gradprof check: the CI gate fails the grad-on run and passes the no_grad run"
-"$gradprof" check "$out/grad.gptrace" | head -24 || true
-"$gradprof" check "$out/nograd.gptrace" | head -3 || true
-
-echo
-echo "Traces and reports are in $out; try:"
-echo "  $gradprof report $out/grad.gptrace"
-echo "  $gradprof report $out/grad.gptrace --format html -o $out/grad.html"
+echo "Traces, reports and the programs' output are in $out; try:"
+echo "  $gradprof report $out/mlp.grad.gptrace"
+echo "  $gradprof report $out/mlp.grad.gptrace --format html -o $out/grad.html"
+echo "  $gradprof diff $out/mlp.grad.gptrace $out/mlp.nograd.gptrace --format html -o $out/diff.html"
