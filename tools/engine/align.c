@@ -57,6 +57,7 @@ typedef struct side {
     gp_map occ;   /* twin key -> index into counts */
     uint64_t *counts;
     size_t n_counts, cap_counts;
+    gp_map threads; /* the reader's thread index -> its stable identity (thread_identity) */
     gp_map memo;  /* (kind, id) -> index into hashes: stack hashes, string hashes */
     uint64_t *hashes;
     size_t n_hashes, cap_hashes;
@@ -140,14 +141,20 @@ static bool memo_get(side *s, uint64_t kind, uint64_t id, uint64_t *h)
     return true;
 }
 
-static void memo_put(gp_align *al, side *s, uint64_t kind, uint64_t id, uint64_t h)
+/* Stores value h in the side's hashes[] under (a, b) of map m. */
+static void memo_put_map(gp_align *al, side *s, gp_map *m, uint64_t a, uint64_t b, uint64_t h)
 {
     uint64_t *slot = gp__push((void **)&s->hashes, &s->n_hashes, &s->cap_hashes, sizeof h);
-    if (!slot || !gp__map_put(&s->memo, kind, id, 0, (uint32_t)(s->n_hashes - 1))) {
+    if (!slot || !gp__map_put(m, a, b, 0, (uint32_t)(s->n_hashes - 1))) {
         al->internal->oom = true;
         return;
     }
     *slot = h;
+}
+
+static void memo_put(gp_align *al, side *s, uint64_t kind, uint64_t id, uint64_t h)
+{
+    memo_put_map(al, s, &s->memo, kind, id, h);
 }
 
 static uint64_t string_hash(gp_align *al, side *s, const char *str)
@@ -186,12 +193,34 @@ static uint64_t stack_hash(gp_align *al, side *s, gp_profile *p, uint32_t stack,
     return h;
 }
 
+/*
+ * A thread's identity across runs: its name and how many threads of that name made a buffer
+ * before it did. The reader numbers threads in the order their chunks reach the file, which a
+ * busy thread (an OpenBLAS or sanitizer thread) can change from run to run; the order of first
+ * buffers in time, per name, does not change for one program.
+ */
+static uint64_t thread_identity(gp_align *al, side *s, gp_profile *p, uint32_t thread)
+{
+    struct gp_map_slot *m = gp__map_find(&s->threads, thread, 0, 0);
+    if (m)
+        return s->hashes[m->v];
+    const char *name = gp_trace_thread_name(p->trace, thread);
+    uint64_t nh = string_hash(al, s, name ? name : "");
+    struct gp_map_slot *c = gp__map_find(&s->threads, nh, 1, 0); /* threads of that name so far */
+    uint64_t ordinal = c ? ++s->hashes[c->v] : 0;
+    if (!c)
+        memo_put_map(al, s, &s->threads, nh, 1, 0);
+    uint64_t id = gp__mix64(nh ^ gp__mix64(ordinal + 0x9e3779b97f4a7c15ull));
+    memo_put_map(al, s, &s->threads, thread, 0, id);
+    return id;
+}
+
 /* The twin key of a new buffer with the innermost `frames` frames of its stack; the strict key
  * (all GP_ALIGN_STACK_FRAMES) also holds its scope. */
 static uint64_t twin_key(gp_align *al, side *s, gp_profile *p, const gp_buffer_event *b,
                          int frames)
 {
-    uint64_t h = gp__mix64(((uint64_t)b->thread << 32) ^ (uint64_t)b->category);
+    uint64_t h = gp__mix64(thread_identity(al, s, p, b->thread) ^ (uint64_t)b->category);
     if (frames == GP_ALIGN_STACK_FRAMES)
         h = gp__mix64(h ^ string_hash(al, s, b->scope) ^ gp__mix64(b->scope_ordinal * 5 + 1));
     h = gp__mix64(h ^ b->size);
@@ -552,6 +581,8 @@ static void pair_loose(gp_align *al, int pass)
                 goto out;
         }
     }
+    if (!na || !nb)
+        goto out;
     qsort(la, na, sizeof *la, cmp_leftover);
     qsort(lb, nb, sizeof *lb, cmp_leftover);
     for (size_t i = 0, j = 0; i < na && j < nb;) {
@@ -746,6 +777,7 @@ void gp_align_free(gp_align *al)
         gp__map_free(&s->occ);
         free(s->counts);
         gp__map_free(&s->memo);
+        gp__map_free(&s->threads);
         free(s->hashes);
     }
     if (in) {
