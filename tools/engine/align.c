@@ -477,9 +477,57 @@ static int cmp_anchor_a(const void *x, const void *y)
     return a->a_seq < b->a_seq ? -1 : a->a_seq > b->a_seq;
 }
 
+/*
+ * Keeps the longest chain of twins (peak buffers and anchors, sorted by A's birth number) whose
+ * B birth numbers increase too, and drops the rest: the twins that say where in B a moment of A
+ * falls. Both runs make their allocations in the same order, so a twin off that chain was paired
+ * across a shift (raw allocations of one size, a batch that came from a data-loader worker a
+ * little earlier): one such twin must not move the whole mapping. Patience sorting, O(n log n).
+ * Returns the chain's length; order[0..len) is the chain.
+ */
+static size_t monotone_twins(anchor *order, size_t n)
+{
+    if (n == 0)
+        return 0;
+    uint32_t *tail = malloc(n * sizeof *tail), *prev = malloc(n * sizeof *prev);
+    if (!tail || !prev) { /* out of memory: keep the running maximum instead */
+        free(tail);
+        free(prev);
+        for (size_t i = 1; i < n; i++)
+            if (order[i].b_seq < order[i - 1].b_seq)
+                order[i].b_seq = order[i - 1].b_seq;
+        return n;
+    }
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t lo = 0, hi = len; /* first tail whose b_seq >= this one */
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (order[tail[mid]].b_seq < order[i].b_seq)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        prev[i] = lo ? tail[lo - 1] : UINT32_MAX;
+        tail[lo] = (uint32_t)i;
+        if (lo == len)
+            len++;
+    }
+    /* The chain's indexes, back from its end into tail[] (free now), then moved to the front in
+     * increasing order: the k-th index is at least k, so no entry is overwritten before it is
+     * read. */
+    uint32_t i = tail[len - 1];
+    for (size_t k = len; k-- > 0; i = prev[i])
+        tail[k] = i;
+    for (size_t k = 0; k < len; k++)
+        order[k] = order[tail[k]];
+    free(tail);
+    free(prev);
+    return len;
+}
+
 /* The latest B allocation that is the twin of an allocation A made at or before A's allocation
- * count `a_allocs`: the prefix maximum over twins (peak buffers and anchors) ordered by A's
- * birth number. `order` holds (a_seq, prefix max of b_seq) pairs, sorted by a_seq. */
+ * count `a_allocs`, on the chain of monotone_twins (sorted by A's birth number, B's increasing). */
 static uint64_t b_position_of(const anchor *order, size_t n, uint64_t a_allocs)
 {
     size_t lo = 0, hi = n; /* first with a_seq > a_allocs */
@@ -628,7 +676,7 @@ int gp_align_finish(gp_align *al)
     pair_loose(al, 1);
     pair_loose(al, 2);
 
-    /* twins ordered by A's birth number, with the prefix maximum of B's */
+    /* twins ordered by A's birth number, on a chain where B's increase too */
     size_t n_order = 0;
     anchor *order = malloc((in->n_peak + in->n_anchors + 1) * sizeof *order);
     if (!order)
@@ -640,9 +688,7 @@ int gp_align_finish(gp_align *al)
         if (in->anchors[i].b_seq)
             order[n_order++] = in->anchors[i];
     qsort(order, n_order, sizeof *order, cmp_anchor_a);
-    for (size_t i = 1; i < n_order; i++)
-        if (order[i].b_seq < order[i - 1].b_seq)
-            order[i].b_seq = order[i - 1].b_seq;
+    n_order = monotone_twins(order, n_order);
 
     size_t cap = 0;
     uint64_t bs = al->b_seq;
