@@ -431,6 +431,10 @@ def explain_held(name, d, truth):
 
 
 TENSOR_CATEGORIES = ("activation", "saved", "temporary")
+# Raw memory outside any operator that one run holds and the other does not, though neither built
+# a graph there: an interpreter table or list resized (or collected) at another moment in one run.
+# Seen up to 1.3% of the truth (a 128 KiB CPython buffer in one CNN run out of five).
+NOISE = 0.02
 
 
 def held_parts(d):
@@ -475,8 +479,8 @@ def expect_aligned(name, d, truth, graph_bytes=None):
                  % (name, held, limit))
     ok3 = True
     if graph_bytes is None:
-        ok3 = expect(parts["noise"] <= 0.005 * T,
-                     "%s: held raw memory outside any operator %d B <= 0.5%% of the truth"
+        ok3 = expect(parts["noise"] <= NOISE * T,
+                     "%s: held raw memory outside any operator %d B <= 2%% of the truth"
                      % (name, parts["noise"]))
     expect(not d["alignment"]["diverged"], "%s: the runs align (%s)"
            % (name, d["alignment"]["why"] or "not diverged"))
