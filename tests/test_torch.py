@@ -444,7 +444,7 @@ def held_parts(d):
             operator (nodes, edges, autograd meta, the tensor headers of saved views: with no
             symbols in Debian's libtorch, the frame rules name few of them);
     noise:  raw memory made outside any operator (interpreter objects, library workspaces):
-            what a misalignment would show, never graph construction."""
+            what a misalignment or the interpreter's own timing shows, not graph construction."""
     parts = {"tensor": 0, "graph": 0, "noise": 0}
     for r in d["sites"]:
         if r["category"] in TENSOR_CATEGORIES:
