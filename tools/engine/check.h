@@ -99,9 +99,10 @@ typedef struct gp_check_violation {
     const gp_finding *finding; /* detector: the finding (the profile's) */
     const gp_iteration *first_mark, *last_mark; /* max-growth (the profile's) */
     size_t n_marks;
-    /* baseline: the trace B, the saved-for-backward bytes (inferred) and the ops holding them,
-     * the held graph nodes and gradients; items[0, n_saved_items) are the saved bytes per op
-     * (category saved), the rest the held graph nodes and gradients per tag key */
+    /* baseline: the trace B, the saved-for-backward bytes (inferred) and the number of ops
+     * holding them, the held graph nodes and gradients; items[0, n_saved_items) are the saved
+     * bytes per op (category saved; at most GP_CHECK_MAX_ITEMS / 2 kept), the rest the held graph
+     * nodes and gradients per tag key (count 0: the diff does not count buffers per row) */
     const char *baseline_path;
     uint64_t saved_bytes, held_graph_bytes;
     size_t n_saved_ops, n_saved_items;
@@ -140,7 +141,7 @@ typedef struct gp_check_result {
     size_t n_rules, rules_failed, rules_skipped;
     gp_check_violation *violations;
     size_t n_violations;
-    gp_check_doubt doubts[2];
+    gp_check_doubt doubts[3]; /* the trace incomplete, the baseline incomplete, unclassified */
     size_t n_doubts;
 } gp_check_result;
 
