@@ -1074,6 +1074,47 @@ static void test_output_files(void **state)
     contains(err, "-o/--output needs a file name");
 }
 
+/* Names over NAME_MAX or PATH_MAX: refused with the reason, never cut off. */
+static void test_long_paths(void **state)
+{
+    char name[300], deep[5200];
+    memset(name, 'n', 280);
+    name[280] = '\0';
+    size_t n = 0;
+    while (n + 100 < sizeof deep - 10)
+        n += (size_t)snprintf(deep + n, sizeof deep - n, "%s/", "dddddddddddddddddddddddddddddddd"
+                                                                "dddddddddddddddddddddddddddddddd"
+                                                                "ddd");
+    snprintf(deep + n, sizeof deep - n, "t.gptrace");
+    expect_rc(gradprof("run -o '%s.gptrace' -- /bin/true", name), 2);
+    one_line_error();
+    contains(err, "file name too long (ENAMETOOLONG)");
+    contains(err, "is 288 bytes, over the 255 a file name may have");
+    expect_rc(gradprof("run -o 'x%%p%s' -- /bin/true", name + 30), 2); /* 251 bytes + a pid */
+    contains(err, "once %p is a pid");
+    expect_rc(gradprof("run -o '%s' -- /bin/true", deep), 2);
+    one_line_error();
+    contains(err, "ENAMETOOLONG");
+    expect_rc(gradprof("report '%s.gptrace'", name), 2);
+    one_line_error();
+    contains(err, "ENAMETOOLONG");
+    expect_rc(gradprof("report '%s'", deep), 2);
+    one_line_error();
+    contains(err, "over the 4095 a path may have: file name too long (ENAMETOOLONG)");
+    expect_rc(gradprof("report " TRACE("mlp_grad") " -o '%s.txt'", name), 2);
+    contains(err, "-o: ");
+    contains(err, "ENAMETOOLONG");
+    expect_rc(gradprof("check " TRACE("mlp_grad") " --junit '%s.xml'", name), 2);
+    contains(err, "ENAMETOOLONG");
+    expect_rc(gradprof("compare -n '%s' -- /bin/true", name), 2);
+    one_line_error();
+    contains(err, "--name: ");
+    contains(err, "ENAMETOOLONG");
+    expect_rc(gradprof("compare -n '%s' -- /bin/true", deep), 2);
+    contains(err, "ENAMETOOLONG");
+    assert_int_equal(count_files("n"), 0); /* nothing was run or written */
+}
+
 /* ---- gradprof run ---------------------------------------------------------------------------- */
 
 /* Under GRADPROF_SANITIZE, programs carrying ASan (mlp_infer, gradprof) refuse to start when
@@ -1159,6 +1200,47 @@ static void test_run_output(void **state)
     one_line_error();
 }
 
+/* Every %p of the template is the pid; the trace is found and named. */
+static void test_run_pid_twice(void **state)
+{
+    expect_rc(gradprof("run -o 'z%%p%%p.gptrace' -- /bin/true"), 0);
+    contains(err, "gradprof: trace written to z");
+    lacks(err, "no trace was written");
+    char *line = strstr(err, "trace written to ");
+    assert_non_null(line);
+    char path[512];
+    assert_int_equal(sscanf(line, "trace written to %511s", path), 1);
+    size_t digits = strlen(path) - strlen("z.gptrace");
+    assert_true(digits % 2 == 0 && digits > 0);
+    assert_memory_equal(path + 1, path + 1 + digits / 2, digits / 2); /* the same pid twice */
+    expect_rc(gradprof("report '%s'", path), 0);
+    expect_rc(gradprof("run -o 'p%%p-%%p.x' -- /bin/true"), 0);
+    contains(err, "trace written to p");
+    assert_int_equal(count_files("p"), 1);
+}
+
+/* GRADPROF_ENABLE=0: the program runs without recording, and one line says so. */
+static void test_run_enable(void **state)
+{
+    expect_rc(sh("GRADPROF_ENABLE=0 '" GRADPROF_BIN "' run -o off.gptrace -- /bin/sh -c "
+                 "'echo \"[$GRADPROF_ENABLE] [$LD_PRELOAD]\"; exit 3'"),
+              3);
+    one_line_error();
+    contains(err, "gradprof run: GRADPROF_ENABLE=0 in the environment: running /bin/sh without "
+                  "recording");
+    contains(out, "[0] []");
+    assert_int_equal(count_files("off"), 0);
+    /* a bad value: a warning naming it, and recording as with 1 */
+    expect_rc(sh("GRADPROF_ENABLE=yes '" GRADPROF_BIN "' run -o on.gptrace -- /bin/true"), 0);
+    contains(err, "gradprof run: warning: GRADPROF_ENABLE='yes' is not 0 or 1");
+    contains(err, "trace written to on.gptrace");
+    /* compare needs both runs recorded: refused */
+    expect_rc(sh("GRADPROF_ENABLE=0 '" GRADPROF_BIN "' compare -n cmp -- /bin/true"), 2);
+    one_line_error();
+    contains(err, "GRADPROF_ENABLE=0");
+    assert_int_equal(count_files("cmp"), 0);
+}
+
 static void test_run_preload_env(void **state)
 {
     expect_rc(gradprof("run -- /bin/true"), 0); /* found next to the binary (build tree) */
@@ -1218,12 +1300,15 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_check_incomplete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_check_unclassified, setup, teardown),
         cmocka_unit_test_setup_teardown(test_output_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_long_paths, setup, teardown),
 #ifdef GRADPROF_MLP_INFER
         cmocka_unit_test_setup_teardown(test_run_mlp_infer, setup, teardown),
 #endif
         cmocka_unit_test_setup_teardown(test_run_exit_status, setup, teardown),
         cmocka_unit_test_setup_teardown(test_run_not_found, setup, teardown),
         cmocka_unit_test_setup_teardown(test_run_output, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_run_pid_twice, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_run_enable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_run_preload_env, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
