@@ -1511,6 +1511,12 @@ static const int lp__fatal_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT
 static void lp__on_fatal_signal(int sig)
 {
     int saved_errno = errno;
+    if (lp__recording() && getpid() != R.pid) { /* a vfork child: not the trace's process */
+        signal(sig, SIG_DFL);
+        errno = saved_errno;
+        raise(sig);
+        return;
+    }
     if (lp__recording()) {
         char reason[32] = "signal ";
         size_t n = strlen(reason);
@@ -1723,15 +1729,20 @@ void lp_stop(void)
     pthread_mutex_unlock(&R.lock);
 }
 
+/* Whether this is a child that shares the recorder's memory without being its process: a vfork
+ * child (posix_spawn's, Python's subprocess), where no fork handler ran. Its exec or _exit is
+ * not the end of the trace, which belongs to the parent: nothing is written. */
+static bool lp__in_vfork_child(void) { return getpid() != R.pid; }
+
 void lp__before_exit(void)
 {
-    if (lp__recording())
+    if (lp__recording() && !lp__in_vfork_child())
         lp__finish();
 }
 
 void lp__before_exec(void)
 {
-    if (!lp__recording())
+    if (!lp__recording() || lp__in_vfork_child())
         return;
     /* If the exec fails the program goes on, and the end reason written at its end replaces
      * this one (the last META of a key wins). */

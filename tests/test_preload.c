@@ -46,6 +46,7 @@
 #include "preload/fd_games.h"
 #include "preload/realloc_race.h"
 #include "preload/tsd_alloc.h"
+#include "preload/vfork_exec.h"
 #include "symbolize.h"
 
 #define RUN_TIMEOUT_S 120
@@ -1173,6 +1174,25 @@ static void test_end_reason(void **state)
     remove_dir(dir);
 }
 
+/* vfork children share the parent's memory: one whose exec fails and that leaves with _exit, one
+ * that execs. Neither may end the parent's trace: killed by SIGKILL afterwards, the parent leaves
+ * a trace with every allocation and no END record nor end reason ("killed, or still running"). */
+static void test_vfork_child_leaves_the_trace_alone(void **state)
+{
+    const char *dir = make_dir();
+    run_result r;
+    run_exe(prog("vfork_exec"), true, dir, NULL, &r);
+    assert_true(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGKILL);
+    const uint64_t sizes[] = {VE_BEFORE_SIZE, VE_AFTER_SIZE};
+    summary s;
+    summarize_pid(dir, r.pid, sizes, 2, &s, NULL);
+    assert_false(s.info.clean_end);
+    assert_string_equal(s.end_reason, "");
+    expect_size(&s, VE_BEFORE_SIZE, VE_BEFORE, VE_BEFORE);
+    expect_size(&s, VE_AFTER_SIZE, VE_AFTER, VE_AFTER);
+    remove_dir(dir);
+}
+
 /* The command line is stored whole (10,000 bytes); over one chunk (1.2 MB) it is cut there and
  * the "command_truncated" metadata says so. */
 static void test_long_command_line(void **state)
@@ -1262,6 +1282,7 @@ int main(void)
         cmocka_unit_test(test_forms_glibc),       cmocka_unit_test(test_forms_tcmalloc),
         cmocka_unit_test(test_forms_jemalloc),    cmocka_unit_test(test_allocator_first_is_said),
         cmocka_unit_test(test_end_reason),        cmocka_unit_test(test_long_command_line),
+        cmocka_unit_test(test_vfork_child_leaves_the_trace_alone),
         cmocka_unit_test(test_output_name_too_long),
         cmocka_unit_test(test_output_too_long_expanded),
     };
