@@ -3,10 +3,13 @@
  * allocation or free, and starting the recorder from the environment. Not installed.
  *
  * Recording rules (as heaptrack): nothing is recorded unless the recorder is on and the calling
- * thread is not already inside it (the guard); a free is recorded *before* the real free, because
- * after it another thread may get the same address back; a failed allocation records nothing.
- * Sizes are what the program asked for, not what the allocator rounded them up to.
+ * thread is not already inside it (the guard); a free is stamped *before* the real free, because
+ * after it another thread may get the same address back, and an allocation after the real
+ * allocation returned, so that by time the free of an address always comes first; a failed
+ * allocation records nothing. Sizes are what the program asked for, not what the allocator
+ * rounded them up to. errno is left as the real function left it.
  */
+#include <errno.h>
 #ifndef GRADPROF_LIBPROF_INTERPOSE_H
 #define GRADPROF_LIBPROF_INTERPOSE_H
 
@@ -27,7 +30,9 @@ LP__IP_INLINE void lp__ip_alloc(const void *p, size_t size)
         return;
     if (!lp__guard_enter())
         return;
+    int saved_errno = errno;
     lp__record_alloc(p, size, LP_DEVICE_HOST);
+    errno = saved_errno;
     lp__guard_exit();
 }
 
@@ -38,7 +43,9 @@ LP__IP_INLINE void lp__ip_free(const void *p)
         return;
     if (!lp__guard_enter())
         return;
+    int saved_errno = errno;
     lp__record_free(p, LP_DEVICE_HOST);
+    errno = saved_errno;
     lp__guard_exit();
 }
 
@@ -46,23 +53,36 @@ LP__IP_INLINE void lp__ip_free(const void *p)
  * realloc through `real`, recorded as free(old) + alloc(new). realloc(NULL, n) is an allocation;
  * realloc(old, 0) frees `old` (glibc returns NULL, other allocators a minimal block), so its free
  * is recorded before the call; a failed realloc records nothing, since `old` is still the
- * program's. When the block moves, its free is recorded after the real realloc, so another thread
- * may get `old` back and record that allocation first (heaptrack has the same window).
+ * program's. Otherwise whether `old` is freed is known only after the call, but another thread
+ * may get `old` back as soon as the real realloc let go of it: so the free is stamped with a time
+ * taken before the call, and recorded after it when the call succeeded. By time, the free comes
+ * before any allocation that reuses `old`. (Only if this very thread records something during the
+ * call, from a signal handler, is the free stamped after that instead.)
  */
 LP__IP_INLINE void *lp__ip_realloc(void *(*real)(void *, size_t), void *old, size_t size)
 {
-    if (old != NULL && size == 0) {
+    if (old == NULL) {
+        void *p = real(NULL, size);
+        lp__ip_alloc(p, size);
+        return p;
+    }
+    if (size == 0) {
         lp__ip_free(old);
         void *p = real(old, 0);
         lp__ip_alloc(p, 0);
         return p;
     }
+    if (!lp__recording() || !lp__guard_enter())
+        return real(old, size);
+    uint64_t before = lp__stamp();
+    lp__guard_exit();
     void *p = real(old, size);
-    if (p == NULL || !lp__recording() || !lp__guard_enter())
+    if (p == NULL || before == 0 || !lp__guard_enter())
         return p;
-    if (old != NULL)
-        lp__record_free(old, LP_DEVICE_HOST);
+    int saved_errno = errno;
+    lp__record_free_at(old, LP_DEVICE_HOST, before);
     lp__record_alloc(p, size, LP_DEVICE_HOST);
+    errno = saved_errno;
     lp__guard_exit();
     return p;
 }

@@ -4,25 +4,29 @@
  *   LD_PRELOAD=libprof_preload.so GRADPROF_OUTPUT=run.%p.gptrace ./program
  *
  * Interposes malloc, calloc, realloc, reallocarray, free, posix_memalign, aligned_alloc, memalign,
- * valloc, pvalloc and malloc_usable_size (C++ operator new/delete reach malloc/free through
- * libstdc++), plus the exits that skip destructors (_exit, _Exit: the trace is ended first) and
- * the exec family (the trace is flushed first; the new image starts its own). fork is handled by
- * the recorder's pthread_atfork handlers.
+ * valloc, pvalloc and malloc_usable_size, every C++ operator new and delete (cxx_new.c: recorded
+ * there, once, whichever allocator sits below; what the real operator new does through the
+ * functions here is internal and not recorded again), plus the exits that skip destructors
+ * (_exit, _Exit: the trace is ended first), the exec family (the trace is flushed first; the new
+ * image starts its own) and pthread_cancel (from the first call on, the recorder keeps
+ * cancellation off on its event path). fork is handled by the recorder's pthread_atfork handlers.
  *
- * The real functions come from dlsym(RTLD_NEXT), so another allocator preloaded after this one,
- * or linked into the program, is what gets called. dlsym may itself allocate (glibc's dlerror
- * buffer): while the real functions are being resolved, allocations are served from a small static
- * pool, which is never handed to the real free or realloc.
+ * The real functions come from dlsym(RTLD_NEXT), so another allocator preloaded after this one
+ * (LD_PRELOAD="libprof_preload.so libtcmalloc_minimal.so.4") is what gets called. One found
+ * *before* this library (preloaded first, or linked into the program itself) takes the program's
+ * calls and none reach this library: that is said in one warning. dlsym may itself allocate
+ * (glibc's dlerror buffer): while the real functions are being resolved, allocations are served
+ * from a small static pool, which is never handed to the real free or realloc.
  *
  * Rules: the program's behaviour must not change. Nothing here aborts; if the real allocator
  * cannot be found the allocation fails with ENOMEM as if memory were exhausted, and a warning is
  * printed once. Never built with sanitizers (they interpose malloc themselves).
  *
  * Known limits: allocations made before this library's constructor (by the dynamic loader and by
- * libc's start-up) are not recorded; a realloc that moves the block records its free after the
- * real realloc returned, so another thread that gets the old address back in that window records
- * its allocation before the free (heaptrack has the same window); a vfork child that calls exec
- * flushes from the parent's memory.
+ * libc's start-up) are not recorded; memory the program maps itself (mmap, brk/sbrk) is not heap
+ * and not recorded; a signal handler's allocations while the same thread is inside an operator
+ * new or delete are taken for the operator's own (when they come from the allocator's object);
+ * a vfork child that calls exec flushes from the parent's memory.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -32,11 +36,16 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "cxx_new.h"
 #include "interpose.h"
 #include "recorder.h"
 
@@ -61,6 +70,7 @@ typedef struct lp__real_fns {
     int (*execvp)(const char *, char *const[]);
     int (*execvpe)(const char *, char *const[], char *const[]);
     int (*fexecve)(int, char *const[], char *const[]);
+    int (*pthread_cancel)(pthread_t);
 } lp__real_fns;
 
 enum { LP__REAL_UNRESOLVED, LP__REAL_RESOLVING, LP__REAL_READY };
@@ -110,6 +120,7 @@ static bool lp__real_ready(void)
     LP__RESOLVE(execvp, "execvp", NULL);
     LP__RESOLVE(execvpe, "execvpe", NULL);
     LP__RESOLVE(fexecve, "fexecve", NULL);
+    LP__RESOLVE(pthread_cancel, "pthread_cancel", NULL);
 #undef LP__RESOLVE
     g_real = r;
     __atomic_store_n(&g_real_state, LP__REAL_READY, __ATOMIC_RELEASE);
@@ -178,6 +189,18 @@ static void *lp__no_memory(void)
 
 /* ---- the allocation functions ---------------------------------------------------------------- */
 
+/* Records the allocation `p` of `size` bytes, made for a caller whose return address is `ra`,
+ * unless it is the internal work of a real operator new in progress on this thread (cxx_new.h). */
+static inline __attribute__((always_inline)) void lp__alloc_from(const void *ra, void *p,
+                                                                  size_t size)
+{
+    if (__builtin_expect(lp__cxx_depth != 0, 0) && lp__cxx_internal(ra)) {
+        lp__cxx_inner(p, size);
+        return;
+    }
+    lp__ip_alloc(p, size);
+}
+
 LP__EXPORT void *malloc(size_t size)
 {
     if (!lp__real_ready())
@@ -185,7 +208,7 @@ LP__EXPORT void *malloc(size_t size)
     if (g_real.malloc == NULL)
         return lp__no_memory();
     void *p = g_real.malloc(size);
-    lp__ip_alloc(p, size);
+    lp__alloc_from(__builtin_return_address(0), p, size);
     return p;
 }
 
@@ -195,7 +218,8 @@ LP__EXPORT void free(void *p)
         return;
     if (!lp__real_ready() || g_real.free == NULL)
         return; /* cannot happen for a block the real malloc made; leaking beats crashing */
-    lp__ip_free(p);
+    if (__builtin_expect(p != lp__cxx_freeing, 1)) /* else operator delete recorded it */
+        lp__ip_free(p);
     g_real.free(p);
 }
 
@@ -210,7 +234,33 @@ LP__EXPORT void *calloc(size_t n, size_t size)
     if (g_real.calloc == NULL)
         return lp__no_memory();
     void *p = g_real.calloc(n, size);
-    lp__ip_alloc(p, n * size); /* p != NULL: no overflow */
+    lp__alloc_from(__builtin_return_address(0), p, n * size); /* p != NULL: no overflow */
+    return p;
+}
+
+/* The real allocator, unrecorded, for operator new when no real operator new exists. */
+void *lp__real_malloc(size_t size)
+{
+    if (!lp__real_ready())
+        return lp__pool_alloc(size, 16);
+    return g_real.malloc ? g_real.malloc(size) : lp__no_memory();
+}
+
+void lp__real_free(void *p)
+{
+    if (p == NULL || lp__in_pool(p) || !lp__real_ready() || g_real.free == NULL)
+        return;
+    g_real.free(p);
+}
+
+void *lp__real_aligned(size_t align, size_t size)
+{
+    void *p = NULL;
+    if (!lp__real_ready())
+        return lp__pool_alloc(size, align);
+    if (g_real.posix_memalign == NULL ||
+        g_real.posix_memalign(&p, align < sizeof(void *) ? sizeof(void *) : align, size) != 0)
+        return NULL;
     return p;
 }
 
@@ -264,16 +314,20 @@ LP__EXPORT int posix_memalign(void **out, size_t align, size_t size)
     }
     if (g_real.posix_memalign == NULL)
         return ENOMEM;
-    return lp__ip_posix_memalign(g_real.posix_memalign, out, align, size);
+    int rc = g_real.posix_memalign(out, align, size);
+    if (rc == 0)
+        lp__alloc_from(__builtin_return_address(0), *out, size);
+    return rc;
 }
 
 /* The aligned allocators that return the block: from the pool while resolving, else `real`. */
-static void *lp__aligned(void *(*real)(size_t, size_t), size_t align, size_t size)
+static inline __attribute__((always_inline)) void *
+lp__aligned(const void *ra, void *(*real)(size_t, size_t), size_t align, size_t size)
 {
     if (real == NULL)
         return lp__no_memory();
     void *p = real(align, size);
-    lp__ip_alloc(p, size);
+    lp__alloc_from(ra, p, size);
     return p;
 }
 
@@ -290,14 +344,14 @@ LP__EXPORT void *aligned_alloc(size_t align, size_t size)
 {
     if (!lp__real_ready())
         return lp__pool_aligned(align, size);
-    return lp__aligned(g_real.aligned_alloc, align, size);
+    return lp__aligned(__builtin_return_address(0), g_real.aligned_alloc, align, size);
 }
 
 LP__EXPORT void *memalign(size_t align, size_t size)
 {
     if (!lp__real_ready())
         return lp__pool_aligned(align, size);
-    return lp__aligned(g_real.memalign, align, size);
+    return lp__aligned(__builtin_return_address(0), g_real.memalign, align, size);
 }
 
 LP__EXPORT void *valloc(size_t size)
@@ -307,7 +361,7 @@ LP__EXPORT void *valloc(size_t size)
     if (g_real.valloc == NULL)
         return lp__no_memory();
     void *p = g_real.valloc(size);
-    lp__ip_alloc(p, size);
+    lp__alloc_from(__builtin_return_address(0), p, size);
     return p;
 }
 
@@ -318,7 +372,7 @@ LP__EXPORT void *pvalloc(size_t size)
     if (g_real.pvalloc == NULL)
         return lp__no_memory();
     void *p = g_real.pvalloc(size);
-    lp__ip_alloc(p, size);
+    lp__alloc_from(__builtin_return_address(0), p, size);
     return p;
 }
 
@@ -462,12 +516,46 @@ LP__EXPORT int execle(const char *path, const char *arg0, ...)
     return rc;
 }
 
+/* ---- cancellation ---------------------------------------------------------------------------- */
+
+/* Only noted: from now on the recorder keeps cancellation off on its whole event path (before,
+ * only around its writes, which costs nothing per event). */
+LP__EXPORT int pthread_cancel(pthread_t thread)
+{
+    atomic_store(&lp__cancel_used, true);
+    if (!lp__real_ready() || g_real.pthread_cancel == NULL)
+        return ENOSYS;
+    return g_real.pthread_cancel(thread);
+}
+
 /* ---- start and stop -------------------------------------------------------------------------- */
+
+/* Warns once when the program's malloc is not this library's: an allocator preloaded before it,
+ * or linked into the program, takes every call, and nothing is recorded. */
+static void lp__check_malloc_binding(void)
+{
+    void *bound = dlsym(RTLD_DEFAULT, "malloc");
+    Dl_info bound_info, own_info;
+    if (bound == NULL || !dladdr(bound, &bound_info) ||
+        !dladdr((void *)lp__check_malloc_binding, &own_info) ||
+        bound_info.dli_fbase == own_info.dli_fbase)
+        return;
+    const char *where = bound_info.dli_fname && *bound_info.dli_fname ? bound_info.dli_fname
+                                                                      : "the program";
+    char msg[400];
+    snprintf(msg, sizeof msg,
+             "the program's malloc is the one in %.200s, which comes before libprof_preload.so: "
+             "allocations are not recorded (list libprof_preload.so first in LD_PRELOAD)",
+             where);
+    lp__warn_once(LP__WARN_OTHER, msg);
+}
 
 __attribute__((constructor(101))) static void lp__preload_init(void)
 {
     lp__real_ready();
     lp__ip_start("preload");
+    if (lp_is_recording())
+        lp__check_malloc_binding();
 }
 
 __attribute__((destructor(101))) static void lp__preload_fini(void)

@@ -7,6 +7,33 @@
  * flusher also takes, briefly, to write out a buffer that sat idle. Chunks are written with one
  * writev(2) on an O_APPEND file, so writers never tear each other's chunks.
  *
+ * Living inside someone else's program. Nothing the program does may change it, nor make the
+ * recorder write anywhere but its trace:
+ *  - Descriptors: the trace is moved to a high descriptor number at creation (out of the way of
+ *    `cmd 3>file` and of dup2 onto low numbers), and before each chunk is written (one fstat per
+ *    chunk, never per event) the descriptor is checked to still be the file this recorder created
+ *    (device and inode). If the program closed it (a closefrom loop, close_range) or put another
+ *    file on its number, the trace is reopened by path (O_APPEND | O_NOFOLLOW, same inode
+ *    required) and recording goes on; buffered events are not lost. If the path no longer names
+ *    that file, recording stops with one warning. The window left: a descriptor replaced between
+ *    the fstat and the writev of one chunk.
+ *  - Cancellation: no write, open or lock of the recorder runs with cancellation enabled (a
+ *    deferred pthread_cancel acting inside the recorder would unwind out of it with its buffer
+ *    held). The writes always disable it, per chunk; once the program has called pthread_cancel
+ *    (the preload library sees it), the whole event path does, per event.
+ *  - Thread exit: the recorder's thread-specific-data destructor flushes the thread's buffer but
+ *    leaves the thread recording, so that destructors that run after it (other keys, later
+ *    rounds, libc's own clean-up) are recorded too; the flusher writes the rest and recycles the
+ *    state once the kernel says the thread is gone (tgkill(tid, 0) fails with ESRCH).
+ *  - No spin that a dead or interrupted holder could leave held forever: a buffer flag left set
+ *    by its own thread is taken back by that thread, one left by a thread that is gone is taken
+ *    by the flusher, and lp_flush waits for others only a bounded time.
+ *
+ * Time. Each thread's records are strictly increasing in time (a record stamped no later than the
+ * previous one gets the previous time + 1 ns). A free is stamped before the block is given back
+ * to the allocator and an allocation after the allocator returned it, so across threads too the
+ * free of an address comes before any allocation that reuses it (trace_format.h, "Ordering").
+ *
  * Memory. Everything here comes from mmap: the recorder never calls malloc, so it neither recurses
  * into the interposer nor shows up in the program's heap. Tables grow by doubling.
  *
@@ -29,6 +56,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -184,9 +212,13 @@ static struct {
     bool interposed;
     const char *interposed_how;
     lp_options opts;
-    int fd;
+    atomic_int fd;      /* the trace's descriptor, or -1; replaced when it had to be reopened */
+    dev_t fd_dev;       /* what the trace file is: checked before each chunk is written */
+    ino_t fd_ino;
+    pid_t pid;          /* the process the state belongs to (tgkill) */
     bool fd_pending; /* forked child: create the file on the first write */
     char path[4096];
+    char reopen_path[4096]; /* `path` made absolute at creation: the program may chdir */
     char path_template[4096];
     uint64_t start_ns;
     atomic_uint_fast64_t generation; /* bumped by each start and in a forked child */
@@ -212,14 +244,24 @@ static struct {
     bool handlers_installed;
 } R = {.fd = -1, .lock = PTHREAD_MUTEX_INITIALIZER};
 
+/* Set once the program has called pthread_cancel (preload.c): from then on the whole event path
+ * runs with cancellation disabled. Before, only the recorder's writes do. */
+atomic_bool lp__cancel_used;
+
+/* Who holds a buffer's `busy` flag. */
+enum { LP__FREE = 0, LP__OWNER = 1, LP__OTHER = 2 };
+
 struct lp__thread {
-    atomic_int busy; /* the owner (event path) or the flusher is using the buffer */
+    atomic_int busy; /* LP__OWNER (its thread's event path) or LP__OTHER (the flusher, lp_flush) */
     uint32_t index;
     uint64_t generation;
     uint64_t modules_generation;
     pid_t tid;
     uint8_t *buf;
     size_t len;
+    /* last_time: the time of the last record, in this chunk or before (kept across chunks and
+     * across the OS threads that use the state in turn: times per thread index only increase);
+     * first_time: when the buffer's oldest record was made (the flush-by-age clock). */
     uint64_t base_time, last_time, last_addr, first_time;
     lp__map strings;  /* (hash1, hash2) -> string id */
     lp__map frames;   /* (parent stack id + 1, ip) -> stack id */
@@ -228,7 +270,9 @@ struct lp__thread {
     uint32_t next_string_id, next_stack_id;
     int64_t sample_left;
     uint64_t rng;
-    bool exited;
+    volatile sig_atomic_t writing; /* a chunk of this buffer is being written (signal flush) */
+    atomic_bool exiting; /* its thread ran the recorder's thread-exit hook; may still record */
+    atomic_bool exited;  /* its thread is gone and the buffer written: the state may be reused */
     lp__thread *next;
 };
 
@@ -262,6 +306,9 @@ static uint64_t lp__now(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+static int lp__cancel_off(void);
+static void lp__cancel_restore(int old);
+
 /* ---- warnings -------------------------------------------------------------------------------- */
 
 static atomic_uint_fast64_t lp__warned;
@@ -271,29 +318,115 @@ void lp__warn_once(int key, const char *message)
     uint64_t bit = 1ull << (key & 63);
     if (atomic_fetch_or(&lp__warned, bit) & bit)
         return;
-    char line[320];
+    char line[512];
     size_t n = (size_t)snprintf(line, sizeof line, "gradprof: %s\n", message);
     if (n >= sizeof line)
         n = sizeof line - 1;
+    int saved_errno = errno, cancel = lp__cancel_off();
     ssize_t w = write(STDERR_FILENO, line, n);
     (void)w;
+    lp__cancel_restore(cancel);
+    errno = saved_errno;
 }
 
 /* ---- the file -------------------------------------------------------------------------------- */
 
-/* Expands %p in the template with the pid. */
-static void lp__expand_path(char *out, size_t size, const char *templ, pid_t pid)
+/* Expands %p in the template with the pid. Returns 0, or -1 if the result does not fit in `size`
+ * bytes (then `out` holds a cut-off prefix that must not be used). */
+static int lp__expand_path(char *out, size_t size, const char *templ, pid_t pid)
 {
     size_t o = 0;
-    for (const char *p = templ; *p && o + 1 < size; p++) {
+    for (const char *p = templ; *p; p++) {
         if (p[0] == '%' && p[1] == 'p') {
-            o += (size_t)snprintf(out + o, size - o, "%d", (int)pid);
+            int n = snprintf(out + o, size - o, "%d", (int)pid);
+            if (n < 0 || (size_t)n >= size - o)
+                return -1;
+            o += (size_t)n;
             p++;
         } else {
+            if (o + 1 >= size)
+                return -1;
             out[o++] = *p;
         }
     }
-    out[o < size ? o : size - 1] = '\0';
+    out[o] = '\0';
+    return 0;
+}
+
+/* A path for a message: whole if short, else its first and last 80 bytes around "...". */
+static const char *lp__short_path(const char *path, char *buf, size_t size)
+{
+    size_t n = strlen(path);
+    if (n <= 170 || size < 170)
+        return path;
+    snprintf(buf, size, "%.80s...%s", path, path + n - 80);
+    return buf;
+}
+
+/* Why a path gives ENAMETOOLONG: "component 2 is 300 bytes (NAME_MAX 255)" or "the path is ...". */
+static void lp__name_too_long_why(const char *path, char *why, size_t size)
+{
+    int k = 0;
+    for (const char *p = path; *p;) {
+        while (*p == '/')
+            p++;
+        size_t n = strcspn(p, "/");
+        if (n == 0)
+            break;
+        k++;
+        if (n > 255) {
+            snprintf(why, size, "component %d of the path is %zu bytes; the limit is 255", k, n);
+            return;
+        }
+        p += n;
+    }
+    snprintf(why, size, "the path is %zu bytes; the limit is 4095", strlen(path));
+}
+
+/* The reason `err` (an errno from creating the trace) in words, with ENAMETOOLONG explained. */
+static void lp__create_error(int err, const char *path, char *out, size_t size)
+{
+    if (err == ENAMETOOLONG) {
+        char why[96];
+        lp__name_too_long_why(path, why, sizeof why);
+        snprintf(out, size, "%s (ENAMETOOLONG: %s)", strerror(err), why);
+    } else {
+        snprintf(out, size, "%s", strerror(err));
+    }
+}
+
+/*
+ * Moves the trace's descriptor out of the program's way: to the lowest free number at or above
+ * 1000 (below the RLIMIT_NOFILE soft limit, 64 under it when the limit is low), close-on-exec,
+ * closing `fd`. Programs take the lowest free number (open), or a number they choose, mostly low
+ * (dup2(f, 3), `cmd 3>file`): neither meets the trace there. Returns the descriptor in use.
+ * Async-signal-safe.
+ */
+static int lp__fd_move_high(int fd)
+{
+    struct rlimit rl;
+    long floor = 1000;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur < (rlim_t)floor + 64)
+        floor = (long)rl.rlim_cur > 64 + 16 ? (long)rl.rlim_cur - 64 : 0;
+    if (floor <= fd)
+        return fd;
+    int high = fcntl(fd, F_DUPFD_CLOEXEC, (int)floor);
+    if (high < 0)
+        return fd; /* no room up there: stay, the inode check still guards every write */
+    close(fd);
+    return high;
+}
+
+/* Remembers what the trace file is (device, inode), for the check before each write. */
+static bool lp__fd_identify(int fd)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return false;
+    R.fd_dev = st.st_dev;
+    R.fd_ino = st.st_ino;
+    return true;
 }
 
 /* Creates the trace file at R.path, never following a symlink and never overwriting: if the
@@ -305,8 +438,10 @@ static int lp__create_file(void)
         if (n == 0)
             snprintf(candidate, sizeof candidate, "%s", R.path);
         else if ((size_t)snprintf(candidate, sizeof candidate, "%s.%d", R.path, n) >=
-                 sizeof candidate)
+                 sizeof candidate) {
+            errno = ENAMETOOLONG;
             return -1;
+        }
         int fd = open(candidate, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_NOFOLLOW | O_CLOEXEC,
                       0600);
         if (fd < 0) {
@@ -314,16 +449,28 @@ static int lp__create_file(void)
                 continue;
             return -1;
         }
+        fd = lp__fd_move_high(fd);
         uint8_t header[GP_FILE_HEADER_BYTES] = {0};
         memcpy(header, GP_FILE_MAGIC, 8);
         header[8] = GP_VERSION_MAJOR;
         header[10] = GP_VERSION_MINOR;
-        if (write(fd, header, sizeof header) != (ssize_t)sizeof header) {
+        if (write(fd, header, sizeof header) != (ssize_t)sizeof header || !lp__fd_identify(fd)) {
+            int err = errno;
             close(fd);
             unlink(candidate);
+            errno = err;
             return -1;
         }
         memcpy(R.path, candidate, sizeof candidate);
+        R.reopen_path[0] = '\0';
+        if (candidate[0] != '/' && getcwd(R.reopen_path, sizeof R.reopen_path) != NULL) {
+            size_t cwd = strlen(R.reopen_path);
+            if (snprintf(R.reopen_path + cwd, sizeof R.reopen_path - cwd, "/%s", candidate) >=
+                (int)(sizeof R.reopen_path - cwd))
+                R.reopen_path[0] = '\0';
+        } else if (candidate[0] == '/') {
+            memcpy(R.reopen_path, candidate, sizeof candidate);
+        }
         return fd;
     }
     errno = EEXIST;
@@ -334,19 +481,65 @@ static void lp__disable(const char *why)
 {
     atomic_store(&R.disabled, true);
     atomic_store(&R.recording, false);
-    char msg[320];
-    snprintf(msg, sizeof msg, "recording stopped: %.80s (%.150s); the program continues", why,
-             R.path[0] ? R.path : "no trace file");
+    char msg[480], path[200];
+    snprintf(msg, sizeof msg, "recording stopped: %.160s (%.180s); the program continues", why,
+             R.path[0] ? lp__short_path(R.path, path, sizeof path) : "no trace file");
     lp__warn_once(LP__WARN_WRITE, msg);
 }
 
-/* Writes one chunk. Async-signal-safe when the file exists (writev only). */
+/*
+ * The program closed the trace's descriptor `old`, or put another file on its number: opens the
+ * trace again by path (append, no symlink followed) if the path still names the same file, and
+ * publishes the new descriptor (another thread may have done so first: then that one is used).
+ * Never closes `old`, which is no longer the recorder's. Returns the descriptor, or -1 when the
+ * trace is lost (recording stops with one warning). Async-signal-safe.
+ */
+static int lp__fd_reopen(int old)
+{
+    int fd = R.reopen_path[0] ? open(R.reopen_path, O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC)
+                              : -1;
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) != 0 || st.st_dev != R.fd_dev || st.st_ino != R.fd_ino)) {
+        close(fd);
+        fd = -1;
+    }
+    if (fd < 0) {
+        int now = atomic_load(&R.fd);
+        if (now != old) /* another thread reopened it meanwhile */
+            return now;
+        lp__disable("the program closed or replaced the trace's descriptor, and the path no "
+                    "longer names the trace file");
+        return -1;
+    }
+    fd = lp__fd_move_high(fd);
+    int expected = old;
+    if (!atomic_compare_exchange_strong(&R.fd, &expected, fd)) {
+        close(fd); /* ours: opened just above */
+        return expected;
+    }
+    return fd;
+}
+
+/* The trace's descriptor, checked to be the trace file still (one fstat); reopened if not. */
+static int lp__fd_checked(void)
+{
+    int fd = atomic_load_explicit(&R.fd, memory_order_acquire);
+    if (fd < 0)
+        return -1;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && st.st_dev == R.fd_dev && st.st_ino == R.fd_ino)
+        return fd;
+    return lp__fd_reopen(fd);
+}
+
+/* Writes one chunk. Async-signal-safe (fstat, writev; open and fcntl when the descriptor must be
+ * reopened). Cancellation is off for the caller (lp__flush_thread) or never reaches here. */
 static void lp__write_chunk(uint32_t thread, uint64_t base_time, const uint8_t *payload,
                             size_t len)
 {
     if (len == 0 || atomic_load(&R.disabled))
         return;
-    int fd = R.fd;
+    int fd = lp__fd_checked();
     if (fd < 0)
         return;
     uint8_t header[GP_CHUNK_HEADER_BYTES];
@@ -359,15 +552,23 @@ static void lp__write_chunk(uint32_t thread, uint64_t base_time, const uint8_t *
     gp_put_u32(header + 8, gp_crc32c(crc, payload, len));
     struct iovec iov[2] = {{header, sizeof header}, {(void *)payload, len}};
     size_t total = sizeof header + len;
-    for (;;) {
+    int saved_errno = errno;
+    for (bool reopened = false;;) {
         ssize_t w = writev(fd, iov, 2);
         if (w == (ssize_t)total)
-            return;
+            break;
         if (w < 0 && errno == EINTR)
             continue;
+        if (w < 0 && errno == EBADF && !reopened) { /* closed between the check and the write */
+            reopened = true;
+            if ((fd = lp__fd_reopen(fd)) >= 0)
+                continue;
+            break;
+        }
         lp__disable(w < 0 ? strerror(errno) : "short write (disk full?)");
-        return;
+        break;
     }
+    errno = saved_errno;
 }
 
 static void lp__write_metadata(void);
@@ -376,16 +577,19 @@ static void lp__write_metadata(void);
  * called with R.lock held. */
 static bool lp__ensure_file(void)
 {
-    if (R.fd >= 0)
+    if (atomic_load(&R.fd) >= 0)
         return true;
     if (!R.fd_pending)
         return false;
     R.fd_pending = false;
-    R.fd = lp__create_file();
-    if (R.fd < 0) {
-        lp__disable(strerror(errno));
+    int fd = lp__create_file();
+    if (fd < 0) {
+        char why[200];
+        lp__create_error(errno, R.path, why, sizeof why);
+        lp__disable(why);
         return false;
     }
+    atomic_store(&R.fd, fd);
     lp__write_metadata(); /* modules follow from the first rescan */
     return true;
 }
@@ -415,21 +619,82 @@ static void lp__write_meta(const char *key, const char *value)
     lp__write_chunk(0, 0, p, n);
 }
 
+/* Writes a META record with a short key and value from a buffer on the stack: no lock, so it is
+ * fit for a signal handler (async-signal-safe as lp__write_chunk). */
+static void lp__write_meta_unlocked(const char *key, const char *value)
+{
+    uint8_t p[160];
+    size_t n = 0;
+    p[n++] = GP_REC_META;
+    n += lp__put_str(p + n, key, 48);
+    n += lp__put_str(p + n, value, 96);
+    lp__write_chunk(0, 0, p, n);
+}
+
+/* The most command-line bytes kept: what one chunk can hold. Longer command lines (the kernel
+ * allows up to about 2 MB) are cut there and say so in the "command_truncated" metadata. */
+#define LP__COMMAND_MAX (GP_CHUNK_MAX_PAYLOAD - 64)
+
+/* Writes the "command" metadata: /proc/self/cmdline, whole, arguments joined by spaces (read
+ * into mmap'd memory: no malloc, no fixed cut-off); R.lock held. */
+static void lp__write_command(void)
+{
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    size_t cap = GP_CHUNK_MAX_PAYLOAD;
+    uint8_t *chunk = lp__map_pages(cap);
+    if (!chunk) {
+        close(fd);
+        return;
+    }
+    /* Read at a fixed offset past room for the record's head (type, key, value length). */
+    static const char key[] = "command";
+    const size_t value_at = 32;
+    size_t n = 0, total = 0;
+    for (;;) {
+        uint8_t scratch[4096];
+        uint8_t *dst = n < LP__COMMAND_MAX ? chunk + value_at + n : scratch;
+        size_t room = n < LP__COMMAND_MAX ? LP__COMMAND_MAX - n : sizeof scratch;
+        ssize_t r = read(fd, dst, room < sizeof scratch ? room : sizeof scratch);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        total += (size_t)r;
+        if (dst != scratch)
+            n += (size_t)r;
+    }
+    close(fd);
+    if (n > 0) {
+        uint8_t *v = chunk + value_at;
+        size_t len = n;
+        if (total == n && v[len - 1] == '\0') /* the whole line: drop the final NUL */
+            len--;
+        for (size_t i = 0; i < len; i++)
+            if (v[i] == '\0')
+                v[i] = ' ';
+        uint8_t head[32];
+        size_t h = 0;
+        head[h++] = GP_REC_META;
+        h += lp__put_str(head + h, key, sizeof key - 1);
+        h += gp_put_varint(head + h, len);
+        memmove(chunk + h, v, len);
+        memcpy(chunk, head, h);
+        lp__write_chunk(0, 0, chunk, h + len);
+        if (total > n) {
+            char note[96];
+            snprintf(note, sizeof note, "%zu bytes, the first %zu kept", total, n);
+            lp__write_meta("command_truncated", note);
+        }
+    }
+    lp__unmap_pages(chunk, cap);
+}
+
 static void lp__write_metadata(void)
 {
     char buf[4096];
-    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        ssize_t n = read(fd, buf, sizeof buf - 1);
-        close(fd);
-        if (n > 0) {
-            for (ssize_t i = 0; i < n - 1; i++)
-                if (buf[i] == '\0')
-                    buf[i] = ' ';
-            buf[n] = '\0';
-            lp__write_meta("command", buf);
-        }
-    }
+    lp__write_command();
     ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
     if (n > 0) {
         buf[n] = '\0';
@@ -611,9 +876,11 @@ static uint64_t lp__locate(lp__thread *th, uintptr_t ip)
         return v;
     const lp__module *m = lp__module_find(atomic_load(&R.modules), ip);
     if (!m) {
+        int cancel = lp__cancel_off(); /* the rescan writes MODULE records */
         pthread_mutex_lock(&R.lock);
         lp__rescan_modules();
         pthread_mutex_unlock(&R.lock);
+        lp__cancel_restore(cancel);
         m = lp__module_find(atomic_load(&R.modules), ip);
     }
     uint64_t offset = m ? ip - m->base : ip;
@@ -623,6 +890,59 @@ static uint64_t lp__locate(lp__thread *th, uintptr_t ip)
 }
 
 /* ---- threads --------------------------------------------------------------------------------- */
+
+/* Cancellation off for a stretch of recorder work that may reach a cancellation point (write,
+ * open, read, libunwind's own): returns the state to give to lp__cancel_restore. */
+static int lp__cancel_off(void)
+{
+    int old = PTHREAD_CANCEL_ENABLE;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
+    return old;
+}
+
+static void lp__cancel_restore(int old)
+{
+    if (old != PTHREAD_CANCEL_DISABLE)
+        pthread_setcancelstate(old, NULL);
+}
+
+/* Takes th->busy for its own thread. A flag found set by this same thread is one it left behind
+ * (an event path it never returned from: a thread-exit hook run from inside it, an abandoned
+ * signal handler): it is taken back. Waits only for another holder, whose hold is one write. */
+static void lp__own(lp__thread *th)
+{
+    for (;;) {
+        int expected = LP__FREE;
+        if (atomic_compare_exchange_weak_explicit(&th->busy, &expected, LP__OWNER,
+                                                  memory_order_acquire, memory_order_relaxed) ||
+            expected == LP__OWNER)
+            return;
+    }
+}
+
+/* Takes th->busy for another thread (the flusher, lp_flush). false if it is held. */
+static bool lp__borrow(lp__thread *th)
+{
+    int expected = LP__FREE;
+    return atomic_compare_exchange_strong_explicit(&th->busy, &expected, LP__OTHER,
+                                                   memory_order_acquire, memory_order_relaxed);
+}
+
+static void lp__give_back(lp__thread *th)
+{
+    atomic_store_explicit(&th->busy, LP__FREE, memory_order_release);
+}
+
+/* Whether th's OS thread has ended: the kernel knows no thread of this process by its id (a
+ * thread id is unique among the living, so ESRCH is certain; an id reused by a new thread of
+ * ours only delays the answer). */
+static bool lp__thread_gone(const lp__thread *th)
+{
+    int saved_errno = errno;
+    bool gone = syscall(SYS_tgkill, (int)R.pid, (int)th->tid, 0) != 0 && errno == ESRCH;
+    errno = saved_errno;
+    return gone;
+}
 
 static void lp__thread_reset(lp__thread *th)
 {
@@ -639,41 +959,65 @@ static void lp__thread_reset(lp__thread *th)
 
 static void lp__flush_thread(lp__thread *th);
 
+/*
+ * The recorder's thread-specific-data destructor, at thread exit. Writes what the thread
+ * buffered, but leaves it recording: destructors of other keys run after this one (and later
+ * rounds of them, and libc's clean-up of its own thread state), and what they allocate and free
+ * belongs in the trace. The flusher writes the rest and recycles the state once the thread is gone
+ * (lp__reclaim). A guard or flag still held here was left by an event path this thread never
+ * returned from (a cancellation acting inside the recorder before it was made safe, a
+ * pthread_exit from a signal handler): nothing else can hold them, so they are dropped.
+ */
 static void lp__thread_exit(void *arg)
 {
     lp__thread *th = arg;
-    lp__never = true; /* what the remaining TLS destructors free is not recorded */
-    while (atomic_exchange(&th->busy, 1))
-        ;
+    lp__guard_depth = 0;
+    lp__own(th);
     lp__flush_thread(th);
-    th->exited = true;
-    atomic_store(&th->busy, 0);
-    lp__self = NULL;
+    atomic_store(&th->exiting, true);
+    lp__give_back(th);
+}
+
+/* Recycles th if its thread is gone: writes what it still buffered, then marks it reusable. Its
+ * flag may be found held by the dead thread itself (it died inside the recorder): taken over.
+ * Not called with R.lock held (the write may create the file). */
+static void lp__reclaim(lp__thread *th)
+{
+    if (atomic_load(&th->exited) || !lp__thread_gone(th))
+        return;
+    if (!lp__borrow(th)) {
+        int expected = LP__OWNER; /* held by the dead owner: nobody will give it back */
+        if (!atomic_compare_exchange_strong(&th->busy, &expected, LP__OTHER))
+            return;
+    }
+    lp__flush_thread(th);
+    atomic_store(&th->exited, true);
+    lp__give_back(th);
 }
 
 static void lp__emit_thread_record(lp__thread *th);
 
-/* The calling thread's state, made on first use: an exited thread's state is reused, so churning
- * threads cost no memory. NULL if none can be had. */
+/* The calling thread's state, made on first use: the state of a thread that is gone is reused,
+ * so churning threads cost no memory. NULL if none can be had. */
 static lp__thread *lp__thread_get(void)
 {
     lp__thread *th = lp__self;
     if (th && th->generation == atomic_load_explicit(&R.generation, memory_order_relaxed))
         return th;
     if (th) { /* a new recording (or a forked child): start the thread's tables afresh */
-        while (atomic_exchange(&th->busy, 1))
-            ;
+        lp__own(th);
         lp__thread_reset(th);
-        atomic_store(&th->busy, 0);
+        lp__give_back(th);
         lp__emit_thread_record(th);
         return th;
     }
     pthread_mutex_lock(&R.lock);
     for (th = R.threads; th; th = th->next)
-        if (th->exited && !atomic_load(&th->busy))
+        if (atomic_load(&th->exited) && atomic_load(&th->busy) == LP__FREE)
             break;
     if (th) {
-        th->exited = false;
+        atomic_store(&th->exiting, false);
+        atomic_store(&th->exited, false);
     } else {
         th = lp__map_pages(sizeof *th + LP__BUF_BYTES);
         if (th) {
@@ -701,18 +1045,43 @@ static lp__thread *lp__thread_get(void)
 
 /* ---- encoding -------------------------------------------------------------------------------- */
 
-/* Writes the thread's buffer as a chunk; the caller holds th->busy. */
+/* Writes the thread's buffer as a chunk; the caller holds th->busy. Cancellation is off meanwhile
+ * (write and, in a forked child, open are cancellation points). Does not take R.lock when called
+ * from a signal handler (lp__never is set then): a forked child's file is created by others. */
 static void lp__flush_thread(lp__thread *th)
 {
     if (!th->len)
         return;
-    if (R.fd < 0) {
-        pthread_mutex_lock(&R.lock);
-        lp__ensure_file();
-        pthread_mutex_unlock(&R.lock);
+    int cancel = lp__cancel_off();
+    if (atomic_load(&R.fd) < 0 && R.fd_pending) {
+        if (!lp__never) {
+            pthread_mutex_lock(&R.lock);
+            lp__ensure_file();
+            pthread_mutex_unlock(&R.lock);
+        } else if (pthread_mutex_trylock(&R.lock) == 0) {
+            lp__ensure_file();
+            pthread_mutex_unlock(&R.lock);
+        }
     }
+    th->writing = 1;
     lp__write_chunk(th->index, th->base_time, th->buf, th->len);
     th->len = 0;
+    th->writing = 0;
+    lp__cancel_restore(cancel);
+}
+
+/* Starts a chunk with a record that carries no time (a definition): the chunk's clock starts at
+ * the thread's last record time, so the next timed record's dt is from there. */
+static void lp__start_untimed(lp__thread *th)
+{
+    if (th->len != 0)
+        return;
+    uint64_t now = lp__now();
+    if (th->last_time == 0)
+        th->last_time = now;
+    th->base_time = th->last_time;
+    th->first_time = now;
+    th->last_addr = 0;
 }
 
 /* Makes room for `need` bytes; a record never spans chunks. */
@@ -723,22 +1092,26 @@ static uint8_t *lp__reserve(lp__thread *th, size_t need)
     return th->buf + th->len;
 }
 
-/* Starts a timed record: reserves space, writes the type byte (flags filled later) and dt.
- * Returns the write position after dt; *type_at receives the type byte's position. */
+/* Starts a timed record at time `now`, or just after the thread's previous record if `now` is
+ * not later (times per thread strictly increase): reserves space, writes the type byte (flags
+ * filled later) and dt. Returns the write position after dt; *type_at receives the type byte's
+ * position. */
 static uint8_t *lp__begin(lp__thread *th, uint8_t type, uint64_t now, size_t need,
                           uint8_t **type_at)
 {
     uint8_t *p = lp__reserve(th, need);
+    if (now <= th->last_time)
+        now = th->last_time + 1;
+    uint64_t dt = now - th->last_time;
     if (th->len == 0) {
         th->base_time = now;
-        th->last_time = now;
         th->last_addr = 0;
         th->first_time = now;
+        dt = 0;
     }
+    th->last_time = now;
     *type_at = p;
     *p++ = type;
-    uint64_t dt = now >= th->last_time ? now - th->last_time : 0;
-    th->last_time = now >= th->last_time ? now : th->last_time;
     p += gp_put_varint(p, dt);
     return p;
 }
@@ -779,11 +1152,7 @@ static uint32_t lp__intern(lp__thread *th, const char *s)
     if (!lp__map_put(&th->strings, h1, h2, id))
         return 0;
     uint8_t *p = lp__reserve(th, n + 16);
-    if (th->len == 0) { /* definitions carry no time, but a chunk's state starts here */
-        uint64_t now = lp__now();
-        th->base_time = th->last_time = th->first_time = now;
-        th->last_addr = 0;
-    }
+    lp__start_untimed(th);
     uint8_t *q = p;
     *q++ = GP_REC_STRING;
     q += gp_put_varint(q, id);
@@ -795,20 +1164,16 @@ static uint32_t lp__intern(lp__thread *th, const char *s)
 
 static void lp__emit_thread_record(lp__thread *th)
 {
-    while (atomic_exchange(&th->busy, 1))
-        ;
+    lp__own(th);
     char name[32] = "";
     pthread_getname_np(pthread_self(), name, sizeof name);
     uint8_t *p = lp__reserve(th, 64);
-    if (th->len == 0) {
-        th->base_time = th->last_time = th->first_time = lp__now();
-        th->last_addr = 0;
-    }
+    lp__start_untimed(th);
     *p++ = GP_REC_THREAD;
     p += gp_put_varint(p, (uint64_t)th->tid);
     p += lp__put_str(p, name, 31);
     lp__commit(th, p);
-    atomic_store(&th->busy, 0);
+    lp__give_back(th);
 }
 
 /* ---- stacks ---------------------------------------------------------------------------------- */
@@ -877,10 +1242,7 @@ __attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
             node = th->next_stack_id++;
             lp__map_put(&th->frames, parent + 1, ip, node);
             uint8_t *p = lp__reserve(th, 48);
-            if (th->len == 0) {
-                th->base_time = th->last_time = th->first_time = lp__now();
-                th->last_addr = 0;
-            }
+            lp__start_untimed(th);
             *p++ = GP_REC_STACK;
             p += gp_put_varint(p, node);
             p += gp_put_varint(p, parent);
@@ -896,30 +1258,45 @@ __attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
 
 /* ---- the event path -------------------------------------------------------------------------- */
 
-/* Takes the calling thread's buffer, or NULL if this thread cannot record now. */
-static lp__thread *lp__acquire(void)
+/* Takes the calling thread's buffer, or NULL if this thread cannot record now. Once the program
+ * has used pthread_cancel, cancellation is off until lp__release (*cancel: what to restore). */
+static lp__thread *lp__acquire(int *cancel)
 {
+    *cancel = PTHREAD_CANCEL_DISABLE; /* nothing to restore */
+    if (__builtin_expect(atomic_load_explicit(&lp__cancel_used, memory_order_relaxed), 0))
+        *cancel = lp__cancel_off();
     lp__thread *th = lp__thread_get();
-    if (!th)
+    if (!th) {
+        lp__cancel_restore(*cancel);
         return NULL;
-    while (atomic_exchange_explicit(&th->busy, 1, memory_order_acquire))
-        ; /* only the flusher contends, for the time of one write */
+    }
+    lp__own(th); /* only the flusher contends, for the time of one write */
     return th;
 }
 
 /* Gives the buffer back, flushing it first when it is older than the flush interval. */
-static void lp__release(lp__thread *th, uint64_t now)
+static void lp__release(lp__thread *th, uint64_t now, int cancel)
 {
-    if (th->len && now - th->first_time >= (uint64_t)R.opts.flush_ms * 1000000ull)
+    if (th->len && now > th->first_time &&
+        now - th->first_time >= (uint64_t)R.opts.flush_ms * 1000000ull)
         lp__flush_thread(th);
-    atomic_store_explicit(&th->busy, 0, memory_order_release);
+    lp__give_back(th);
+    lp__cancel_restore(cancel);
+}
+
+uint64_t lp__stamp(void)
+{
+    if (!lp__recording())
+        return 0;
+    return lp__thread_get() ? lp__now() : 0;
 }
 
 void lp__record_alloc(const void *addr, size_t size, lp_device device)
 {
     if (!lp__recording())
         return;
-    lp__thread *th = lp__acquire();
+    int cancel;
+    lp__thread *th = lp__acquire(&cancel);
     if (!th)
         return;
     uint32_t stack = lp__want_stack(th, size) ? lp__capture_stack(th) : 0;
@@ -930,22 +1307,28 @@ void lp__record_alloc(const void *addr, size_t size, lp_device device)
     p += gp_put_varint(p, size);
     p += gp_put_varint(p, stack);
     lp__commit(th, p);
-    lp__release(th, now);
+    lp__release(th, now, cancel);
 }
 
-void lp__record_free(const void *addr, lp_device device)
+void lp__record_free_at(const void *addr, lp_device device, uint64_t when)
 {
     if (!lp__recording())
         return;
-    lp__thread *th = lp__acquire();
+    int cancel;
+    lp__thread *th = lp__acquire(&cancel);
     if (!th)
         return;
-    uint64_t now = lp__now();
+    uint64_t now = when ? when : lp__now();
     uint8_t *type_at;
     uint8_t *p = lp__begin(th, GP_REC_FREE, now, LP__MAX_RECORD, &type_at);
     p = lp__put_addr(th, p, type_at, (uintptr_t)addr, device);
     lp__commit(th, p);
-    lp__release(th, now);
+    lp__release(th, now, cancel);
+}
+
+void lp__record_free(const void *addr, lp_device device)
+{
+    lp__record_free_at(addr, device, 0);
 }
 
 void lp__record_tag(const void *addr, size_t size, lp_device device, const lp_tag *tag,
@@ -953,7 +1336,8 @@ void lp__record_tag(const void *addr, size_t size, lp_device device, const lp_ta
 {
     if (!lp__recording())
         return;
-    lp__thread *th = lp__acquire();
+    int cancel;
+    lp__thread *th = lp__acquire(&cancel);
     if (!th)
         return;
     /* In-process, a new tagged buffer is its own allocation and needs the stack; under an
@@ -975,7 +1359,7 @@ void lp__record_tag(const void *addr, size_t size, lp_device device, const lp_ta
     p += gp_put_varint(p, detail);
     p += gp_put_varint(p, stack);
     lp__commit(th, p);
-    lp__release(th, now);
+    lp__release(th, now, cancel);
 }
 
 /* A record of dt and an optional string id. */
@@ -984,7 +1368,8 @@ static void lp__record_simple(uint8_t type, uint8_t flags, const char *name, boo
 {
     if (!lp__recording())
         return;
-    lp__thread *th = lp__acquire();
+    int cancel;
+    lp__thread *th = lp__acquire(&cancel);
     if (!th)
         return;
     uint32_t sid = has_name ? lp__intern(th, name) : 0;
@@ -997,7 +1382,7 @@ static void lp__record_simple(uint8_t type, uint8_t flags, const char *name, boo
     if (has_count)
         p += gp_put_varint(p, count);
     lp__commit(th, p);
-    lp__release(th, now);
+    lp__release(th, now, cancel);
 }
 
 void lp__record_region_push(const char *name)
@@ -1022,33 +1407,66 @@ void lp_flush(void)
     pthread_mutex_lock(&R.lock);
     lp__thread *list = R.threads;
     pthread_mutex_unlock(&R.lock);
+    /* Others' buffers are waited for while their owner records one event, but not forever: a
+     * thread stopped inside the recorder (SIGSTOP, a debugger) must not hang the exit. */
+    uint64_t deadline = lp__now() + 500000000ull;
     for (lp__thread *th = list; th; th = th->next) {
-        while (atomic_exchange(&th->busy, 1))
-            ;
+        if (th == lp__self) {
+            lp__own(th);
+        } else {
+            while (!lp__borrow(th)) {
+                int expected = LP__OWNER;
+                if (lp__thread_gone(th) &&
+                    atomic_compare_exchange_strong(&th->busy, &expected, LP__OTHER))
+                    break; /* held by a thread that is gone */
+                if (lp__now() > deadline)
+                    goto next;
+                struct timespec nap = {0, 50000};
+                nanosleep(&nap, NULL);
+            }
+        }
         lp__flush_thread(th);
-        atomic_store(&th->busy, 0);
+        lp__give_back(th);
+    next:;
     }
     lp__guard_exit();
 }
 
+/*
+ * The background flusher: every quarter flush interval, writes the buffers that sat idle for half
+ * an interval, and recycles the states of threads that are gone: at once for those that ran the
+ * thread-exit hook, and about once a second it asks about every thread (one that never ran the
+ * hook, e.g. cancelled before its first event, is found then).
+ */
 static void *lp__flusher_main(void *arg)
 {
     lp__guard_forever();
     uint64_t interval = (uint64_t)R.opts.flush_ms * 1000000ull;
     struct timespec nap = {(time_t)(interval / 4 / 1000000000ull),
                            (long)(interval / 4 % 1000000000ull)};
+    uint64_t last_census = lp__now();
     while (!atomic_load(&R.flusher_stop)) {
         nanosleep(&nap, NULL);
         uint64_t now = lp__now();
+        bool census = now - last_census >= 1000000000ull;
+        if (census)
+            last_census = now;
         pthread_mutex_lock(&R.lock);
         lp__thread *list = R.threads;
         pthread_mutex_unlock(&R.lock);
         for (lp__thread *th = list; th; th = th->next) {
-            if (atomic_exchange(&th->busy, 1))
+            if (atomic_load(&th->exited))
+                continue;
+            if (census || atomic_load(&th->exiting)) {
+                lp__reclaim(th);
+                if (atomic_load(&th->exited))
+                    continue;
+            }
+            if (!lp__borrow(th))
                 continue; /* its owner is recording and flushes by age itself */
-            if (th->len && now - th->first_time >= interval / 2)
+            if (th->len && now > th->first_time && now - th->first_time >= interval / 2)
                 lp__flush_thread(th);
-            atomic_store(&th->busy, 0);
+            lp__give_back(th);
         }
     }
     return NULL;
@@ -1072,10 +1490,16 @@ void lp__flush_from_signal(void)
         return;
     lp__never = true;
     for (lp__thread *th = R.threads; th; th = th->next) {
-        /* The interrupted thread's own buffer is consistent (len moves after a record is whole);
-         * other threads' busy buffers are left alone. */
-        if (th == lp__self || !atomic_exchange(&th->busy, 1))
+        /* The interrupted thread's own buffer is consistent (len moves after a record is whole),
+         * unless the signal came while it was being written (then writing it again could
+         * duplicate it: it is left); other threads' busy buffers are left alone. */
+        if (th == lp__self) {
+            if (!th->writing)
+                lp__flush_thread(th);
+        } else if (lp__borrow(th)) {
             lp__flush_thread(th);
+            lp__give_back(th);
+        }
     }
 }
 
@@ -1087,6 +1511,22 @@ static const int lp__fatal_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT
 static void lp__on_fatal_signal(int sig)
 {
     int saved_errno = errno;
+    if (lp__recording() && getpid() != R.pid) { /* a vfork child: not the trace's process */
+        signal(sig, SIG_DFL);
+        errno = saved_errno;
+        raise(sig);
+        return;
+    }
+    if (lp__recording()) {
+        char reason[32] = "signal ";
+        size_t n = strlen(reason);
+        /* No snprintf in a signal handler: the signal number by hand. */
+        if (sig >= 10)
+            reason[n++] = (char)('0' + sig / 10 % 10);
+        reason[n++] = (char)('0' + sig % 10);
+        reason[n] = '\0';
+        lp__write_meta_unlocked("end_reason", reason);
+    }
     lp__flush_from_signal();
     signal(sig, SIG_DFL);
     errno = saved_errno;
@@ -1118,30 +1558,51 @@ static void lp__atfork_prepare(void) { pthread_mutex_lock(&R.lock); }
 static void lp__atfork_parent(void) { pthread_mutex_unlock(&R.lock); }
 
 /* The child gets its own trace: other threads are gone (their states are dropped), this thread's
- * tables start afresh, and the file is created on first use with the child's pid. */
+ * tables start afresh, and the file is created on first use with the child's pid. The parent's
+ * descriptor, inherited, is closed (if it still is the parent's trace). */
 static void lp__atfork_child(void)
 {
     pthread_mutex_init(&R.lock, NULL);
     if (!lp__recording())
         return;
+    R.pid = getpid();
     lp__thread *self = lp__self;
     R.threads = NULL;
     R.next_thread_index = 0;
     if (self) {
         self->tid = (pid_t)syscall(SYS_gettid);
-        atomic_store(&self->busy, 0);
+        atomic_store(&self->busy, LP__FREE);
+        atomic_store(&self->exiting, false);
+        atomic_store(&self->exited, false);
+        self->writing = 0;
         self->len = 0;
         self->next = NULL;
         self->index = ++R.next_thread_index;
         R.threads = self;
     }
-    R.fd = -1;
+    int inherited = atomic_load(&R.fd);
+    struct stat st;
+    if (inherited >= 0 && fstat(inherited, &st) == 0 && st.st_dev == R.fd_dev &&
+        st.st_ino == R.fd_ino)
+        close(inherited);
+    atomic_store(&R.fd, -1);
     R.fd_pending = true;
     R.flusher_running = false;
+    int rc;
     if (strstr(R.path_template, "%p"))
-        lp__expand_path(R.path, sizeof R.path, R.path_template, getpid());
+        rc = lp__expand_path(R.path, sizeof R.path, R.path_template, R.pid);
     else
-        snprintf(R.path, sizeof R.path, "%.4080s.%d", R.path_template, (int)getpid());
+        rc = (size_t)snprintf(R.path, sizeof R.path, "%s.%d", R.path_template, (int)R.pid) <
+                     sizeof R.path
+                 ? 0
+                 : -1;
+    if (rc != 0) {
+        R.fd_pending = false;
+        R.path[0] = '\0';
+        lp__disable("the forked child's trace path would be over 4095 bytes (ENAMETOOLONG); "
+                    "the child is not recorded");
+        return;
+    }
     atomic_store(&R.modules, NULL);
     R.next_module_id = 0;
     atomic_fetch_add(&R.generation, 1);
@@ -1174,7 +1635,7 @@ int lp_start(const lp_options *o)
         return -1;
     if (!lp__guard_enter())
         return -1;
-    int rc = -1;
+    int rc = -1, cancel = lp__cancel_off();
     pthread_mutex_lock(&R.lock);
     if (o)
         R.opts = *o;
@@ -1188,16 +1649,27 @@ int lp_start(const lp_options *o)
         R.opts.flush_ms = 1;
     if (!R.opts.enabled)
         goto out;
+    R.pid = getpid();
     snprintf(R.path_template, sizeof R.path_template, "%s", R.opts.output);
-    lp__expand_path(R.path, sizeof R.path, R.path_template, getpid());
-    R.fd = lp__create_file();
-    if (R.fd < 0) {
-        char msg[600];
-        snprintf(msg, sizeof msg, "cannot create trace file '%.500s': %s; not recording", R.path,
-                 strerror(errno));
+    char msg[480], why[200], shown[200];
+    if (lp__expand_path(R.path, sizeof R.path, R.path_template, R.pid) != 0) {
+        snprintf(msg, sizeof msg,
+                 "the trace path '%s' is over 4095 bytes once %%p is expanded (ENAMETOOLONG); "
+                 "not recording",
+                 lp__short_path(R.path_template, shown, sizeof shown));
+        lp__warn_once(LP__WARN_WRITE, msg);
+        R.path[0] = '\0';
+        goto out;
+    }
+    int fd = lp__create_file();
+    if (fd < 0) {
+        lp__create_error(errno, R.path, why, sizeof why);
+        snprintf(msg, sizeof msg, "cannot create the trace file: %s; path '%s'; not recording",
+                 why, lp__short_path(R.path, shown, sizeof shown));
         lp__warn_once(LP__WARN_WRITE, msg);
         goto out;
     }
+    atomic_store(&R.fd, fd);
     R.fd_pending = false;
     atomic_store(&R.disabled, false);
     R.start_ns = lp__now();
@@ -1217,13 +1689,23 @@ out:
     pthread_mutex_unlock(&R.lock);
     if (rc == 0)
         lp__start_flusher();
+    lp__cancel_restore(cancel);
     lp__guard_exit();
     return rc;
 }
 
-/* Writes the END record on this thread and flushes everything. */
+/* Writes why the recording ended ("end_reason" metadata: "exit", "exec", "signal N"). */
+static void lp__end_reason(const char *reason)
+{
+    int cancel = lp__cancel_off();
+    lp__write_meta_unlocked("end_reason", reason);
+    lp__cancel_restore(cancel);
+}
+
+/* Writes the end reason "exit" and the END record on this thread and flushes everything. */
 static void lp__finish(void)
 {
+    lp__end_reason("exit");
     lp__record_simple(GP_REC_END, 0, NULL, false, 0, false);
     lp_flush();
 }
@@ -1242,25 +1724,34 @@ void lp_stop(void)
     /* The descriptor stays open: a thread that saw `recording` just before it went off may still
      * write one chunk, which must land in the trace, never in a file the program opened since. */
     pthread_mutex_lock(&R.lock);
-    R.fd = -1;
+    atomic_store(&R.fd, -1);
     R.fd_pending = false;
     pthread_mutex_unlock(&R.lock);
 }
 
+/* Whether this is a child that shares the recorder's memory without being its process: a vfork
+ * child (posix_spawn's, Python's subprocess), where no fork handler ran. Its exec or _exit is
+ * not the end of the trace, which belongs to the parent: nothing is written. */
+static bool lp__in_vfork_child(void) { return getpid() != R.pid; }
+
 void lp__before_exit(void)
 {
-    if (lp__recording())
+    if (lp__recording() && !lp__in_vfork_child())
         lp__finish();
 }
 
 void lp__before_exec(void)
 {
-    if (lp__recording())
-        lp_flush();
+    if (!lp__recording() || lp__in_vfork_child())
+        return;
+    /* If the exec fails the program goes on, and the end reason written at its end replaces
+     * this one (the last META of a key wins). */
+    lp__end_reason("exec");
+    lp_flush();
 }
 
 bool lp_is_recording(void) { return lp__recording(); }
-const char *lp_output_path(void) { return R.fd >= 0 || R.fd_pending ? R.path : ""; }
+const char *lp_output_path(void) { return atomic_load(&R.fd) >= 0 || R.fd_pending ? R.path : ""; }
 
 void lp_set_unwinder(lp_unwind_fn fn, void *user_data)
 {
@@ -1272,18 +1763,16 @@ void lp_thread_name(const char *name)
 {
     if (!lp__recording() || !lp__guard_enter())
         return;
-    lp__thread *th = lp__acquire();
+    int cancel;
+    lp__thread *th = lp__acquire(&cancel);
     if (th) {
         uint8_t *p = lp__reserve(th, 64 + 16);
-        if (th->len == 0) {
-            th->base_time = th->last_time = th->first_time = lp__now();
-            th->last_addr = 0;
-        }
+        lp__start_untimed(th);
         *p++ = GP_REC_THREAD;
         p += gp_put_varint(p, (uint64_t)th->tid);
         p += lp__put_str(p, name ? name : "", 63);
         lp__commit(th, p);
-        lp__release(th, lp__now());
+        lp__release(th, lp__now(), cancel);
     }
     lp__guard_exit();
 }

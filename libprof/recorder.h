@@ -13,6 +13,7 @@
 #ifndef GRADPROF_LIBPROF_RECORDER_H
 #define GRADPROF_LIBPROF_RECORDER_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -44,6 +45,13 @@ void lp__guard_forever(void);
  * of the caller's own are dropped from the stack (the unwinder also drops libprof's own frames). */
 void lp__record_alloc(const void *addr, size_t size, lp_device device);
 void lp__record_free(const void *addr, lp_device device);
+/* A free stamped at `when` (an lp__stamp taken before the block went back to the allocator), or
+ * just after the thread's previous record if that is later (times per thread only increase). */
+void lp__record_free_at(const void *addr, lp_device device, uint64_t when);
+/* The time to stamp a free with that is recorded later (realloc): makes sure the calling thread
+ * can record first (its state, and the THREAD record that opens it, exist before the stamp).
+ * 0 if not recording or the thread cannot record. The caller holds the guard. */
+uint64_t lp__stamp(void);
 void lp__record_tag(const void *addr, size_t size, lp_device device, const lp_tag *tag,
                     bool is_new);
 void lp__record_region_push(const char *name);
@@ -51,13 +59,17 @@ void lp__record_region_pop(void);
 void lp__record_mark(const char *name);
 void lp__record_grad_mode(bool grad_enabled, bool inference);
 
-/* Lifecycle hooks for the interposer. */
-/* Before exec*: flushes everything (the new image starts its own trace). */
+/* Lifecycle hooks for the interposer. Each writes the "end_reason" metadata. */
+/* Before exec*: end reason "exec", flushes everything (the new image starts its own trace). */
 void lp__before_exec(void);
-/* Before _exit/_Exit: writes the end record and flushes. */
+/* Before _exit/_Exit: end reason "exit", the END record, flushes. */
 void lp__before_exit(void);
 /* Flushes what can be flushed from a signal handler (async-signal-safe: write(2) only). */
 void lp__flush_from_signal(void);
+
+/* Set by the preload library the first time the program calls pthread_cancel: from then on the
+ * event path runs with cancellation disabled (before, only the recorder's writes do). */
+extern atomic_bool lp__cancel_used;
 
 /* Warns on stderr, once per `key`, with the "gradprof: " prefix. Async-signal-safe. */
 void lp__warn_once(int key, const char *message);

@@ -4,14 +4,15 @@
 #   gradprof_bootstrap --tests    also what the test suite runs: python3 (export checks), chromium
 #                                 (the HTML report in a headless browser), python3-torch (PyTorch
 #                                 integration tests, run with /usr/bin/python3), clang and its
-#                                 runtime (libFuzzer harnesses)
+#                                 runtime (libFuzzer harnesses), tcmalloc and jemalloc (the
+#                                 preload under other allocators; test_preload skips without)
 # Sourced by scripts/demo.sh and scripts/test.sh; safe to run on its own (bash scripts/bootstrap.sh).
 set -euo pipefail
 
 GRADPROF_PACKAGES=(build-essential cmake pkg-config libopenblas-dev libunwind-dev libcmocka-dev
                    libdw-dev libelf-dev)
 GRADPROF_TEST_PACKAGES=(python3 chromium python3-torch python3-torchvision python3-pytest clang
-                        libclang-rt-14-dev)
+                        libclang-rt-14-dev libtcmalloc-minimal4 libjemalloc2)
 
 gradprof_bootstrap() {
     local wanted=("${GRADPROF_PACKAGES[@]}") missing=()

@@ -330,6 +330,25 @@ static void test_parse_categories(void **state)
     assert_int_equal(gp_parse_categories("saved,", set, e, sizeof e), -1);
 }
 
+static void test_parse_detectors(void **state)
+{
+    char e[512];
+    bool set[GP_FIND_KIND_COUNT];
+    assert_int_equal(gp_parse_detectors("forgot_no_grad,graph_escapes_inference", set, e, sizeof e),
+                     0);
+    for (int k = 0; k < GP_FIND_KIND_COUNT; k++)
+        assert_int_equal(set[k], k == GP_FIND_FORGOT_NO_GRAD || k == GP_FIND_GRAPH_ESCAPES);
+    assert_int_equal(gp_parse_detectors("all", set, e, sizeof e), 0);
+    for (int k = 0; k < GP_FIND_KIND_COUNT; k++)
+        assert_true(set[k]);
+    assert_int_equal(gp_parse_detectors("forgot_no_grad,bogus", set, e, sizeof e), -1);
+    assert_non_null(strstr(e, "unknown detector 'bogus' in 'forgot_no_grad,bogus'"));
+    assert_true(set[GP_FIND_GROWTH]); /* untouched on error */
+    assert_int_equal(gp_parse_detectors("none", set, e, sizeof e), 0);
+    for (int k = 0; k < GP_FIND_KIND_COUNT; k++)
+        assert_false(set[k]);
+}
+
 static void test_format_bytes(void **state)
 {
     static const struct {
@@ -502,13 +521,26 @@ static void test_damaged(void **state)
     expect_rc(gradprof("report " TRACE("damaged")), 0);
     contains(err, "warning");
     contains(err, "damaged");
-    expect_rc(gradprof("check " TRACE("damaged")), 1); /* it still holds saved tensors */
+    /* check: an incomplete trace is not judged (exit 2), even with violations in it ... */
+    expect_rc(gradprof("check " TRACE("damaged")), 2);
     one_line_error();
-    contains(err, "warning: '" GRADPROF_TEST_TRACES "/damaged.gptrace' is damaged at byte");
-    contains(err, "lost");
-    contains(err, "events before it");
+    contains(err, "cannot judge: '" GRADPROF_TEST_TRACES "/damaged.gptrace' is incomplete: it is "
+                  "damaged at byte");
+    contains(err, "bytes lost; --allow-incomplete checks it anyway");
+    contains(out, "UNJUDGED");
+    contains(out, "in what it holds 4 violations");
+    contains(out, "[forbid]");
+    expect_rc(gradprof("check " TRACE("damaged") " --forbid none --detectors none"), 2);
+    /* ... unless accepted: then judged on what it holds, with a warning */
+    expect_rc(gradprof("check " TRACE("damaged") " --allow-incomplete"), 1);
+    one_line_error();
+    contains(err, "warning: '" GRADPROF_TEST_TRACES "/damaged.gptrace' is incomplete");
+    contains(err, "(accepted: --allow-incomplete)");
     contains(out, "FAIL");
-    expect_rc(gradprof("check " TRACE("damaged") " --forbid none --detectors none"), 0);
+    contains(out, "accepted (--allow-incomplete): ");
+    expect_rc(gradprof("check " TRACE("damaged") " --forbid none --detectors none "
+                                                 "--allow-incomplete"),
+              0);
     contains(out, "PASS");
     expect_rc(gradprof("diff " TRACE("damaged") " " TRACE("mlp_nograd")), 0);
     contains(err, "damaged");
@@ -567,9 +599,9 @@ static void test_check_forbid(void **state)
     contains(out, "of autograd memory");
     lacks(out, "of saved memory");
     expect_rc(gradprof("check " TRACE("mlp_grad") " --forbid AUTOGRAD --format json"), 1);
-    contains(out, "\"rule\": \"forbid\", \"region\": \"\", \"category\": \"autograd\", "
-                  "\"bytes\": 10240");
-    lacks(out, "\"rule\": \"forbid\", \"region\": \"\", \"category\": \"saved\"");
+    contains(out, "\"rule\": \"forbid\",\n      \"region\": \"\",\n      \"category\": \"autograd\",\n"
+                  "      \"bytes\": 10240,\n      \"count\": 20,");
+    lacks(out, "\"rule\": \"forbid\",\n      \"region\": \"\",\n      \"category\": \"saved\"");
     expect_rc(gradprof("check " TRACE("mlp_nograd") " --forbid autograd"), 0);
     /* every category the MLP allocates */
     expect_rc(gradprof("check " TRACE("mlp_nograd") " --forbid parameter --detectors none"), 1);
@@ -593,8 +625,9 @@ static void test_check_max_peak(void **state)
     expect_rc(gradprof("check " TRACE("mlp_grad") " %s --max-peak %llu --format json", only,
                        PEAK_GRAD - 1),
               1);
-    contains(out, "\"rule\": \"max-peak\", \"region\": \"\", \"category\": \"parameter\", "
-                  "\"bytes\": 669736, \"limit\": 669735");
+    contains(out, "\"rule\": \"max-peak\",\n      \"region\": \"\",\n      \"category\": "
+                  "\"parameter\",\n      \"bytes\": 669736,\n      \"count\": 0,\n      "
+                  "\"limit\": 669735,");
 }
 
 static void test_check_leaks(void **state)
@@ -614,14 +647,32 @@ static void test_check_leaks(void **state)
 
 static void test_check_region(void **state)
 {
+    /* one rule per forbidden category inside the region */
     expect_rc(gradprof("check " TRACE("mlp_grad") " --region inference --detectors none"), 1);
-    contains(out, "graph memory (saved, gradient, autograd) allocated inside region 'inference'");
-    contains(out, "266.00 KiB (272384 bytes)"); /* 262144 saved + 10240 autograd */
-    contains(out, "relu    mlp.1");
+    contains(out, "rules: forbid saved in inference (FAILED), forbid gradient in inference, "
+                  "forbid autograd in inference (FAILED)");
+    contains(out, "[forbid] 256.00 KiB (262144 bytes) of saved memory entered region 'inference' "
+                  "(allocated or tagged saved while it was open); saved is forbidden there");
+    contains(out, "[forbid] 10.00 KiB (10240 bytes) of autograd memory entered region "
+                  "'inference'");
+    contains(out, "relu  mlp.1");
     expect_rc(gradprof("check " TRACE("mlp_nograd") " --region inference"), 0);
     /* mlp.0 (the first Linear): its graph node, 512 bytes per iteration */
     expect_rc(gradprof("check " TRACE("mlp_grad") " --region mlp.0 --detectors none"), 1);
-    contains(out, "2.00 KiB (2048 bytes) of graph memory");
+    contains(out, "2.00 KiB (2048 bytes) of autograd memory entered region 'mlp.0'");
+    /* any category can be forbidden inside a region, not only the graph's */
+    expect_rc(gradprof("check " TRACE("mlp_grad") " --region inference --forbid activation "
+                                                  "--detectors none"),
+              1);
+    contains(out, "rules: forbid activation in inference (FAILED)\n");
+    contains(out, "of activation memory entered region 'inference'");
+    expect_rc(gradprof("check " TRACE("mlp_grad") " --region inference --forbid parameter "
+                                                  "--detectors none"),
+              0); /* the parameters were made before inference */
+    expect_rc(gradprof("check " TRACE("mlp_grad") " --region inference --forbid autograd "
+                                                  "--detectors none --format json"),
+              1);
+    contains(out, "\"name\": \"forbid autograd in inference\", \"passed\": false");
     expect_rc(gradprof("check " TRACE("mlp_grad") " --region inference --forbid none "
                                                   "--detectors none --max-peak %llu",
                        PEAK_GRAD - 1),
@@ -631,9 +682,6 @@ static void test_check_region(void **state)
     one_line_error();
     contains(err, "no region 'nosuch'");
     contains(err, "inference"); /* lists the regions there are */
-    expect_rc(gradprof("check " TRACE("mlp_grad") " --region inference --forbid autograd"), 2);
-    one_line_error();
-    contains(err, "inside a region only graph memory can be forbidden");
 }
 
 static void test_check_growth(void **state)
@@ -681,13 +729,26 @@ static void test_check_json(void **state)
         python_parses("json", path);
     }
     expect_rc(gradprof("check " TRACE("mlp_nograd") " --format json"), 0);
-    contains(out, "\"schema\": \"gradprof-check/1\"");
+    contains(out, "\"schema\": \"gradprof-check/2\"");
+    contains(out, "\"verdict\": \"pass\"");
     contains(out, "\"passed\": true");
+    contains(out, "\"doubts\": []");
     contains(out, "\"violations\": []");
     expect_rc(gradprof("check " TRACE("mlp_grad") " --format json"), 1);
+    contains(out, "\"verdict\": \"fail\"");
     contains(out, "\"passed\": false");
     contains(out, "\"op\": \"relu\", \"module\": \"mlp.1\"");
     contains(out, "\"frames\": [\"");
+    /* not judged: passed is false, and the doubt says why */
+    expect_rc(gradprof("check " TRACE("damaged") " --format json > '%s'", path), 2);
+    python_parses("json", path);
+    char *doc = slurp(path);
+    assert_non_null(doc);
+    contains(doc, "\"verdict\": \"unjudged\"");
+    contains(doc, "\"passed\": false");
+    contains(doc, "{\"reason\": \"incomplete\", \"accepted\": false, \"option\": "
+                  "\"--allow-incomplete\", \"message\": \"'");
+    free(doc);
 }
 
 static void test_check_junit(void **state)
@@ -810,8 +871,6 @@ static void test_check_golden(void **state)
     free(doc);
 }
 
-/* ---- gradprof run ---------------------------------------------------------------------------- */
-
 /* How many names in tmpdir start with `prefix`. */
 static int count_files(const char *prefix)
 {
@@ -824,6 +883,239 @@ static int count_files(const char *prefix)
     closedir(d);
     return n;
 }
+
+/* ---- the gate fails closed ------------------------------------------------------------------- */
+
+/* A trace of a small tagged program: a saved buffer from a call site, freed; an END record when
+ * `end`, META end_reason when given, and `raw` untagged bytes without a stack. */
+static void small_trace(const char *name, bool end, const char *end_reason, uint64_t raw)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    tb *b = tb_open(path, "small");
+    assert_non_null(b);
+    if (end_reason)
+        tb_meta(b, "end_reason", end_reason);
+    tb_module(b, 1, 0x400000, 0x10000, "/opt/small", "");
+    tb_thread(b, 1, "main");
+    const uint32_t m[1] = {1};
+    const uint64_t o[1] = {0x100};
+    uint32_t s = tb_stack(b, 1, m, o);
+    tb_at(b, 1000);
+    tb_alloc(b, 0x1000, 1000, s);
+    tb_tag(b, 0x1000, 1000, LP_CAT_ACTIVATION, "linear", "fc", NULL, false, 0);
+    if (raw)
+        tb_alloc(b, 0x8000, raw, 0);
+    tb_at(b, 2000);
+    tb_free(b, 0x1000);
+    if (raw)
+        tb_free(b, 0x8000);
+    if (end)
+        tb_end(b);
+    assert_int_equal(tb_close(b), 0);
+}
+
+/* A trace that holds no run cannot pass: exit 2 with what is missing, unless accepted. */
+static void test_check_incomplete(void **state)
+{
+    /* the 16-byte file header alone */
+    expect_rc(sh("printf 'GPTRACE\\000\\001\\000\\000\\000\\000\\000\\000\\000' > header.gptrace"), 0);
+    expect_rc(gradprof("check header.gptrace"), 2);
+    one_line_error();
+    contains(err, "gradprof check: cannot judge: 'header.gptrace' is incomplete: it holds no "
+                  "metadata and no events (only the file header");
+    contains(err, "--allow-incomplete checks it anyway");
+    contains(out, "UNJUDGED header.gptrace: the trace cannot be judged");
+    lacks(out, "PASS");
+    expect_rc(gradprof("check header.gptrace --allow-incomplete"), 0);
+    contains(out, "PASS header.gptrace");
+    contains(out, "accepted (--allow-incomplete): 'header.gptrace' is incomplete");
+    /* metadata but no events */
+    char path[600];
+    snprintf(path, sizeof path, "%s/noevents.gptrace", tmpdir);
+    tb *b = tb_open(path, "noevents");
+    assert_int_equal(tb_close(b), 0);
+    expect_rc(gradprof("check noevents.gptrace"), 2);
+    contains(err, "'noevents.gptrace' is incomplete: it holds no events");
+    /* events, no END record */
+    small_trace("noend.gptrace", false, NULL, 0);
+    expect_rc(gradprof("check noend.gptrace --format json"), 2);
+    contains(err, "it has no end record (the program was killed, or is still running)");
+    contains(out, "\"verdict\": \"unjudged\"");
+    expect_rc(gradprof("check noend.gptrace --allow-incomplete"), 0);
+    /* how the recorder says the program ended: signal, exec */
+    small_trace("abort.gptrace", false, "signal 6", 0);
+    expect_rc(gradprof("check abort.gptrace"), 2);
+    contains(err, "'abort.gptrace' is incomplete: the program was killed by signal 6 (SIGABRT)");
+    expect_rc(gradprof("report abort.gptrace"), 0);
+    contains(err, "gradprof report: warning: 'abort.gptrace' ends where the program was killed "
+                  "by signal 6 (SIGABRT)");
+    small_trace("exec.gptrace", true, "exec", 0);
+    expect_rc(gradprof("check exec.gptrace"), 2);
+    contains(err, "the program exec'd another program");
+    small_trace("exit.gptrace", true, "exit", 0);
+    expect_rc(gradprof("check exit.gptrace"), 0);
+    assert_string_equal(err, "");
+    /* JUnit: the doubt is an error testcase, or skipped when accepted */
+    char xml[600];
+    snprintf(xml, sizeof xml, "%s/judge.xml", tmpdir);
+    expect_rc(gradprof("check abort.gptrace --junit '%s'", xml), 2);
+    python_parses("xml", xml);
+    char *doc = slurp(xml);
+    assert_non_null(doc);
+    contains(doc, "errors=\"1\"");
+    contains(doc, "<testcase classname=\"gradprof-check\" name=\"judge: complete trace\">\n"
+                  "      <error type=\"incomplete\" message=\"&apos;abort.gptrace&apos; is "
+                  "incomplete");
+    free(doc);
+    expect_rc(gradprof("check abort.gptrace --allow-incomplete --junit '%s'", xml), 0);
+    doc = slurp(xml);
+    assert_non_null(doc);
+    contains(doc, "<skipped message=\"accepted by --allow-incomplete: ");
+    contains(doc, "errors=\"0\"");
+    free(doc);
+}
+
+/* Memory nothing classifies (untagged, no stacks) cannot show graph memory: not judged. */
+static void test_check_unclassified(void **state)
+{
+    small_trace("nostacks.gptrace", true, NULL, 9000); /* 90% raw without a stack */
+    expect_rc(gradprof("check nostacks.gptrace"), 2);
+    one_line_error();
+    contains(err, "gradprof check: cannot judge: 'nostacks.gptrace': 90% of the bytes allocated "
+                  "(9000 of 10000) are untagged and have no call stack");
+    contains(err, "graph memory cannot be told from other memory");
+    contains(err, "--allow-unclassified checks it anyway");
+    contains(out, "UNJUDGED");
+    expect_rc(gradprof("check nostacks.gptrace --allow-unclassified"), 0);
+    contains(out, "PASS");
+    contains(err, "(accepted: --allow-unclassified)");
+    /* rules that need no categories are judged */
+    expect_rc(gradprof("check nostacks.gptrace --forbid none --detectors none --max-peak 1M"), 0);
+    expect_rc(gradprof("check nostacks.gptrace --forbid none --detectors none --max-peak 1k"), 1);
+    /* report says the same */
+    expect_rc(gradprof("report nostacks.gptrace"), 0);
+    contains(err, "gradprof report: warning: cannot judge: 'nostacks.gptrace': 90% of the bytes");
+    /* half and half: judged */
+    small_trace("half.gptrace", true, NULL, 1000);
+    expect_rc(gradprof("check half.gptrace"), 0);
+    /* a real program recorded without stacks: raw memory nothing can classify */
+    expect_rc(gradprof("run --no-stacks -o ls.gptrace -- /bin/ls /"), 0);
+    expect_rc(gradprof("check ls.gptrace"), 2);
+    contains(err, "are untagged and have no call stack");
+    expect_rc(gradprof("check ls.gptrace --allow-unclassified"), 0);
+}
+
+/* ---- output files ---------------------------------------------------------------------------- */
+
+/* Never onto an input, never through a symbolic link, never a half file. */
+static void test_output_files(void **state)
+{
+    expect_rc(sh("cp " TRACE("mlp_grad") " in.gptrace && cp in.gptrace keep.gptrace && "
+                 "echo KEEP > victim && ln -s victim link && ln -s missing dangling && "
+                 "ln in.gptrace hard.gptrace"),
+              0);
+    static const char *const onto_input[] = {
+        "report in.gptrace -o in.gptrace",
+        "report in.gptrace -o hard.gptrace", /* the same file under another name */
+        "report in.gptrace --format html -o ./in.gptrace",
+        "diff in.gptrace " TRACE("mlp_nograd") " -o in.gptrace",
+        "check in.gptrace --junit in.gptrace",
+    };
+    for (size_t i = 0; i < sizeof onto_input / sizeof onto_input[0]; i++) {
+        expect_rc(gradprof("%s", onto_input[i]), 2);
+        one_line_error();
+        contains(err, "is the input 'in.gptrace'; writing there would destroy it");
+        expect_rc(sh("cmp in.gptrace keep.gptrace"), 0);
+    }
+    static const char *const through_link[] = {
+        "report in.gptrace -o link",
+        "diff in.gptrace " TRACE("mlp_nograd") " -o link",
+        "check in.gptrace --junit link",
+        "report in.gptrace -o dangling",
+    };
+    for (size_t i = 0; i < sizeof through_link / sizeof through_link[0]; i++) {
+        expect_rc(gradprof("%s", through_link[i]), 2);
+        one_line_error();
+        contains(err, "symbolic link; gradprof never writes through one");
+        if (strstr(through_link[i], "dangling"))
+            contains(err, "'dangling' is a dangling symbolic link");
+        assert_string_equal(out, "");
+        expect_rc(sh("test \"$(cat victim)\" = KEEP && test -L link && test -L dangling && "
+                     "test ! -e missing"),
+                  0);
+    }
+    /* the error names the option */
+    expect_rc(gradprof("check in.gptrace --junit link"), 2);
+    contains(err, "gradprof check: --junit: 'link' is a symbolic link");
+    /* replacing a file keeps no temporary behind */
+    expect_rc(sh("echo OLD > out.txt && chmod 640 out.txt"), 0);
+    expect_rc(gradprof("report in.gptrace -o out.txt"), 0);
+    expect_rc(sh("grep -q 'gradprof report' out.txt && test \"$(stat -c %%a out.txt)\" = 640 && "
+                 "test -z \"$(ls -A | grep '^\\.out')\""),
+              0);
+    /* a write that fails (the file size limit, as on a full disk) leaves the old file as it was
+     * and no half file */
+    expect_rc(sh("echo OLD > big.html"), 0);
+    expect_rc(sh("trap '' XFSZ; ulimit -f 1; '" GRADPROF_BIN "' report in.gptrace --format html "
+                 "-o big.html"),
+              2);
+    contains(err, "error writing 'big.html'");
+    contains(err, "(the file there is unchanged)");
+    expect_rc(sh("test \"$(cat big.html)\" = OLD && test -z \"$(ls -A | grep '^\\.big')\""), 0);
+    expect_rc(sh("trap '' XFSZ; ulimit -f 1; '" GRADPROF_BIN "' report in.gptrace --format html "
+                 "-o new.html"),
+              2);
+    expect_rc(sh("test ! -e new.html && test -z \"$(ls -A | grep '^\\.new')\""), 0);
+    /* a directory, a missing directory */
+    expect_rc(gradprof("report in.gptrace -o ."), 2);
+    contains(err, "'.' is a directory");
+    expect_rc(gradprof("diff in.gptrace " TRACE("mlp_nograd") " -o ''"), 2);
+    contains(err, "-o/--output needs a file name");
+}
+
+/* Names over NAME_MAX or PATH_MAX: refused with the reason, never cut off. */
+static void test_long_paths(void **state)
+{
+    char name[300], deep[5200];
+    memset(name, 'n', 280);
+    name[280] = '\0';
+    size_t n = 0;
+    while (n + 100 < sizeof deep - 10)
+        n += (size_t)snprintf(deep + n, sizeof deep - n, "%s/", "dddddddddddddddddddddddddddddddd"
+                                                                "dddddddddddddddddddddddddddddddd"
+                                                                "ddd");
+    snprintf(deep + n, sizeof deep - n, "t.gptrace");
+    expect_rc(gradprof("run -o '%s.gptrace' -- /bin/true", name), 2);
+    one_line_error();
+    contains(err, "file name too long (ENAMETOOLONG)");
+    contains(err, "is 288 bytes, over the 255 a file name may have");
+    expect_rc(gradprof("run -o 'x%%p%s' -- /bin/true", name + 30), 2); /* 251 bytes + a pid */
+    contains(err, "once %p is a pid");
+    expect_rc(gradprof("run -o '%s' -- /bin/true", deep), 2);
+    one_line_error();
+    contains(err, "ENAMETOOLONG");
+    expect_rc(gradprof("report '%s.gptrace'", name), 2);
+    one_line_error();
+    contains(err, "ENAMETOOLONG");
+    expect_rc(gradprof("report '%s'", deep), 2);
+    one_line_error();
+    contains(err, "over the 4095 a path may have: file name too long (ENAMETOOLONG)");
+    expect_rc(gradprof("report " TRACE("mlp_grad") " -o '%s.txt'", name), 2);
+    contains(err, "-o: ");
+    contains(err, "ENAMETOOLONG");
+    expect_rc(gradprof("check " TRACE("mlp_grad") " --junit '%s.xml'", name), 2);
+    contains(err, "ENAMETOOLONG");
+    expect_rc(gradprof("compare -n '%s' -- /bin/true", name), 2);
+    one_line_error();
+    contains(err, "--name: ");
+    contains(err, "ENAMETOOLONG");
+    expect_rc(gradprof("compare -n '%s' -- /bin/true", deep), 2);
+    contains(err, "ENAMETOOLONG");
+    assert_int_equal(count_files("n"), 0); /* nothing was run or written */
+}
+
+/* ---- gradprof run ---------------------------------------------------------------------------- */
 
 /* Under GRADPROF_SANITIZE, programs carrying ASan (mlp_infer, gradprof) refuse to start when
  * another library is preloaded before the ASan runtime unless told this is fine. */
@@ -908,6 +1200,47 @@ static void test_run_output(void **state)
     one_line_error();
 }
 
+/* Every %p of the template is the pid; the trace is found and named. */
+static void test_run_pid_twice(void **state)
+{
+    expect_rc(gradprof("run -o 'z%%p%%p.gptrace' -- /bin/true"), 0);
+    contains(err, "gradprof: trace written to z");
+    lacks(err, "no trace was written");
+    char *line = strstr(err, "trace written to ");
+    assert_non_null(line);
+    char path[512];
+    assert_int_equal(sscanf(line, "trace written to %511s", path), 1);
+    size_t digits = strlen(path) - strlen("z.gptrace");
+    assert_true(digits % 2 == 0 && digits > 0);
+    assert_memory_equal(path + 1, path + 1 + digits / 2, digits / 2); /* the same pid twice */
+    expect_rc(gradprof("report '%s'", path), 0);
+    expect_rc(gradprof("run -o 'p%%p-%%p.x' -- /bin/true"), 0);
+    contains(err, "trace written to p");
+    assert_int_equal(count_files("p"), 1);
+}
+
+/* GRADPROF_ENABLE=0: the program runs without recording, and one line says so. */
+static void test_run_enable(void **state)
+{
+    expect_rc(sh("GRADPROF_ENABLE=0 '" GRADPROF_BIN "' run -o off.gptrace -- /bin/sh -c "
+                 "'echo \"[$GRADPROF_ENABLE] [$LD_PRELOAD]\"; exit 3'"),
+              3);
+    one_line_error();
+    contains(err, "gradprof run: GRADPROF_ENABLE=0 in the environment: running /bin/sh without "
+                  "recording");
+    contains(out, "[0] []");
+    assert_int_equal(count_files("off"), 0);
+    /* a bad value: a warning naming it, and recording as with 1 */
+    expect_rc(sh("GRADPROF_ENABLE=yes '" GRADPROF_BIN "' run -o on.gptrace -- /bin/true"), 0);
+    contains(err, "gradprof run: warning: GRADPROF_ENABLE='yes' is not 0 or 1");
+    contains(err, "trace written to on.gptrace");
+    /* compare needs both runs recorded: refused */
+    expect_rc(sh("GRADPROF_ENABLE=0 '" GRADPROF_BIN "' compare -n cmp -- /bin/true"), 2);
+    one_line_error();
+    contains(err, "GRADPROF_ENABLE=0");
+    assert_int_equal(count_files("cmp"), 0);
+}
+
 static void test_run_preload_env(void **state)
 {
     expect_rc(gradprof("run -- /bin/true"), 0); /* found next to the binary (build tree) */
@@ -942,6 +1275,7 @@ int main(void)
         cmocka_unit_test(test_parse_size),
         cmocka_unit_test(test_parse_uint),
         cmocka_unit_test(test_parse_categories),
+        cmocka_unit_test(test_parse_detectors),
         cmocka_unit_test(test_format_bytes),
         cmocka_unit_test_setup_teardown(test_no_command, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_command, setup, teardown),
@@ -963,12 +1297,18 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_check_hostile_names, setup, teardown),
         cmocka_unit_test_setup_teardown(test_check_clean, setup, teardown),
         cmocka_unit_test_setup_teardown(test_check_golden, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check_incomplete, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check_unclassified, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_output_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_long_paths, setup, teardown),
 #ifdef GRADPROF_MLP_INFER
         cmocka_unit_test_setup_teardown(test_run_mlp_infer, setup, teardown),
 #endif
         cmocka_unit_test_setup_teardown(test_run_exit_status, setup, teardown),
         cmocka_unit_test_setup_teardown(test_run_not_found, setup, teardown),
         cmocka_unit_test_setup_teardown(test_run_output, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_run_pid_twice, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_run_enable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_run_preload_env, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

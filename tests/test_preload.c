@@ -5,6 +5,11 @@
  * programs' own allocations have distinctive sizes (listed in the headers in tests/preload/); the
  * dynamic loader's and libc's are ignored by size. Every program also runs without the preload,
  * and its exit status and stdout must not change.
+ *
+ * Living inside other programs (issue 12): descriptor games (fd_games), cancelled threads
+ * (cancel_alloc), thread-specific-data destructors (tsd_alloc), the realloc race (realloc_race),
+ * every operator new/delete under glibc, tcmalloc and jemalloc (cxx_forms, c_forms), the end
+ * reason, the command line and path messages. Counts are exact.
  */
 #define _GNU_SOURCE
 #include <stdarg.h>
@@ -36,9 +41,29 @@
 #include "preload/alloc_known.h"
 #include "preload/alloc_threads.h"
 #include "preload/call_chain.h"
+#include "preload/cancel_alloc.h"
+#include "preload/cxx_forms.h"
+#include "preload/fd_games.h"
+#include "preload/realloc_race.h"
+#include "preload/tsd_alloc.h"
+#include "preload/vfork_exec.h"
 #include "symbolize.h"
 
 #define RUN_TIMEOUT_S 120
+static int run_timeout_s = RUN_TIMEOUT_S; /* a test that looks for hangs sets it lower */
+static const char *preload_list;           /* LD_PRELOAD's value, if not the library alone */
+
+/* The path of program `name` built beside alloc_known (tests/preload/ in the build tree). */
+static const char *prog(const char *name)
+{
+    static char paths[8][PATH_MAX];
+    static int next_slot;
+    char *p = paths[next_slot++ % 8];
+    const char *slash = strrchr(GP_ALLOC_KNOWN, '/');
+    int dir = slash ? (int)(slash - GP_ALLOC_KNOWN) : 1;
+    snprintf(p, PATH_MAX, "%.*s/%s", dir, slash ? GP_ALLOC_KNOWN : ".", name);
+    return p;
+}
 
 /* ---- running a program ----------------------------------------------------------------------- */
 
@@ -69,17 +94,19 @@ static bool drain(int fd, char *buf, size_t cap, size_t *len)
 
 /*
  * Runs argv[0] with a fixed environment: PATH, GRADPROF_OUTPUT=<dir>/t.%p.gptrace,
- * GRADPROF_FLUSH_MS=20, LD_PRELOAD=<the preload library> when `preload`, then the "K=V" strings of
+ * GRADPROF_FLUSH_MS=20, LD_PRELOAD=<the preload library> (or preload_list) when `preload`, then
+ * the "K=V" strings of
  * `extra` (NULL-terminated, may be NULL; later entries win in getenv's first-match order, so they
- * go first). Captures stdout and stderr; kills the program after RUN_TIMEOUT_S.
+ * go first). Captures stdout and stderr; kills the program after run_timeout_s (and fails).
  */
 static void run(char *const argv[], bool preload, const char *dir, const char *const *extra,
                 run_result *r)
 {
     memset(r, 0, sizeof *r);
-    char output[PATH_MAX + 32], ld_preload[PATH_MAX + 16];
+    char output[PATH_MAX + 32], ld_preload[2 * PATH_MAX + 16];
     snprintf(output, sizeof output, "GRADPROF_OUTPUT=%s/t.%%p.gptrace", dir);
-    snprintf(ld_preload, sizeof ld_preload, "LD_PRELOAD=%s", GP_PRELOAD_LIB);
+    snprintf(ld_preload, sizeof ld_preload, "LD_PRELOAD=%s",
+             preload_list ? preload_list : GP_PRELOAD_LIB);
     const char *envp[32];
     size_t n = 0;
     for (size_t i = 0; extra && extra[i] && n < 24; i++)
@@ -109,7 +136,7 @@ static void run(char *const argv[], bool preload, const char *dir, const char *c
     close(err[1]);
     r->pid = pid;
     struct pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
-    time_t deadline = time(NULL) + RUN_TIMEOUT_S;
+    time_t deadline = time(NULL) + run_timeout_s;
     while ((fds[0].fd >= 0 || fds[1].fd >= 0) && time(NULL) < deadline) {
         if (poll(fds, 2, 1000) < 0 && errno != EINTR)
             break;
@@ -124,8 +151,9 @@ static void run(char *const argv[], bool preload, const char *dir, const char *c
     close(err[0]);
     assert_int_equal(waitpid(pid, &r->status, 0), pid);
     if (r->err_len)
-        fprintf(stderr, "[%s stderr]\n%s", argv[0], r->err);
-    assert_true(time(NULL) < deadline);
+        fprintf(stderr, "[%.200s stderr]\n%s", argv[0], r->err);
+    if (time(NULL) >= deadline)
+        fail_msg("%.200s did not finish in %d s (hung?)", argv[0], run_timeout_s);
 }
 
 /* Runs `exe` without arguments; see run(). */
@@ -288,6 +316,11 @@ typedef struct summary {
     uint64_t double_allocs;   /* ALLOCs of an address already live */
     uint64_t huge_allocs;     /* ALLOCs of >= 2^62 bytes (a failed allocation recorded) */
     uint64_t tracked_bytes;   /* bytes of the ALLOCs of the tracked sizes */
+    uint64_t tracked_frees;   /* FREEs of blocks of the tracked sizes */
+    uint64_t not_increasing;  /* events whose time is not after their thread's previous one */
+    char end_reason[32];      /* META "end_reason" */
+    size_t command_len;       /* length of META "command" */
+    bool command_truncated;   /* META "command_truncated" present */
     size_stat sizes[32];
     int nsizes;
 } summary;
@@ -321,8 +354,15 @@ static void summarize(const char *path, const uint64_t *sizes, int n, summary *s
     gp_event ev;
     int rc;
     uint64_t seq = 0;
+    enum { MAX_THREADS = 4096 };
+    uint64_t *last_time = calloc(MAX_THREADS, sizeof *last_time);
+    assert_non_null(last_time);
     while ((rc = gp_trace_next(t, &ev, err, sizeof err)) == 1) {
         seq++;
+        if (ev.thread < MAX_THREADS) {
+            s->not_increasing += last_time[ev.thread] != 0 && ev.time_ns <= last_time[ev.thread];
+            last_time[ev.thread] = ev.time_ns;
+        }
         if (ev.kind == GP_EV_ALLOC) {
             s->allocs++;
             s->huge_allocs += ev.size >= (1ull << 62);
@@ -348,6 +388,7 @@ static void summarize(const char *path, const uint64_t *sizes, int n, summary *s
             }
             size_stat *st = stat_of(s, (uint64_t)size);
             if (st) {
+                s->tracked_frees++;
                 st->frees++;
                 st->other_threads |= ev.thread != st->thread;
                 st->last_free_seq = seq;
@@ -361,6 +402,12 @@ static void summarize(const char *path, const uint64_t *sizes, int n, summary *s
     snprintf(s->mode, sizeof s->mode, "%s", v ? v : "");
     v = gp_trace_meta(t, "pid");
     snprintf(s->pid, sizeof s->pid, "%s", v ? v : "");
+    v = gp_trace_meta(t, "end_reason");
+    snprintf(s->end_reason, sizeof s->end_reason, "%s", v ? v : "");
+    v = gp_trace_meta(t, "command");
+    s->command_len = v ? strlen(v) : 0;
+    s->command_truncated = gp_trace_meta(t, "command_truncated") != NULL;
+    free(last_time);
     free(live.keys);
     free(live.sizes);
     if (out)
@@ -798,6 +845,428 @@ static void test_foreign_program(void **state)
     remove_dir(dir);
 }
 
+/* ---- descriptor games (issue 12: items 1 and 4) ---------------------------------------------- */
+
+/* fd_games MODE: whatever the program does to its descriptors, the trace holds every event,
+ * before and after, and the program's own file holds exactly what the program wrote. */
+static void check_fd_game(const char *mode)
+{
+    const char *dir = make_dir();
+    char file[PATH_MAX + 16];
+    snprintf(file, sizeof file, "%s/own.txt", dir);
+    char *argv[] = {(char *)prog("fd_games"), (char *)mode, file, NULL};
+    run_result plain, r;
+    run(argv, false, dir, NULL, &plain);
+    run(argv, true, dir, NULL, &r);
+    assert_true(exited_with(&plain, 0));
+    if (!exited_with(&r, 0) || strcmp(r.out, FG_STDOUT) != 0)
+        fail_msg("fd_games %s under the preload: status %d, stdout '%s'", mode, r.status, r.out);
+    assert_int_equal(r.err_len, 0); /* not a word from gradprof: nothing was lost */
+    /* After the exit (the last chunks are written then), the file is still the program's. */
+    char buf[4096];
+    int fd = open(file, O_RDONLY);
+    assert_true(fd >= 0);
+    ssize_t n = read(fd, buf, sizeof buf);
+    close(fd);
+    if (n != (ssize_t)strlen(FG_TEXT) || memcmp(buf, FG_TEXT, (size_t)n) != 0)
+        fail_msg("fd_games %s: the program's file holds %zd bytes", mode, n);
+    unlink(file);
+
+    const uint64_t sizes[] = {FG_BEFORE_SIZE, FG_HELD_SIZE, FG_AFTER_SIZE, FG_WORKER_SIZE};
+    summary s;
+    summarize_pid(dir, r.pid, sizes, 4, &s, NULL);
+    assert_true(s.info.clean_end);
+    assert_false(s.info.damaged);
+    assert_string_equal(s.end_reason, "exit");
+    assert_int_equal(s.unmatched_frees, 0);
+    assert_int_equal(s.double_allocs, 0);
+    expect_size(&s, FG_BEFORE_SIZE, FG_BEFORE, FG_BEFORE);
+    expect_size(&s, FG_HELD_SIZE, FG_HELD, FG_HELD);
+    expect_size(&s, FG_AFTER_SIZE, FG_AFTER, FG_AFTER);
+    expect_size(&s, FG_WORKER_SIZE, FG_WORKER, FG_WORKER);
+    assert_int_equal(s.tracked_bytes, (uint64_t)FG_BEFORE * FG_BEFORE_SIZE +
+                                          (uint64_t)FG_HELD * FG_HELD_SIZE +
+                                          (uint64_t)FG_AFTER * FG_AFTER_SIZE +
+                                          (uint64_t)FG_WORKER * FG_WORKER_SIZE);
+    remove_dir(dir);
+}
+
+/* `cmd 3>file`: the program puts its own file on descriptor 3 and writes there. */
+static void test_fd_dup_onto_3(void **state) { check_fd_game("dup3"); }
+/* dup2(/dev/null) over descriptors 3..20. */
+static void test_fd_devnull_over_low(void **state) { check_fd_game("devnull"); }
+/* A closefrom loop: close(3) .. close(RLIMIT_NOFILE - 1). */
+static void test_fd_closefrom_loop(void **state) { check_fd_game("closefrom"); }
+/* close_range(3, ~0U, 0). */
+static void test_fd_close_range(void **state) { check_fd_game("close_range"); }
+/* The program finds the trace's descriptor and puts its own file on that number. */
+static void test_fd_hijacked(void **state) { check_fd_game("hijack"); }
+
+/* ---- pthread_cancel (item 2) ------------------------------------------------------------------ */
+
+/* 200 allocating threads cancelled at random moments, 10 runs: none may hang (a cancellation
+ * acting inside the recorder's write left its buffer held, and the thread-exit hook spun
+ * forever), and the trace holds exactly the blocks each thread counted. GRADPROF_FLUSH_MS=1
+ * makes the recorder write (a cancellation point, before the fix) all the time. */
+static void test_cancelled_threads(void **state)
+{
+    const char *extra[] = {"GRADPROF_FLUSH_MS=1", NULL};
+    run_timeout_s = 60;
+    for (int round = 0; round < 10; round++) {
+        const char *dir = make_dir();
+        run_result r;
+        run_exe(prog("cancel_alloc"), true, dir, extra, &r);
+        assert_true(exited_with(&r, 0));
+        unsigned long long allocs, frees;
+        int cancelled;
+        if (sscanf(r.out, "cancel_alloc: allocs %llu frees %llu cancelled %d", &allocs, &frees,
+                   &cancelled) != 3)
+            fail_msg("cancel_alloc printed '%s'", r.out);
+        assert_int_equal(cancelled, CA_THREADS);
+        const uint64_t sizes[] = {CA_SIZE, CA_MAIN_SIZE};
+        summary s;
+        summarize_pid(dir, r.pid, sizes, 2, &s, NULL);
+        assert_true(s.info.clean_end);
+        assert_false(s.info.damaged);
+        assert_int_equal(s.unmatched_frees, 0);
+        assert_int_equal(s.double_allocs, 0);
+        size_stat *st = stat_of(&s, CA_SIZE);
+        if (st->allocs != allocs || st->frees != frees)
+            fail_msg("round %d: trace %u allocs %u frees of %d bytes; the threads made %llu and "
+                     "%llu",
+                     round, st->allocs, st->frees, CA_SIZE, allocs, frees);
+        expect_size(&s, CA_MAIN_SIZE, CA_MAIN, CA_MAIN);
+        remove_dir(dir);
+    }
+    run_timeout_s = RUN_TIMEOUT_S;
+}
+
+/* ---- thread-specific-data destructors (item 5) ------------------------------------------------ */
+
+/* Destructors that run after the recorder's own thread-exit hook allocate and free: all recorded,
+ * every free matched (202 allocations, 200 frees, 0 unknown frees; and a second round). */
+static void test_tsd_destructors(void **state)
+{
+    const char *dir = make_dir();
+    run_result r;
+    run_both(prog("tsd_alloc"), dir, NULL, &r);
+    assert_true(exited_with(&r, 0));
+    assert_string_equal(r.out, TD_STDOUT);
+    const uint64_t sizes[] = {TD_BODY_SIZE, TD_DTOR_SIZE, TD_MAIN_SIZE, TD_ROUND2_SIZE};
+    summary s;
+    summarize_pid(dir, r.pid, sizes, 4, &s, NULL);
+    assert_true(s.info.clean_end);
+    assert_int_equal(s.unmatched_frees, 0);
+    assert_int_equal(s.double_allocs, 0);
+    expect_size(&s, TD_BODY_SIZE, TD_THREADS, TD_THREADS);
+    expect_size(&s, TD_DTOR_SIZE, TD_THREADS, TD_THREADS);
+    expect_size(&s, TD_MAIN_SIZE, TD_MAIN, 0);
+    expect_size(&s, TD_ROUND2_SIZE, TD_THREADS, TD_THREADS);
+    unsigned shape_allocs = 0, shape_frees = 0;
+    for (int i = 0; i < 3; i++) {
+        shape_allocs += s.sizes[i].allocs;
+        shape_frees += s.sizes[i].frees;
+    }
+    assert_int_equal(shape_allocs, 2 * TD_THREADS + TD_MAIN); /* 202 */
+    assert_int_equal(shape_frees, 2 * TD_THREADS);            /* 200 */
+    remove_dir(dir);
+}
+
+/* ---- the realloc window (item 6) ------------------------------------------------------------- */
+
+/* A moving realloc's free is stamped before the real realloc, so in time order no other thread
+ * ever allocates the old address before it is freed: no double allocation, no unknown free. */
+static void test_realloc_free_comes_first(void **state)
+{
+    const char *dir = make_dir();
+    const char *extra[] = {"MALLOC_ARENA_MAX=1", "GLIBC_TUNABLES=glibc.malloc.tcache_count=0",
+                           NULL};
+    run_result r;
+    run_exe(prog("realloc_race"), true, dir, extra, &r);
+    assert_true(exited_with(&r, 0));
+    assert_string_equal(r.out, RR_STDOUT);
+    const uint64_t sizes[] = {RR_SMALL, RR_BIG};
+    summary s;
+    summarize_pid(dir, r.pid, sizes, 2, &s, NULL);
+    assert_true(s.info.clean_end);
+    if (s.double_allocs != 0 || s.unmatched_frees != 0)
+        fail_msg("%llu allocations of a live address and %llu frees of an unknown one: a free "
+                 "was stamped after the allocation that reused its address",
+                 (unsigned long long)s.double_allocs, (unsigned long long)s.unmatched_frees);
+    assert_int_equal(s.not_increasing, 0);
+    expect_size(&s, RR_SMALL, 2 * RR_ROUNDS, 2 * RR_ROUNDS); /* RR_OTHER == RR_SMALL */
+    expect_size(&s, RR_BIG, RR_ROUNDS, RR_ROUNDS);
+    remove_dir(dir);
+}
+
+/* ---- C++ under any allocator (item 3) --------------------------------------------------------- */
+
+/* The sizes cxx_forms.h lists. */
+#define CF_SIZE_ROW(size, n, d) size,
+static const uint64_t cf_rows[CF_NROWS] = {CF_ROWS(CF_SIZE_ROW)};
+#undef CF_SIZE_ROW
+
+/* `soname` found in the usual library directories: its path in `out`, or false. */
+static bool find_library(const char *soname, char *out, size_t size)
+{
+    const char *dirs[] = {"/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64",
+                          "/usr/lib", "/usr/local/lib"};
+    for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++) {
+        snprintf(out, size, "%s/%s", dirs[i], soname);
+        if (access(out, R_OK) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Runs cxx_forms or c_forms with LD_PRELOAD=`list` and checks every form: one allocation and one
+ * free of each size, exact bytes, no unknown free, and a C++ allocation's innermost frame in the
+ * program itself (not in the allocator or libstdc++). */
+static void check_forms(const char *exe, bool cxx, const char *list)
+{
+    const char *dir = make_dir();
+    run_result plain, r;
+    run_exe(exe, false, dir, NULL, &plain);
+    preload_list = list;
+    run_exe(exe, true, dir, NULL, &r);
+    preload_list = NULL;
+    assert_true(exited_with(&plain, 0));
+    if (!exited_with(&r, 0) || strcmp(r.out, CF_STDOUT) != 0)
+        fail_msg("%s under LD_PRELOAD='%s': status %d, stdout '%s'", exe, list, r.status, r.out);
+
+    uint64_t sizes[32];
+    int n = 0;
+    for (int i = 0; i < CF_NROWS; i++)
+        sizes[n++] = cf_rows[i];
+    const uint64_t more[] = {CF_EXPR_NEW_SIZE, CF_VECTOR_ELEM,    2 * CF_VECTOR_ELEM,
+                             4 * CF_VECTOR_ELEM, 8 * CF_VECTOR_ELEM, CF_MALLOC_SIZE,
+                             CF_CALLOC_N * CF_CALLOC_SIZE, CF_REALLOC_FIRST, CF_REALLOC_GROW,
+                             CF_MEMALIGN_SIZE, CF_ALIGNED_ALLOC_SIZE, CF_RESERVE_SIZE,
+                             CF_AFTER_SIZE};
+    for (size_t i = 0; i < sizeof more / sizeof *more; i++)
+        sizes[n++] = more[i];
+    summary s;
+    gp_trace *t;
+    summarize_pid(dir, r.pid, sizes, n, &s, &t);
+    assert_true(s.info.clean_end);
+    assert_false(s.info.damaged);
+    if (s.unmatched_frees != 0 || s.double_allocs != 0 || s.huge_allocs != 0)
+        fail_msg("%s under '%s': %llu unknown frees, %llu double allocations, %llu failed ones", exe,
+                 list, (unsigned long long)s.unmatched_frees, (unsigned long long)s.double_allocs,
+                 (unsigned long long)s.huge_allocs);
+    uint64_t bytes = 0, count = 0;
+    if (cxx) {
+        for (int i = 0; i < CF_NROWS; i++) {
+            expect_size(&s, cf_rows[i], 1, 1);
+            expect_aligned(&s, cf_rows[i], i >= 6 ? CF_ALIGN : 8); /* rows 6..11 are aligned */
+            bytes += cf_rows[i];
+            count++;
+        }
+        expect_size(&s, CF_EXPR_NEW_SIZE, CF_EXPR_COUNT, CF_EXPR_COUNT);
+        for (uint64_t k = 1; k <= 8; k *= 2)
+            expect_size(&s, k * CF_VECTOR_ELEM, 1, 1);
+        expect_size(&s, CF_RESERVE_SIZE, 1, 1); /* freed by the new_handler */
+        expect_size(&s, CF_AFTER_SIZE, 1, 1);   /* recorded after three exceptions */
+        bytes += CF_EXPR_COUNT * CF_EXPR_NEW_SIZE + 15 * CF_VECTOR_ELEM + CF_RESERVE_SIZE +
+                 CF_AFTER_SIZE;
+        count += CF_EXPR_COUNT + 4 + 2;
+        /* The innermost frame of `operator new(7001)` is in the program. */
+        uint32_t module, parent;
+        uint64_t offset;
+        assert_int_equal(gp_trace_stack_frame(t, s.sizes[0].stack, &module, &offset, &parent), 0);
+        const gp_module *m = gp_trace_module(t, module);
+        assert_non_null(m);
+        char a[PATH_MAX], b[PATH_MAX];
+        assert_non_null(realpath(m->path, a));
+        assert_non_null(realpath(exe, b));
+        assert_string_equal(a, b);
+    }
+    expect_size(&s, CF_MALLOC_SIZE, CF_MALLOC_COUNT, CF_MALLOC_COUNT);
+    expect_size(&s, CF_CALLOC_N * CF_CALLOC_SIZE, 1, 1);
+    expect_size(&s, CF_REALLOC_FIRST, 1, 1);
+    expect_size(&s, CF_REALLOC_GROW, 1, 1);
+    expect_size(&s, CF_MEMALIGN_SIZE, 1, 1);
+    expect_aligned(&s, CF_MEMALIGN_SIZE, 64);
+    expect_size(&s, CF_ALIGNED_ALLOC_SIZE, 1, 1);
+    expect_aligned(&s, CF_ALIGNED_ALLOC_SIZE, CF_ALIGN);
+    bytes += CF_MALLOC_COUNT * CF_MALLOC_SIZE + CF_CALLOC_N * CF_CALLOC_SIZE + CF_REALLOC_FIRST +
+             CF_REALLOC_GROW + CF_MEMALIGN_SIZE + CF_ALIGNED_ALLOC_SIZE;
+    count += CF_MALLOC_COUNT + 5;
+    assert_int_equal(s.tracked_bytes, bytes);
+    assert_int_equal(s.tracked_frees, count);
+    gp_trace_close(t);
+    remove_dir(dir);
+}
+
+static void check_forms_all(const char *allocator)
+{
+    char lib[PATH_MAX], list[2 * PATH_MAX + 2];
+    if (allocator == NULL) {
+        snprintf(list, sizeof list, "%s", GP_PRELOAD_LIB);
+    } else {
+        if (!find_library(allocator, lib, sizeof lib)) {
+            fprintf(stderr, "SKIPPED: %s is not installed (scripts/bootstrap.sh --tests)\n",
+                    allocator);
+            skip();
+        }
+        snprintf(list, sizeof list, "%s %s", GP_PRELOAD_LIB, lib);
+    }
+    check_forms(prog("cxx_forms"), true, list);
+    check_forms(prog("c_forms"), false, list);
+}
+
+static void test_forms_glibc(void **state) { check_forms_all(NULL); }
+static void test_forms_tcmalloc(void **state) { check_forms_all("libtcmalloc_minimal.so.4"); }
+static void test_forms_jemalloc(void **state) { check_forms_all("libjemalloc.so.2"); }
+
+/* An allocator preloaded *before* libprof_preload.so takes every call: nothing can be recorded,
+ * and one warning says so and what to do; the program runs unchanged. */
+static void test_allocator_first_is_said(void **state)
+{
+    char lib[PATH_MAX], list[2 * PATH_MAX + 2];
+    if (!find_library("libjemalloc.so.2", lib, sizeof lib) &&
+        !find_library("libtcmalloc_minimal.so.4", lib, sizeof lib)) {
+        fprintf(stderr, "SKIPPED: neither jemalloc nor tcmalloc is installed\n");
+        skip();
+    }
+    snprintf(list, sizeof list, "%s %s", lib, GP_PRELOAD_LIB);
+    const char *dir = make_dir();
+    run_result r;
+    preload_list = list;
+    run_exe(prog("c_forms"), true, dir, NULL, &r);
+    preload_list = NULL;
+    assert_true(exited_with(&r, 0));
+    assert_string_equal(r.out, CF_STDOUT);
+    assert_non_null(strstr(r.err, "gradprof: the program's malloc is the one in"));
+    assert_non_null(strstr(r.err, "list libprof_preload.so first in LD_PRELOAD"));
+    const uint64_t sizes[] = {CF_MALLOC_SIZE};
+    summary s;
+    summarize_pid(dir, r.pid, sizes, 1, &s, NULL);
+    expect_size(&s, CF_MALLOC_SIZE, 0, 0);
+    remove_dir(dir);
+}
+
+/* ---- how the recording ended, the command line, path messages (item 7) ------------------------ */
+
+/* end_reason: "exit" (exit, _exit), "exec" (before an exec), "signal 6" (abort). */
+static void test_end_reason(void **state)
+{
+    const char *dir = make_dir();
+    run_result r;
+    run_exe(GP_ALLOC_ABORT, true, dir, NULL, &r);
+    assert_true(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGABRT);
+    summary s;
+    summarize_pid(dir, r.pid, NULL, 0, &s, NULL);
+    assert_string_equal(s.end_reason, "signal 6");
+    remove_dir(dir);
+
+    dir = make_dir();
+    run_exe(GP_ALLOC_FORK, true, dir, NULL, &r);
+    assert_true(exited_with(&r, 0));
+    summarize_pid(dir, r.pid, NULL, 0, &s, NULL);
+    assert_string_equal(s.end_reason, "exit");
+    summarize_pid(dir, child_pid(&r, 2), NULL, 0, &s, NULL); /* _exit */
+    assert_string_equal(s.end_reason, "exit");
+    char paths[4][PATH_MAX + 64];
+    assert_int_equal(traces_of(dir, child_pid(&r, 3), paths, 4), 2);
+    summarize(paths[0], NULL, 0, &s, NULL); /* the image before execle */
+    assert_string_equal(s.end_reason, "exec");
+    remove_dir(dir);
+}
+
+/* vfork children share the parent's memory: one whose exec fails and that leaves with _exit, one
+ * that execs. Neither may end the parent's trace: killed by SIGKILL afterwards, the parent leaves
+ * a trace with every allocation and no END record nor end reason ("killed, or still running"). */
+static void test_vfork_child_leaves_the_trace_alone(void **state)
+{
+    const char *dir = make_dir();
+    run_result r;
+    run_exe(prog("vfork_exec"), true, dir, NULL, &r);
+    assert_true(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGKILL);
+    const uint64_t sizes[] = {VE_BEFORE_SIZE, VE_AFTER_SIZE};
+    summary s;
+    summarize_pid(dir, r.pid, sizes, 2, &s, NULL);
+    assert_false(s.info.clean_end);
+    assert_string_equal(s.end_reason, "");
+    expect_size(&s, VE_BEFORE_SIZE, VE_BEFORE, VE_BEFORE);
+    expect_size(&s, VE_AFTER_SIZE, VE_AFTER, VE_AFTER);
+    remove_dir(dir);
+}
+
+/* The command line is stored whole (10,000 bytes); over one chunk (1.2 MB) it is cut there and
+ * the "command_truncated" metadata says so. */
+static void test_long_command_line(void **state)
+{
+    enum { ARG = 120000, NARGS = 10 };
+    static char args[NARGS][ARG + 1];
+    for (int i = 0; i < NARGS; i++) {
+        memset(args[i], 'a' + i, ARG);
+        args[i][ARG] = '\0';
+    }
+    const char *dir = make_dir();
+    char *argv[NARGS + 2];
+    argv[0] = GP_ALLOC_KNOWN;
+    args[0][10000] = '\0';
+    argv[1] = args[0];
+    argv[2] = NULL;
+    run_result r;
+    run(argv, true, dir, NULL, &r);
+    assert_true(exited_with(&r, 0));
+    summary s;
+    summarize_pid(dir, r.pid, NULL, 0, &s, NULL);
+    assert_int_equal(s.command_len, strlen(GP_ALLOC_KNOWN) + 1 + 10000);
+    assert_false(s.command_truncated);
+    remove_dir(dir);
+
+    args[0][10000] = 'a';
+    for (int i = 0; i < NARGS; i++)
+        argv[i + 1] = args[i];
+    argv[NARGS + 1] = NULL;
+    dir = make_dir();
+    run(argv, true, dir, NULL, &r);
+    assert_true(exited_with(&r, 0));
+    summarize_pid(dir, r.pid, NULL, 0, &s, NULL);
+    assert_true(s.command_truncated);
+    assert_true(s.command_len > 1000000 && s.command_len < 1048576);
+    remove_dir(dir);
+}
+
+/* A path component over 255 bytes: the one warning says why (ENAMETOOLONG) and which component. */
+static void test_output_name_too_long(void **state)
+{
+    const char *dir = make_dir();
+    char output[PATH_MAX + 400];
+    int n = snprintf(output, sizeof output, "GRADPROF_OUTPUT=%s/", dir);
+    memset(output + n, 'c', 300);
+    snprintf(output + n + 300, sizeof output - (size_t)n - 300, "/t.gptrace");
+    run_result r;
+    run_both(GP_ALLOC_KNOWN, dir, (const char *[]){output, NULL}, &r);
+    assert_true(exited_with(&r, 0));
+    assert_string_equal(r.out, AK_STDOUT);
+    assert_non_null(strstr(r.err, "gradprof: cannot create the trace file"));
+    assert_non_null(strstr(r.err, "ENAMETOOLONG"));
+    assert_non_null(strstr(r.err, "is 300 bytes; the limit is 255"));
+    assert_non_null(strstr(r.err, "; not recording"));
+    assert_int_equal(count_files(dir), 0);
+    remove_dir(dir);
+}
+
+/* A path that is too long only once %p is expanded is refused, not cut short and used. */
+static void test_output_too_long_expanded(void **state)
+{
+    const char *dir = make_dir();
+    static char output[4200];
+    int n = snprintf(output, sizeof output, "GRADPROF_OUTPUT=%s/", dir);
+    while (n < 16 + 3990)
+        n += snprintf(output + n, sizeof output - (size_t)n, "%%p/");
+    run_result r;
+    run_both(GP_ALLOC_KNOWN, dir, (const char *[]){output, NULL}, &r);
+    assert_true(exited_with(&r, 0));
+    assert_non_null(strstr(r.err, "once %p is expanded (ENAMETOOLONG); not recording"));
+    assert_int_equal(count_files(dir), 0);
+    remove_dir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -806,6 +1275,16 @@ int main(void)
         cmocka_unit_test(test_fork_preload),      cmocka_unit_test(test_abort_preload),
         cmocka_unit_test(test_call_chain_stack),  cmocka_unit_test(test_disabled),
         cmocka_unit_test(test_unwritable_output), cmocka_unit_test(test_foreign_program),
+        cmocka_unit_test(test_fd_dup_onto_3),     cmocka_unit_test(test_fd_devnull_over_low),
+        cmocka_unit_test(test_fd_closefrom_loop), cmocka_unit_test(test_fd_close_range),
+        cmocka_unit_test(test_fd_hijacked),       cmocka_unit_test(test_cancelled_threads),
+        cmocka_unit_test(test_tsd_destructors),   cmocka_unit_test(test_realloc_free_comes_first),
+        cmocka_unit_test(test_forms_glibc),       cmocka_unit_test(test_forms_tcmalloc),
+        cmocka_unit_test(test_forms_jemalloc),    cmocka_unit_test(test_allocator_first_is_said),
+        cmocka_unit_test(test_end_reason),        cmocka_unit_test(test_long_command_line),
+        cmocka_unit_test(test_vfork_child_leaves_the_trace_alone),
+        cmocka_unit_test(test_output_name_too_long),
+        cmocka_unit_test(test_output_too_long_expanded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

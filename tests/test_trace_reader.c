@@ -11,11 +11,14 @@
 
 #include <errno.h>
 #include <dirent.h>
+#include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "gradprof/trace.h"
@@ -635,7 +638,7 @@ static void test_minor_version(void **state)
 
 /* Without start_monotonic_ns, time counts from the smallest base time of the chunks with events,
  * which need not be the first chunk's; chunks of definitions only (base time 0 from the writer)
- * do not count. */
+ * do not count. Threads are numbered in time order, not in the order of their chunks. */
 static void test_start_time(void **state)
 {
     (void)state;
@@ -656,9 +659,9 @@ static void test_start_time(void **state)
     gp_event ev[4];
     assert_int_equal(read_all(t, ev, 4), 2);
     assert_int_equal(ev[0].time_ns, 500);
-    assert_int_equal(ev[0].thread, 2);
+    assert_int_equal(ev[0].thread, 1); /* writer 2 */
     assert_int_equal(ev[1].time_ns, 2000);
-    assert_int_equal(ev[1].thread, 1);
+    assert_int_equal(ev[1].thread, 2); /* writer 1 */
     gp_trace_close(t);
     fb_free(&f);
 }
@@ -672,10 +675,11 @@ static void test_merge_threads(void **state)
     fbuf f = {0};
     fb_header(&f, 1, 0);
     e_begin(&e, 0);
-    r_meta(&e, "flush_interval_ns", "1000"); /* window: 2000 ns */
+    r_meta(&e, "flush_interval_ns", "1000"); /* the order does not depend on it */
     r_meta(&e, "start_monotonic_ns", "0");
     fb_chunk(&f, 0, 0, 0, &e);
-    /* Writer 2 is written first although writer 1 has the earlier events. */
+    /* Writer 2 is written first although writer 1 has the earlier events (and so the lower
+     * thread index, which orders the events of equal times). */
     e_begin(&e, 150);
     r_string(&e, 1, "w2");
     r_string(&e, 2, "w2b");
@@ -703,9 +707,9 @@ static void test_merge_threads(void **state)
         uint32_t thread;
         const char *name;
     } want[] = {
-        {GP_EV_ALLOC, 100, 2, ""},  {GP_EV_FREE, 150, 1, ""},    {GP_EV_ALLOC, 200, 2, ""},
-        {GP_EV_MARK, 300, 1, "w2"}, {GP_EV_MARK, 300, 1, "w2b"}, {GP_EV_MARK, 300, 2, "w1"},
-        {GP_EV_FREE, 305, 1, ""},
+        {GP_EV_ALLOC, 100, 1, ""},  {GP_EV_FREE, 150, 2, ""},   {GP_EV_ALLOC, 200, 1, ""},
+        {GP_EV_MARK, 300, 1, "w1"}, {GP_EV_MARK, 300, 2, "w2"}, {GP_EV_MARK, 300, 2, "w2b"},
+        {GP_EV_FREE, 305, 2, ""},
     };
     for (size_t i = 0; i < 7; i++) {
         assert_int_equal(ev[i].kind, want[i].kind);
@@ -714,14 +718,15 @@ static void test_merge_threads(void **state)
         assert_string_equal(ev[i].name, want[i].name);
     }
     assert_true(ev[0].addr == 0x1000 && ev[1].addr == 0x1000); /* the free after its alloc */
-    assert_int_equal(gp_trace_thread_count(t), 2);             /* writer 2 -> 1, writer 1 -> 2 */
+    assert_int_equal(gp_trace_thread_count(t), 2);             /* writer 1 -> 1, writer 2 -> 2 */
     assert_null(gp_trace_thread_name(t, 1));
     assert_int_equal(gp_trace_info_get(t)->chunks, 4);
     gp_trace_close(t);
     fb_free(&f);
 }
 
-/* Events leave as soon as the window has passed them, long before the end of the file. */
+/* The first gp_trace_next() indexes every chunk (info->chunks is then final); events then leave
+ * in time order, chunk by chunk. */
 static void test_streaming(void **state)
 {
     (void)state;
@@ -748,7 +753,8 @@ static void test_streaming(void **state)
     char err[256];
     assert_int_equal(gp_trace_next(t, &ev, err, sizeof err), 1);
     assert_int_equal(ev.time_ns, 10000);
-    assert_true(gp_trace_info_get(t)->chunks <= 3);
+    assert_int_equal(gp_trace_info_get(t)->chunks, NCHUNKS + 1);
+    assert_int_equal(gp_trace_info_get(t)->events, 1);
     uint64_t last = ev.time_ns, n = 1;
     int r;
     while ((r = gp_trace_next(t, &ev, err, sizeof err)) == 1) {
@@ -1242,6 +1248,517 @@ static void test_damage_fuzz(void **state)
     fb_free(&f);
 }
 
+/* ---- exact time order, however late a chunk reaches the file --------------------------------- */
+
+/* What a test expects of one event. */
+typedef struct want_ev {
+    gp_event_kind kind;
+    uint64_t time;
+    uint32_t thread;
+    uint64_t addr;
+} want_ev;
+
+static void expect_events(const gp_event *ev, size_t n, const want_ev *want, size_t nwant)
+{
+    assert_int_equal(n, nwant);
+    for (size_t i = 0; i < n; i++) {
+        if (ev[i].kind != want[i].kind || ev[i].time_ns != want[i].time ||
+            ev[i].thread != want[i].thread || ev[i].addr != want[i].addr)
+            print_error("event %zu: kind %d time %" PRIu64 " thread %u addr 0x%" PRIx64
+                        "; want kind %d time %" PRIu64 " thread %u addr 0x%" PRIx64 "\n",
+                        i, (int)ev[i].kind, ev[i].time_ns, ev[i].thread, ev[i].addr,
+                        (int)want[i].kind, want[i].time, want[i].thread, want[i].addr);
+        assert_int_equal(ev[i].kind, want[i].kind);
+        assert_int_equal(ev[i].time_ns, want[i].time);
+        assert_int_equal(ev[i].thread, want[i].thread);
+        assert_true(ev[i].addr == want[i].addr);
+    }
+}
+
+/* A thread's chunk reaches the file after a thousand chunks of another thread, long after its
+ * write time and any merge window (the flush interval says 1 us): its events still leave at their
+ * times. It holds the allocation of a block that the busy thread frees and allocates again (the
+ * allocator's reuse of the address), so a late merge would see the free before the allocation. */
+static void test_late_chunk(void **state)
+{
+    (void)state;
+    static enc e;
+    fbuf f = {0};
+    fb_header(&f, 1, 0);
+    e_begin(&e, 0);
+    r_meta(&e, "flush_interval_ns", "1000");
+    r_meta(&e, "start_monotonic_ns", "0");
+    fb_chunk(&f, 0, 0, 0, &e);
+    enum { NCHUNKS = 1000 };
+    /* Writer 1: ALLOC at 10000 k + 100, FREE at + 200; chunk 3 also frees the late block X at
+     * 30300 and allocates X again at 30400. */
+    const uint64_t X = 0x7000;
+    for (uint64_t k = 1; k <= NCHUNKS; k++) {
+        uint64_t base = 10000 * k + 100;
+        e_begin(&e, base);
+        if (k == 1)
+            r_thread(&e, 11, "busy");
+        r_alloc(&e, base, 0x100000 + 0x100 * k, 32, 0, LP_DEVICE_HOST, false);
+        r_free(&e, base + 100, 0x100000 + 0x100 * k, LP_DEVICE_HOST, false);
+        if (k == 3) {
+            r_free(&e, 30300, X, LP_DEVICE_HOST, false);
+            r_alloc(&e, 30400, X, 64, 0, LP_DEVICE_HOST, false);
+        }
+        fb_chunk(&f, 1, base, base + 500, &e);
+    }
+    /* Writer 2, written last (at 10^10 ns): its thread allocated X at 30250, and marks 10500. */
+    e_begin(&e, 10500);
+    r_thread(&e, 22, "late");
+    r_string(&e, 1, "late mark");
+    r_with(&e, GP_REC_MARK, 10500, 1);
+    r_alloc(&e, 30250, X, 64, 0, LP_DEVICE_HOST, false);
+    fb_chunk(&f, 2, 10500, 10000000000ull, &e);
+    fb_write(&f, path_in("late.gptrace"));
+
+    gp_trace *t = open_ok(path_in("late.gptrace"));
+    enum { MAX = 2 * NCHUNKS + 8 };
+    static gp_event ev[MAX];
+    size_t n = read_all(t, ev, MAX);
+    assert_int_equal(n, 2 * NCHUNKS + 4);
+    const want_ev head[] = {
+        {GP_EV_ALLOC, 10100, 1, 0x100100}, {GP_EV_FREE, 10200, 1, 0x100100},
+        {GP_EV_MARK, 10500, 2, 0},         {GP_EV_ALLOC, 20100, 1, 0x100200},
+        {GP_EV_FREE, 20200, 1, 0x100200},  {GP_EV_ALLOC, 30100, 1, 0x100300},
+        {GP_EV_FREE, 30200, 1, 0x100300},  {GP_EV_ALLOC, 30250, 2, X},
+        {GP_EV_FREE, 30300, 1, X},         {GP_EV_ALLOC, 30400, 1, X},
+        {GP_EV_ALLOC, 40100, 1, 0x100400},
+    };
+    expect_events(ev, sizeof head / sizeof head[0], head, sizeof head / sizeof head[0]);
+    assert_string_equal(ev[2].name, "late mark");
+    for (size_t i = 1; i < n; i++)
+        assert_true(ev[i].time_ns >= ev[i - 1].time_ns);
+    assert_int_equal(ev[n - 1].time_ns, 10000 * NCHUNKS + 200);
+    assert_string_equal(gp_trace_thread_name(t, 1), "busy");
+    assert_string_equal(gp_trace_thread_name(t, 2), "late");
+    assert_false(gp_trace_info_get(t)->damaged);
+    assert_int_equal(gp_trace_info_get(t)->chunks, NCHUNKS + 2);
+    gp_trace_close(t);
+    fb_free(&f);
+}
+
+/* Thread-0 chunks (META, MODULE; base time 0) anywhere in the file apply before any event: a
+ * start time written after every event's chunk still sets the time origin. */
+static void test_thread0_chunks_anywhere(void **state)
+{
+    (void)state;
+    static enc e;
+    fbuf f = {0};
+    fb_header(&f, 1, 0);
+    e_begin(&e, 5000);
+    r_alloc(&e, 5000, 0x1000, 16, 0, LP_DEVICE_HOST, false);
+    r_alloc(&e, 5100, 0x2000, 16, 0, LP_DEVICE_HOST, false);
+    fb_chunk(&f, 1, 5000, 5200, &e);
+    e_begin(&e, 0);
+    r_module(&e, 1, 0x400000, 0x1000, "/bin/middle", "");
+    fb_chunk(&f, 0, 0, 5300, &e);
+    e_begin(&e, 5050);
+    r_stack(&e, 1, 0, 1, 0x10); /* a frame in the module defined above */
+    r_alloc(&e, 5050, 0x3000, 16, 1, LP_DEVICE_HOST, false);
+    fb_chunk(&f, 2, 5050, 5400, &e);
+    e_begin(&e, 0);
+    r_meta(&e, "start_monotonic_ns", "4000");
+    r_meta(&e, "command", "at the end");
+    fb_chunk(&f, 0, 0, 9000, &e);
+    fb_write(&f, path_in("t0.gptrace"));
+
+    gp_trace *t = open_ok(path_in("t0.gptrace"));
+    gp_event ev[8];
+    size_t n = read_all(t, ev, 8);
+    const want_ev want[] = {
+        {GP_EV_ALLOC, 1000, 1, 0x1000},
+        {GP_EV_ALLOC, 1050, 2, 0x3000},
+        {GP_EV_ALLOC, 1100, 1, 0x2000},
+    };
+    expect_events(ev, n, want, 3);
+    uint32_t module;
+    assert_int_equal(gp_trace_stack_frame(t, ev[1].stack, &module, NULL, NULL), 0);
+    assert_int_equal(module, 1);
+    assert_string_equal(gp_trace_module(t, 1)->path, "/bin/middle");
+    assert_string_equal(gp_trace_meta(t, "command"), "at the end");
+    assert_int_equal(gp_trace_info_get(t)->chunks, 4);
+    gp_trace_close(t);
+    fb_free(&f);
+}
+
+/* Equal times: the lower thread index first (threads are numbered in time order), and within a
+ * thread the record order, also across two of its chunks with the same time; whatever the order
+ * of the chunks in the file. */
+static void test_equal_times(void **state)
+{
+    (void)state;
+    static enc e;
+    fbuf f = {0};
+    fb_header(&f, 1, 0);
+    e_begin(&e, 0);
+    r_meta(&e, "start_monotonic_ns", "0");
+    fb_chunk(&f, 0, 0, 0, &e);
+    /* Writer 1 (thread 2: its first event is at 60): chunks A (60, 100, 100) and B (100, 100). */
+    e_begin(&e, 60);
+    r_alloc(&e, 60, 0xA0, 8, 0, LP_DEVICE_HOST, false);
+    r_alloc(&e, 100, 0xA1, 8, 0, LP_DEVICE_HOST, false);
+    r_alloc(&e, 100, 0xA2, 8, 0, LP_DEVICE_HOST, false);
+    fb_chunk(&f, 1, 60, 100, &e);
+    e_begin(&e, 100);
+    r_alloc(&e, 100, 0xB0, 8, 0, LP_DEVICE_HOST, false);
+    r_free(&e, 100, 0xA1, LP_DEVICE_HOST, false);
+    fb_chunk(&f, 1, 100, 100, &e);
+    /* Writer 2 (thread 1: first event at 50), written last: C (50, 100, 100, 101). */
+    e_begin(&e, 50);
+    r_alloc(&e, 50, 0xC0, 8, 0, LP_DEVICE_HOST, false);
+    r_alloc(&e, 100, 0xC1, 8, 0, LP_DEVICE_HOST, false);
+    r_free(&e, 100, 0xC0, LP_DEVICE_HOST, false);
+    r_free(&e, 101, 0xC1, LP_DEVICE_HOST, false);
+    fb_chunk(&f, 2, 50, 101, &e);
+    fb_write(&f, path_in("ties.gptrace"));
+
+    gp_trace *t = open_ok(path_in("ties.gptrace"));
+    gp_event ev[16];
+    size_t n = read_all(t, ev, 16);
+    const want_ev want[] = {
+        {GP_EV_ALLOC, 50, 1, 0xC0},  {GP_EV_ALLOC, 60, 2, 0xA0},  {GP_EV_ALLOC, 100, 1, 0xC1},
+        {GP_EV_FREE, 100, 1, 0xC0},  {GP_EV_ALLOC, 100, 2, 0xA1}, {GP_EV_ALLOC, 100, 2, 0xA2},
+        {GP_EV_ALLOC, 100, 2, 0xB0}, {GP_EV_FREE, 100, 2, 0xA1},  {GP_EV_FREE, 101, 1, 0xC1},
+    };
+    expect_events(ev, n, want, sizeof want / sizeof want[0]);
+    gp_trace_close(t);
+    fb_free(&f);
+}
+
+/* Damage after a late chunk: everything before the bad chunk in the file is delivered, in time
+ * order (the late chunk too); nothing after it, not even a chunk with the earliest times. */
+static void test_damage_after_late_chunk(void **state)
+{
+    (void)state;
+    static enc e;
+    fbuf f = {0};
+    fb_header(&f, 1, 0);
+    e_begin(&e, 0);
+    r_meta(&e, "start_monotonic_ns", "0");
+    fb_chunk(&f, 0, 0, 0, &e);
+    e_begin(&e, 100);
+    r_alloc(&e, 100, 0x100, 8, 0, LP_DEVICE_HOST, false);
+    r_alloc(&e, 150, 0x150, 8, 0, LP_DEVICE_HOST, false);
+    fb_chunk(&f, 1, 100, 160, &e);
+    e_begin(&e, 200);
+    r_alloc(&e, 200, 0x200, 8, 0, LP_DEVICE_HOST, false);
+    fb_chunk(&f, 1, 200, 210, &e);
+    e_begin(&e, 50); /* late: writer 2's events at 50 and 175 */
+    r_alloc(&e, 50, 0x50, 8, 0, LP_DEVICE_HOST, false);
+    r_alloc(&e, 175, 0x175, 8, 0, LP_DEVICE_HOST, false);
+    fb_chunk(&f, 2, 50, 100000, &e);
+    e_begin(&e, 120); /* damaged by a bad checksum */
+    r_alloc(&e, 120, 0x120, 8, 0, LP_DEVICE_HOST, false);
+    size_t bad = fb_chunk(&f, 3, 120, 100001, &e);
+    f.data[bad + 8] ^= 1;
+    e_begin(&e, 10); /* after the damage: never delivered */
+    r_alloc(&e, 10, 0x10, 8, 0, LP_DEVICE_HOST, false);
+    fb_chunk(&f, 4, 10, 100002, &e);
+    fb_write(&f, path_in("latedamage.gptrace"));
+
+    gp_trace *t = open_ok(path_in("latedamage.gptrace"));
+    gp_event ev[16];
+    size_t n = read_all(t, ev, 16);
+    const want_ev want[] = {
+        {GP_EV_ALLOC, 50, 1, 0x50},   {GP_EV_ALLOC, 100, 2, 0x100}, {GP_EV_ALLOC, 150, 2, 0x150},
+        {GP_EV_ALLOC, 175, 1, 0x175}, {GP_EV_ALLOC, 200, 2, 0x200},
+    };
+    expect_events(ev, n, want, sizeof want / sizeof want[0]);
+    const gp_trace_info *info = gp_trace_info_get(t);
+    assert_true(info->damaged);
+    assert_int_equal(info->damage_offset, bad);
+    assert_int_equal(info->bytes_lost, f.n - bad);
+    assert_contains(info->damage_reason, "checksum");
+    assert_int_equal(info->chunks, 4);
+    assert_int_equal(gp_trace_thread_count(t), 2);
+    gp_trace_close(t);
+
+    /* The same with a record the scan rejects in the bad chunk (checksum right). */
+    f.data[bad + 8] ^= 1;
+    f.data[bad + GP_CHUNK_HEADER_BYTES] = 30; /* an unknown record type */
+    fix_crc(&f, bad);
+    fb_write(&f, path_in("latedamage.gptrace"));
+    t = open_ok(path_in("latedamage.gptrace"));
+    n = read_all(t, ev, 16);
+    expect_events(ev, n, want, sizeof want / sizeof want[0]);
+    assert_int_equal(gp_trace_info_get(t)->damage_offset, bad);
+    assert_contains(gp_trace_info_get(t)->damage_reason, "unknown record type 30");
+    gp_trace_close(t);
+    fb_free(&f);
+}
+
+/* A thread index reused by a new OS thread while another thread's chunk arrives late in between:
+ * each event resolves its ids with the definitions of its own OS thread. */
+static void test_reuse_with_late_chunk(void **state)
+{
+    (void)state;
+    static enc e;
+    fbuf f = {0};
+    fb_header(&f, 1, 0);
+    e_begin(&e, 0);
+    r_meta(&e, "start_monotonic_ns", "0");
+    fb_chunk(&f, 0, 0, 0, &e);
+    e_begin(&e, 10);
+    r_thread(&e, 100, "a");
+    r_string(&e, 1, "x");
+    r_with(&e, GP_REC_MARK, 10, 1);
+    fb_chunk(&f, 1, 10, 20, &e);
+    e_begin(&e, 30);
+    r_thread(&e, 200, "b"); /* a new OS thread on writer 1 */
+    r_string(&e, 1, "y");
+    r_with(&e, GP_REC_MARK, 40, 1);
+    fb_chunk(&f, 1, 30, 45, &e);
+    e_begin(&e, 35); /* late, between the two */
+    r_thread(&e, 300, "c");
+    r_string(&e, 1, "z");
+    r_with(&e, GP_REC_MARK, 35, 1);
+    fb_chunk(&f, 2, 35, 99999, &e);
+    fb_write(&f, path_in("reuselate.gptrace"));
+    gp_trace *t = open_ok(path_in("reuselate.gptrace"));
+    gp_event ev[8];
+    size_t n = read_all(t, ev, 8);
+    const want_ev want[] = {
+        {GP_EV_MARK, 10, 1, 0},
+        {GP_EV_MARK, 35, 3, 0},
+        {GP_EV_MARK, 40, 2, 0},
+    };
+    expect_events(ev, n, want, 3);
+    assert_string_equal(ev[0].name, "x");
+    assert_string_equal(ev[1].name, "z");
+    assert_string_equal(ev[2].name, "y");
+    assert_string_equal(gp_trace_thread_name(t, 1), "a");
+    assert_string_equal(gp_trace_thread_name(t, 2), "b");
+    assert_string_equal(gp_trace_thread_name(t, 3), "c");
+    gp_trace_close(t);
+    fb_free(&f);
+}
+
+/* A file that breaks the ordering contract (a chunk whose base time is before its thread's last
+ * event, dt sums that wrap): the thread's events still leave in its record order and times never
+ * go back. */
+static void test_times_never_go_back(void **state)
+{
+    (void)state;
+    static enc e;
+    fbuf f = {0};
+    fb_header(&f, 1, 0);
+    e_begin(&e, 0);
+    r_meta(&e, "start_monotonic_ns", "0");
+    fb_chunk(&f, 0, 0, 0, &e);
+    e_begin(&e, 500);
+    r_alloc(&e, 500, 0x1, 8, 0, LP_DEVICE_HOST, false);
+    r_alloc(&e, 900, 0x2, 8, 0, LP_DEVICE_HOST, false);
+    fb_chunk(&f, 1, 500, 900, &e);
+    e_begin(&e, 300); /* goes back to 300 */
+    r_alloc(&e, 300, 0x3, 8, 0, LP_DEVICE_HOST, false);
+    r_alloc(&e, 950, 0x4, 8, 0, LP_DEVICE_HOST, false);
+    e_byte(&e, GP_REC_ALLOC); /* dt wraps the time around to 100 */
+    e_var(&e, UINT64_MAX - 849);
+    e_var(&e, gp_zigzag(1));
+    e_var(&e, 8);
+    e_var(&e, 0);
+    fb_chunk(&f, 1, 300, 950, &e);
+    e_begin(&e, 400);
+    r_alloc(&e, 400, 0x10, 8, 0, LP_DEVICE_HOST, false);
+    r_alloc(&e, 920, 0x11, 8, 0, LP_DEVICE_HOST, false);
+    fb_chunk(&f, 2, 400, 920, &e);
+    fb_write(&f, path_in("back.gptrace"));
+    gp_trace *t = open_ok(path_in("back.gptrace"));
+    gp_event ev[8];
+    size_t n = read_all(t, ev, 8);
+    const want_ev want[] = {
+        /* writer 2 is thread 1: its first event is the earliest */
+        {GP_EV_ALLOC, 400, 1, 0x10}, {GP_EV_ALLOC, 500, 2, 0x1},  {GP_EV_ALLOC, 900, 2, 0x2},
+        {GP_EV_ALLOC, 900, 2, 0x3},  {GP_EV_ALLOC, 920, 1, 0x11}, {GP_EV_ALLOC, 950, 2, 0x4},
+        {GP_EV_ALLOC, 950, 2, 0x5},
+    };
+    expect_events(ev, n, want, sizeof want / sizeof want[0]);
+    gp_trace_close(t);
+    fb_free(&f);
+}
+
+static uint64_t rnd(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* Random traces: W threads with random event times (many equal across threads), cut into random
+ * chunks, laid out in the file in random orders that keep each thread's own order (some chunks
+ * very late), thread-0 chunks anywhere. Every layout must give the same stream, sorted by (time,
+ * thread, the thread's record order). Events carry (writer << 32 | sequence) as address. */
+static void test_exact_any_layout(void **state)
+{
+    (void)state;
+    enum { W = 6, PER = 400, LAYOUTS = 4, MAXCH = 64 };
+    static enc e;
+    static uint64_t times[W + 1][PER];
+    static size_t cut[W + 1][MAXCH + 1]; /* chunk k of writer w: events [cut[k], cut[k + 1]) */
+    static size_t ncut[W + 1];
+    static gp_event first[W * PER + 8], ev[W * PER + 8];
+    uint64_t seed = 0x2545F4914F6CDD1Dull;
+    for (int round = 0; round < 20; round++) {
+        for (uint32_t w = 1; w <= W; w++) {
+            uint64_t tm = 1000 + w; /* distinct first times: thread w is thread index w */
+            for (size_t i = 0; i < PER; i++) {
+                times[w][i] = tm;
+                uint64_t r = rnd(&seed) % 8;
+                tm += r < 3 ? 0 : (r < 6 ? 10 - (tm % 10) : rnd(&seed) % 200);
+            }
+            ncut[w] = 0;
+            cut[w][ncut[w]++] = 0;
+            size_t at = 0;
+            while (at < PER && ncut[w] < MAXCH) {
+                at += 1 + rnd(&seed) % (2 * PER / MAXCH * 4);
+                cut[w][ncut[w]++] = at < PER ? at : PER;
+            }
+            cut[w][ncut[w] - 1] = PER;
+        }
+        size_t nev_first = 0;
+        for (int layout = 0; layout < LAYOUTS; layout++) {
+            fbuf f = {0};
+            fb_header(&f, 1, 0);
+            size_t next[W + 1];
+            for (uint32_t w = 1; w <= W; w++)
+                next[w] = 0;
+            bool meta_done = false;
+            for (;;) {
+                /* Pick a writer with chunks left; layout 0 favours writer 1, others random. */
+                uint32_t cand[W], nc = 0;
+                for (uint32_t w = 1; w <= W; w++)
+                    if (next[w] + 1 < ncut[w])
+                        cand[nc++] = w;
+                if (nc == 0)
+                    break;
+                uint32_t w = cand[layout == 0 ? 0 : rnd(&seed) % nc];
+                size_t k = next[w]++;
+                uint64_t base = times[w][cut[w][k]];
+                e_begin(&e, base);
+                for (size_t i = cut[w][k]; i < cut[w][k + 1]; i++) {
+                    uint64_t addr = (uint64_t)w << 32 | i;
+                    if (i % 3 == 2)
+                        r_free(&e, times[w][i], addr, LP_DEVICE_HOST, false);
+                    else
+                        r_alloc(&e, times[w][i], addr, 8, 0, LP_DEVICE_HOST, false);
+                }
+                fb_chunk(&f, w, base, times[w][cut[w][k + 1] - 1], &e);
+                if (!meta_done && rnd(&seed) % 16 == 0) {
+                    e_begin(&e, 0);
+                    r_meta(&e, "start_monotonic_ns", "0");
+                    fb_chunk(&f, 0, 0, 0, &e);
+                    meta_done = true;
+                }
+            }
+            if (!meta_done) {
+                e_begin(&e, 0);
+                r_meta(&e, "start_monotonic_ns", "0");
+                fb_chunk(&f, 0, 0, 0, &e);
+            }
+            fb_write(&f, path_in("layout.gptrace"));
+            fb_free(&f);
+            gp_trace *t = open_ok(path_in("layout.gptrace"));
+            gp_event *out = layout == 0 ? first : ev;
+            size_t n = read_all(t, out, W * PER + 8);
+            assert_int_equal(n, W * PER);
+            assert_int_equal(gp_trace_thread_count(t), W);
+            gp_trace_close(t);
+            uint64_t last_seq[W + 1];
+            memset(last_seq, 0, sizeof last_seq);
+            for (size_t i = 0; i < n; i++) {
+                uint32_t w = (uint32_t)(out[i].addr >> 32);
+                uint64_t seq = out[i].addr & 0xFFFFFFFFu;
+                assert_int_equal(out[i].thread, w);
+                assert_int_equal(out[i].time_ns, times[w][seq]);
+                assert_int_equal(out[i].kind, seq % 3 == 2 ? GP_EV_FREE : GP_EV_ALLOC);
+                assert_true(seq == 0 ? last_seq[w] == 0 : seq == last_seq[w] + 1);
+                last_seq[w] = seq;
+                if (i > 0) { /* sorted by (time, thread), the thread's order within */
+                    assert_true(out[i - 1].time_ns <= out[i].time_ns);
+                    if (out[i - 1].time_ns == out[i].time_ns)
+                        assert_true(out[i - 1].thread <= out[i].thread);
+                }
+            }
+            if (layout == 0) {
+                nev_first = n;
+                continue;
+            }
+            assert_int_equal(n, nev_first);
+            for (size_t i = 0; i < n; i++) {
+                assert_true(ev[i].addr == first[i].addr);
+                assert_int_equal(ev[i].time_ns, first[i].time_ns);
+            }
+        }
+    }
+}
+
+/* A trace still being written is read up to its size at gp_trace_open: a chunk appended after
+ * that is not delivered, whatever its times. */
+static void test_growing_file(void **state)
+{
+    (void)state;
+    static enc e;
+    fbuf f = {0};
+    fb_header(&f, 1, 0);
+    e_begin(&e, 100);
+    r_alloc(&e, 100, 0x100, 8, 0, LP_DEVICE_HOST, false);
+    fb_chunk(&f, 1, 100, 110, &e);
+    fb_write(&f, path_in("growing.gptrace"));
+    gp_trace *t = open_ok(path_in("growing.gptrace"));
+    size_t size_at_open = f.n;
+    e_begin(&e, 50);
+    r_alloc(&e, 50, 0x50, 8, 0, LP_DEVICE_HOST, false);
+    fb_chunk(&f, 2, 50, 120, &e);
+    fb_write(&f, path_in("growing.gptrace"));
+    gp_event ev[4];
+    assert_int_equal(read_all(t, ev, 4), 1);
+    assert_true(ev[0].addr == 0x100);
+    assert_false(gp_trace_info_get(t)->damaged);
+    assert_int_equal(gp_trace_info_get(t)->file_bytes, size_at_open);
+    gp_trace_close(t);
+    fb_free(&f);
+}
+
+/* A trace read from a pipe (not a regular file) gives the same events and damage report. */
+static void test_pipe(void **state)
+{
+    (void)state;
+    fbuf f = {0};
+    size_t off[3];
+    build_three(&f, off, NULL);
+    f.n = off[2] + 20; /* inside the third chunk's header */
+    const char *fifo = path_in("pipe.gptrace");
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        FILE *fp = fopen(fifo, "wb");
+        size_t w = fp ? fwrite(f.data, 1, f.n, fp) : 0;
+        _exit(fp && w == f.n && fclose(fp) == 0 ? 0 : 1);
+    }
+    gp_trace *t = open_ok(fifo);
+    gp_event ev[8];
+    assert_int_equal(read_all(t, ev, 8), 4);
+    for (size_t i = 0; i < 4; i++)
+        assert_true(ev[i].addr == 0x1000 * (i / 2 + 1) + 64 * (i % 2));
+    const gp_trace_info *info = gp_trace_info_get(t);
+    assert_true(info->damaged);
+    assert_int_equal(info->damage_offset, off[2]);
+    assert_int_equal(info->bytes_lost, 20);
+    assert_int_equal(info->file_bytes, f.n);
+    gp_trace_close(t);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    unlink(fifo);
+    fb_free(&f);
+}
+
 /* ---- errors ---------------------------------------------------------------------------------- */
 
 static void test_open_errors(void **state)
@@ -1347,6 +1864,15 @@ int main(void)
         cmocka_unit_test(test_damage_bad_records),
         cmocka_unit_test(test_damage_drops_whole_chunk),
         cmocka_unit_test(test_damage_fuzz),
+        cmocka_unit_test(test_late_chunk),
+        cmocka_unit_test(test_thread0_chunks_anywhere),
+        cmocka_unit_test(test_equal_times),
+        cmocka_unit_test(test_damage_after_late_chunk),
+        cmocka_unit_test(test_reuse_with_late_chunk),
+        cmocka_unit_test(test_times_never_go_back),
+        cmocka_unit_test(test_exact_any_layout),
+        cmocka_unit_test(test_growing_file),
+        cmocka_unit_test(test_pipe),
         cmocka_unit_test(test_open_errors),
         cmocka_unit_test(test_header_only),
     };

@@ -1,13 +1,22 @@
 /*
  * gptrace — reads gradprof trace files (format: gradprof/trace_format.h) as one time-ordered
- * stream of events, for the gradprof tools. Streams: memory is bounded by the threads' records
- * within one merge window, the stack and string tables and the module map, not by the event count.
+ * stream of events, for the gradprof tools. The order is exact however late a thread's chunk
+ * reached the file: by time, equal times by thread index, then in the thread's own order.
+ *
+ * Streams: the first gp_trace_next() reads the file once to check and index its chunks (24 bytes
+ * of memory a chunk); events then leave chunk by chunk, so memory is bounded by the index, the
+ * chunks open at once (about one per thread active at the same time, each at most one chunk
+ * payload), the stack and string tables and the module map, not by the event count or by how
+ * late a chunk arrived. A trace still being written is read up to its size at gp_trace_open().
+ * A pipe or other file that is not a regular one is kept in memory whole.
  *
  * Damage: reading stops at the first chunk that is short, has a bad magic or size, fails its
- * checksum or does not decode; every event before it is delivered, and gp_trace_info() says what was
- * lost (the byte offset, the bytes after it and why). That is not an error: a truncated trace is
- * the normal result of a crash. Errors are for files that cannot be read at all (missing, not a
- * trace, a version this reader does not know).
+ * checksum or does not decode; every event of the chunks before it in the file is delivered, none
+ * after it (even earlier in time), and gp_trace_info() says what was lost (the byte offset, the
+ * bytes after it and why); it is found by the first gp_trace_next(), before any event leaves.
+ * Damage is not an error: a truncated trace is the normal result of a crash. Errors are for files
+ * that cannot be read at all (missing, not a trace, a version this reader does not know, I/O
+ * errors) or that change while they are read (other than by appending).
  *
  * Ownership: strings and arrays returned by accessors, and the strings an event points to, belong
  * to the gp_trace and live until gp_trace_close(); the gp_event itself is overwritten by the next
@@ -43,7 +52,7 @@ typedef enum gp_event_kind {
 typedef struct gp_event {
     gp_event_kind kind;
     uint64_t time_ns; /* since the trace's start */
-    uint32_t thread;  /* dense thread index, 1..gp_trace_thread_count() */
+    uint32_t thread;  /* dense thread index, 1..gp_trace_thread_count(), by first appearance */
     uint64_t addr;
     uint64_t size;
     lp_device device;
@@ -58,7 +67,8 @@ typedef struct gp_event {
     uint64_t count;        /* LOST */
 } gp_event;
 
-/* What reading found; filled as the file is read, final once gp_trace_next() returned 0. */
+/* What reading found. The chunk count, the damage and file_bytes are final after the first
+ * gp_trace_next(); events, clean_end and lost_events once it returned 0. */
 typedef struct gp_trace_info {
     uint16_t version_major, version_minor;
     uint64_t file_bytes;

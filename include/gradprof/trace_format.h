@@ -16,12 +16,17 @@
  * threads interleave but are never torn unless the process dies inside write(). A reader keeps
  * every chunk up to the first one that is short or fails its checksum, and says what it lost.
  *
- * Ordering. Records inside a chunk, and the chunks of one thread, are in that thread's order.
- * Across threads, order is by time: the recorder writes every record within GP_FLUSH_BOUND of its
- * timestamp (a thread flushes its own buffer when it is older than the flush interval; a background
- * thread flushes idle threads' buffers), so a reader that has seen a chunk written at time W has
- * seen every record with a timestamp before W - 2 * flush_interval and can merge threads in time
- * order with bounded memory. The flush interval is recorded in the "flush_interval_ns" metadata.
+ * Ordering. Every timed record carries a CLOCK_MONOTONIC time. Records inside a chunk, and the
+ * chunks of one thread (in file order), are in that thread's order, and their times never
+ * decrease; a chunk's base_time_ns is at or before its first record's time, its write_time_ns
+ * at or after its last. A free is stamped before the memory is released and an allocation after
+ * it was obtained, so a free is earlier than any allocation that reuses its address, on whatever
+ * thread. Across threads the order is by time alone (equal times: by thread, then in the thread's
+ * order), and a chunk may reach the file arbitrarily late (its thread or the flusher was not
+ * scheduled): a reader must not assume a bound on how late. gptrace indexes the chunks' base
+ * times first and opens a chunk before delivering anything later than its base time. Thread-0
+ * chunks carry no timed records and may appear anywhere in the file. The flush interval
+ * ("flush_interval_ns" metadata) bounds what a crash loses, not the order.
  *
  * Payload = record*. A record starts with one byte: the type in the low 5 bits, flags in the top 3.
  * Integers are unsigned LEB128 varints; "svarint" is a zigzag-encoded signed varint; "str" is a

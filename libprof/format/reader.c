@@ -1,18 +1,33 @@
 /*
  * gptrace: the trace reader (API: gradprof/trace.h, format: gradprof/trace_format.h).
  *
- * Reading is chunk by chunk into one reusable buffer. Each good chunk is decoded whole into its
- * thread's queue; the queues are merged in time order through a min-heap of the threads whose
- * queues are not empty, keyed by (head time, dense thread index). An event leaves only when its
- * time is before (latest chunk write time) - 2 * flush interval, the point before which the writer
- * guarantees every record is already in the file (trace_format.h, "Ordering"), or when the file
- * (or its readable part) has ended. So memory holds one merge window of events, plus the string,
- * stack, module and thread tables, which the API keeps until gp_trace_close().
+ * Two passes. The scan (at the first gp_trace_next) reads the file once from the start, up to its
+ * size at gp_trace_open: it checks every chunk (header, size, CRC-32C, and every record, including
+ * that each string and stack id is defined in its thread's earlier chunks) and stops at the first
+ * bad one exactly as a decoding pass would, so the damage report is the same and nothing after the
+ * damage is ever delivered. It keeps only an index entry per good chunk: its offset, its writer
+ * and its key, the header's base time raised to the key of the writer's previous chunk (so that
+ * a writer's chunks keep their file order, which is that thread's order).
  *
- * Threads: a reader thread (the dense index of events) is one OS thread. The writer hands an
- * exited thread's index to the next new thread, which announces itself with a THREAD record of
- * another os_tid and defines its ids afresh; the reader then starts a new dense index on the same
- * writer index, and a definition replaces an earlier one of the same id.
+ * The merge then opens chunks in (key, offset) order and emits events in time order: an event is
+ * delivered only once every chunk whose key is at or before its time is open, and it is the least,
+ * by (time, dense thread index), of the open chunks' next events. A chunk holds no record before
+ * its base time, so nothing not yet opened can come earlier, however late the chunk reached the
+ * file. An open chunk is decoded lazily, one record ahead, from its payload (read with pread), and
+ * closed when consumed. Only one chunk per writer is being decoded at a time; a later chunk of the
+ * same writer waits behind it (its definitions must not be applied before the earlier events),
+ * so a thread's records leave in its own order and its ids mean what they meant when written.
+ * Memory: the index (24 bytes a chunk), the open chunks (about one per thread active at a time),
+ * and the string, stack, module and thread tables, which the API keeps until gp_trace_close().
+ *
+ * Times never go back: an event's time is raised to its writer's previous event's time and to its
+ * chunk's key. A well-formed trace never needs that; for any other it keeps the stream ordered.
+ *
+ * Threads: a reader thread (the dense index of events) is one OS thread, numbered in the order
+ * the merge reaches it. The writer hands an exited thread's index to the next new thread, which
+ * announces itself with a THREAD record of another os_tid and defines its ids afresh; the reader
+ * then starts a new dense index on the same writer index, and a definition replaces an earlier one
+ * of the same id.
  *
  * Per-thread ids: STRING and STACK ids belong to the writing thread. Strings are interned once for
  * the whole trace (events point at that storage); stack nodes are merged into one global calling
@@ -20,22 +35,25 @@
  * the same global id.
  *
  * Times: ns since the META "start_monotonic_ns", or without it since the smallest base time of
- * the chunks with events read when the first event leaves; a time before the start reads as 0.
+ * the chunks with events; a time before the start reads as 0.
  *
  * Untrusted input: every length is checked against the chunk, every id against a cap, and no
- * allocation is sized by a field that was not checked first. A chunk that fails to decode is
- * dropped whole (its events never leave), and reading stops there.
+ * allocation is sized by a field that was not checked first. The merge decodes with the same
+ * checks as the scan; a chunk that passed the scan and then fails (the file was rewritten while it
+ * was read) is an error, never a crash.
  */
 #include "gradprof/trace.h"
 #include "gradprof/trace_format.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* Caps on values that size the reader's tables: far above what a real program writes, low enough
  * that a damaged or hostile file cannot make the reader allocate without bound. */
@@ -44,11 +62,7 @@
 #define GPT_MAX_DEVICE (1u << 16)         /* CUDA ordinals */
 #define GPT_MAX_LOCAL_ID UINT32_MAX       /* STRING / STACK ids of one thread */
 #define GPT_MAX_GLOBAL (UINT32_MAX / 2)   /* global strings and stack nodes */
-/* Queued events beyond this are released oldest first even inside the window (only a file whose
- * write times stop advancing gets there); about 120 MB of queued events. */
-#define GPT_MAX_QUEUED ((size_t)1 << 20)
-#define GPT_DEFAULT_FLUSH_NS 100000000ull /* without the metadata: a conservative 100 ms */
-#define GPT_MAX_FLUSH_NS 60000000000ull   /* a larger recorded value is taken as this */
+#define GPT_SCAN_WINDOW ((size_t)4 << 20) /* the scan's read buffer; holds the largest chunk */
 
 /* ---- small containers ------------------------------------------------------------------------ */
 
@@ -278,20 +292,80 @@ static int strtab_intern(strtab *st, const uint8_t *p, size_t n, uint32_t *idx)
     return 0;
 }
 
+/* Per-thread ids (STRING, STACK) to values: an array while the ids are dense, as the writer's
+ * are (1, 2, 3, ...), a hash map for the ids past it. The array never exceeds 2 * (1024 + 32 n)
+ * entries for n definitions, so a hostile id cannot size it. Values are below UINT32_MAX. */
+typedef struct idtab {
+    uint32_t *arr; /* value + 1 by id, 0 = not in the array */
+    size_t narr;
+    size_t n;  /* definitions made */
+    idmap big; /* ids that were past the array when defined */
+} idtab;
+
+static void idtab_free(idtab *m)
+{
+    free(m->arr);
+    idmap_free(&m->big);
+    memset(m, 0, sizeof *m);
+}
+
+static inline bool idtab_get(const idtab *m, uint64_t id, uint32_t *val)
+{
+    if (id < m->narr && m->arr[id] != 0) {
+        *val = m->arr[id] - 1;
+        return true;
+    }
+    return m->big.n != 0 && idmap_get(&m->big, id, val);
+}
+
+/* Defines or redefines id. 0, or -1 when out of memory. */
+static int idtab_put(idtab *m, uint64_t id, uint32_t val)
+{
+    m->n++;
+    if (id >= m->narr && id < 1024 + 32 * (uint64_t)m->n) {
+        size_t ncap = m->narr ? m->narr : 64;
+        while (ncap <= id)
+            ncap *= 2;
+        uint32_t *a = realloc(m->arr, ncap * sizeof *a);
+        if (!a)
+            return -1;
+        memset(a + m->narr, 0, (ncap - m->narr) * sizeof *a);
+        m->arr = a;
+        m->narr = ncap;
+    }
+    if (id < m->narr) { /* shadows an older value in big, if any */
+        m->arr[id] = val + 1;
+        return 0;
+    }
+    return idmap_put(&m->big, id, val);
+}
+
 /* ---- the reader ------------------------------------------------------------------------------ */
+
+struct cursor;
 
 /* One writing thread (one value of the chunk header's `thread`). */
 typedef struct wthread {
-    uint32_t writer; /* the writer's index */
-    uint32_t dense;  /* the current OS thread's dense index, 0 until it has an event or a name */
-    bool have_tid;   /* a THREAD record was seen on this writer index */
-    uint64_t os_tid; /* from the last THREAD record */
-    idmap strings;   /* local string id -> string index */
-    idmap stacks;    /* local stack id -> global stack id */
-    gp_event *q;     /* ring of decoded, not yet delivered events, in the thread's order */
-    size_t qhead, qlen, qcap; /* qcap is 0 or a power of two */
-    size_t heap_pos;          /* index in the merge heap, SIZE_MAX if not in it */
+    uint32_t writer;    /* the writer's index */
+    uint32_t dense;     /* the current OS thread's dense index, 0 until it has an event or a name */
+    bool have_tid;      /* a THREAD record was seen on this writer index */
+    uint64_t os_tid;    /* from the last THREAD record */
+    idtab strings;      /* scan: the ids defined; merge: local string id -> string index */
+    idtab stacks;       /* scan: the ids defined; merge: local stack id -> global stack id */
+    uint64_t last_key;  /* scan: the key of its last chunk */
+    uint64_t last_time; /* merge: the time of its last event */
+    struct cursor *active; /* merge: its chunk being decoded, NULL if none */
+    size_t *waiting;       /* merge: index positions of its opened chunks behind `active` */
+    size_t nwaiting, waiting_head, waiting_cap;
 } wthread;
+
+/* A good chunk, found by the scan. */
+typedef struct chunk_ref {
+    uint64_t key;   /* base time, raised to the key of the writer's previous chunk */
+    uint64_t off;   /* file offset of its header */
+    uint32_t slot;  /* its writer's slot */
+    uint32_t bytes; /* payload bytes */
+} chunk_ref;
 
 typedef struct stack_node {
     uint32_t parent; /* global id, 0 = outermost */
@@ -299,15 +373,59 @@ typedef struct stack_node {
     uint64_t offset;
 } stack_node;
 
+enum { DEC_OK = 0, DEC_BAD = 1, DEC_OOM = 2 };
+
+/* Decoding state of one chunk. In scan mode it checks and skips, defining ids as merely defined;
+ * in merge mode it fills the tables and events. */
+typedef struct decoder {
+    gp_trace *t;
+    wthread *w;
+    const uint8_t *start, *p, *end;
+    const uint8_t *rec; /* the record being decoded */
+    uint64_t time, addr;
+    bool scan;
+    char why[96];
+} decoder;
+
+/* An open chunk: its bytes and its decoder, one event ahead. */
+typedef struct cursor {
+    decoder d;
+    uint8_t *buf; /* header + payload (regular files); NULL when read from the in-memory copy */
+    size_t cap;
+    uint64_t off;
+    uint64_t head_time;   /* the next event's time; d.p is just past its dt */
+    uint32_t head_thread; /* and its dense thread */
+    uint8_t head_byte;    /* and its type and flags */
+    struct cursor *next_free;
+} cursor;
+
 struct gp_trace {
-    FILE *f;
+    int fd;
     char *path;
-    uint8_t *buf;    /* chunk header + payload */
-    uint64_t offset; /* file offset of the next chunk */
-    bool eof;        /* no more chunks will be read (end of file or damage) */
-    bool failed;     /* an I/O error or out of memory: every later call fails the same way */
+    bool regular;   /* a regular file: read with pread up to `limit` */
+    uint64_t limit; /* its size at gp_trace_open */
+    bool scanned;
+    bool failed; /* an I/O error or out of memory: every later call fails the same way */
     char fail_msg[256];
     gp_trace_info info;
+
+    /* The scan's window on the file: bytes [win_off, win_off + win_len). Not a regular file:
+     * everything read stays here (win_off 16) and the merge reads chunks from it. */
+    uint8_t *win;
+    size_t win_cap, win_len;
+    uint64_t win_off;
+    bool win_eof;
+    uint64_t scan_threads; /* an upper bound of the dense indexes the merge can make */
+
+    chunk_ref *index; /* sorted by (key, off) after the scan */
+    size_t nindex, index_cap;
+    size_t next_chunk; /* the first not yet opened */
+
+    cursor **heap; /* the open chunks with a next event, least (time, thread) first */
+    size_t nheap, heap_cap;
+    cursor **cursors; /* every cursor made, for gp_trace_close */
+    size_t ncursors, cursors_cap;
+    cursor *free_cursors;
 
     strtab strings;
     idmap meta;         /* key string index -> value string index */
@@ -325,12 +443,6 @@ struct gp_trace {
     uint32_t *names;        /* dense index - 1 -> name string index, 0 = unnamed */
     size_t ndense, names_cap;
 
-    size_t *heap; /* slots of threads with queued events */
-    size_t nheap, heap_cap;
-    size_t queued;
-
-    uint64_t max_write_ns;
-    uint64_t flush_ns;
     bool have_meta_start;
     uint64_t meta_start_ns;
     bool have_min_base;
@@ -357,120 +469,7 @@ static const char *string_at(const gp_trace *t, uint32_t idx)
     return t->strings.e[idx].s;
 }
 
-/* ---- the merge heap -------------------------------------------------------------------------- */
-
-static const gp_event *queue_head(const wthread *w)
-{
-    return &w->q[w->qhead];
-}
-
-/* Whether thread slot a's head goes before slot b's: time, then dense index. */
-static bool heap_less(const gp_trace *t, size_t a, size_t b)
-{
-    const gp_event *ea = queue_head(&t->threads[a]), *eb = queue_head(&t->threads[b]);
-    if (ea->time_ns != eb->time_ns)
-        return ea->time_ns < eb->time_ns;
-    return ea->thread < eb->thread;
-}
-
-static void heap_set(gp_trace *t, size_t pos, size_t slot)
-{
-    t->heap[pos] = slot;
-    t->threads[slot].heap_pos = pos;
-}
-
-static void heap_up(gp_trace *t, size_t pos)
-{
-    size_t slot = t->heap[pos];
-    while (pos > 0) {
-        size_t parent = (pos - 1) / 2;
-        if (!heap_less(t, slot, t->heap[parent]))
-            break;
-        heap_set(t, pos, t->heap[parent]);
-        pos = parent;
-    }
-    heap_set(t, pos, slot);
-}
-
-static void heap_down(gp_trace *t, size_t pos)
-{
-    size_t slot = t->heap[pos];
-    for (;;) {
-        size_t c = 2 * pos + 1;
-        if (c >= t->nheap)
-            break;
-        if (c + 1 < t->nheap && heap_less(t, t->heap[c + 1], t->heap[c]))
-            c++;
-        if (!heap_less(t, t->heap[c], slot))
-            break;
-        heap_set(t, pos, t->heap[c]);
-        pos = c;
-    }
-    heap_set(t, pos, slot);
-}
-
-static int heap_push(gp_trace *t, size_t slot)
-{
-    if (grow((void **)&t->heap, &t->heap_cap, t->nheap + 1, sizeof *t->heap) != 0)
-        return -1;
-    t->heap[t->nheap++] = slot;
-    heap_up(t, t->nheap - 1);
-    return 0;
-}
-
-/* Removes the first event of the top thread into *ev and fixes the heap. */
-static void heap_pop_event(gp_trace *t, gp_event *ev)
-{
-    size_t slot = t->heap[0];
-    wthread *w = &t->threads[slot];
-    *ev = w->q[w->qhead];
-    w->qhead = (w->qhead + 1) & (w->qcap - 1);
-    w->qlen--;
-    t->queued--;
-    if (w->qlen > 0) {
-        heap_down(t, 0);
-        return;
-    }
-    w->heap_pos = SIZE_MAX;
-    t->nheap--;
-    if (t->nheap > 0) {
-        heap_set(t, 0, t->heap[t->nheap]);
-        heap_down(t, 0);
-    }
-}
-
-/* Appends a slot for one more event at the tail of w's queue; NULL when out of memory. */
-static gp_event *queue_append(wthread *w)
-{
-    if (w->qlen == w->qcap) {
-        size_t ncap = w->qcap ? w->qcap * 2 : 64;
-        gp_event *q = malloc(ncap * sizeof *q);
-        if (!q)
-            return NULL;
-        for (size_t i = 0; i < w->qlen; i++)
-            q[i] = w->q[(w->qhead + i) & (w->qcap - 1)];
-        free(w->q);
-        w->q = q;
-        w->qcap = ncap;
-        w->qhead = 0;
-    }
-    gp_event *ev = &w->q[(w->qhead + w->qlen) & (w->qcap - 1)];
-    w->qlen++;
-    return ev;
-}
-
 /* ---- decoding -------------------------------------------------------------------------------- */
-
-enum { DEC_OK = 0, DEC_BAD = 1, DEC_OOM = 2 };
-
-typedef struct decoder {
-    gp_trace *t;
-    wthread *w;
-    const uint8_t *start, *p, *end;
-    const uint8_t *rec; /* the record being decoded */
-    uint64_t time, addr;
-    char why[96];
-} decoder;
 
 static int bad(decoder *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -484,10 +483,28 @@ static int bad(decoder *d, const char *fmt, ...)
 }
 
 /* A varint: at most 10 bytes, and a 10th byte may only hold bit 63 (gp_get_varint checks both). */
-static int get_varint(decoder *d, uint64_t *v)
+static inline int get_varint(decoder *d, uint64_t *v)
 {
     const uint8_t *q = d->p;
+    if (d->end - q >= 10) { /* no bounds to check: the first 9 bytes hold 63 bits */
+        uint64_t x = 0;
+        for (int i = 0; i < 9; i++) {
+            uint8_t b = q[i];
+            x |= (uint64_t)(b & 0x7F) << (7 * i);
+            if (b < 0x80) {
+                *v = x;
+                d->p = q + i + 1;
+                return DEC_OK;
+            }
+        }
+        if (q[9] <= 1) { /* the 10th byte holds bit 63 only, and ends it */
+            *v = x | (uint64_t)q[9] << 63;
+            d->p = q + 10;
+            return DEC_OK;
+        }
+    }
     if (gp_get_varint(&q, d->end, v) != 0) {
+        *v = 0;
         if (d->end - d->p >= 10 && (d->p[9] & 0x80))
             return bad(d, "varint over 10 bytes");
         if (d->end - d->p >= 10)
@@ -496,6 +513,36 @@ static int get_varint(decoder *d, uint64_t *v)
     }
     d->p = q;
     return DEC_OK;
+}
+
+/* A varint whose value the scan does not need: checked exactly as get_varint checks it, and
+ * skipped. Values are read only in the merge. */
+static inline int skip_varint(decoder *d)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    const uint8_t *q = d->p;
+    if (d->end - q >= 10) {
+        uint64_t w;
+        memcpy(&w, q, 8);
+        uint64_t last = ~w & 0x8080808080808080ull; /* the bytes without a continuation bit */
+        if (last) {
+            d->p = q + (__builtin_ctzll(last) >> 3) + 1;
+            return DEC_OK;
+        }
+        if (q[8] < 0x80 || q[9] <= 1) {
+            d->p = q + (q[8] < 0x80 ? 9 : 10);
+            return DEC_OK;
+        }
+    }
+#endif
+    uint64_t v;
+    return get_varint(d, &v);
+}
+
+/* A varint, read in the merge and only checked in the scan (*v unchanged then). */
+static inline int get_value(decoder *d, uint64_t *v)
+{
+    return d->scan ? skip_varint(d) : get_varint(d, v);
 }
 
 static int get_u32(decoder *d, uint32_t *v, uint64_t max, const char *what)
@@ -510,7 +557,7 @@ static int get_u32(decoder *d, uint32_t *v, uint64_t max, const char *what)
     return DEC_OK;
 }
 
-/* A str field, interned; its index in *idx. */
+/* A str field, interned (merge) or skipped (scan: *idx = 0, the empty string). */
 static int get_str(decoder *d, uint32_t *idx)
 {
     uint64_t n;
@@ -519,13 +566,15 @@ static int get_str(decoder *d, uint32_t *idx)
         return r;
     if (n > (uint64_t)(d->end - d->p))
         return bad(d, "record runs past the end of the chunk");
-    if (strtab_intern(&d->t->strings, d->p, (size_t)n, idx) != 0)
+    *idx = 0;
+    if (!d->scan && strtab_intern(&d->t->strings, d->p, (size_t)n, idx) != 0)
         return DEC_OOM;
     d->p += n;
     return DEC_OK;
 }
 
-/* A string id reference of the chunk's thread: 0 is "", others must be defined. */
+/* A string id reference of the chunk's thread: 0 is "", others must be defined. (The scan
+ * defines ids with the value 0, the empty string.) */
 static int get_string_ref(decoder *d, const char **s)
 {
     uint64_t id;
@@ -533,13 +582,14 @@ static int get_string_ref(decoder *d, const char **s)
     if (r != DEC_OK)
         return r;
     uint32_t idx = 0;
-    if (id != 0 && !idmap_get(&d->w->strings, id, &idx))
+    if (id != 0 && !idtab_get(&d->w->strings, id, &idx))
         return bad(d, "undefined string id %" PRIu64, id);
     *s = string_at(d->t, idx);
     return DEC_OK;
 }
 
-/* A stack id reference of the chunk's thread, mapped to its global id (0 = none). */
+/* A stack id reference of the chunk's thread, mapped to its global id (0 = none; always 0 in
+ * the scan). */
 static int get_stack_ref(decoder *d, uint32_t *global, const char *what)
 {
     uint64_t id;
@@ -547,15 +597,15 @@ static int get_stack_ref(decoder *d, uint32_t *global, const char *what)
     if (r != DEC_OK)
         return r;
     *global = 0;
-    if (id != 0 && !idmap_get(&d->w->stacks, id, global))
+    if (id != 0 && !idtab_get(&d->w->stacks, id, global))
         return bad(d, "undefined %s id %" PRIu64, what, id);
     return DEC_OK;
 }
 
 static int get_time(decoder *d)
 {
-    uint64_t dt;
-    int r = get_varint(d, &dt);
+    uint64_t dt = 0;
+    int r = get_value(d, &dt);
     if (r == DEC_OK)
         d->time += dt;
     return r;
@@ -564,14 +614,13 @@ static int get_time(decoder *d)
 /* daddr, then the device varint when GP_FLAG_DEVICE is set. */
 static int get_addr_device(decoder *d, uint8_t flags, gp_event *ev)
 {
-    uint64_t z;
-    int r = get_varint(d, &z);
+    uint64_t z = 0;
+    int r = get_value(d, &z);
     if (r != DEC_OK)
         return r;
     uint64_t delta = (uint64_t)gp_unzigzag(z); /* two's complement: adding it subtracts */
     d->addr += (flags & GP_FLAG_ADDR16) ? delta << 4 : delta;
     ev->addr = d->addr;
-    ev->device = LP_DEVICE_HOST;
     if (flags & GP_FLAG_DEVICE) {
         uint64_t dev;
         if ((r = get_varint(d, &dev)) != DEC_OK)
@@ -602,25 +651,6 @@ static int assign_dense(decoder *d)
     return d->w->dense != 0 ? DEC_OK : new_dense(d);
 }
 
-/* Starts an event of the chunk's thread at the current time. */
-static int new_event(decoder *d, gp_event_kind kind, gp_event **out)
-{
-    int r = assign_dense(d);
-    if (r != DEC_OK)
-        return r;
-    gp_event *ev = queue_append(d->w);
-    if (!ev)
-        return DEC_OOM;
-    memset(ev, 0, sizeof *ev);
-    ev->kind = kind;
-    ev->thread = d->w->dense;
-    ev->device = LP_DEVICE_HOST;
-    ev->category = LP_CAT_OTHER;
-    ev->op = ev->module = ev->detail = ev->name = "";
-    *out = ev;
-    return DEC_OK;
-}
-
 static void meta_applied(gp_trace *t, const char *key, const char *value)
 {
     char *endp;
@@ -633,8 +663,6 @@ static void meta_applied(gp_trace *t, const char *key, const char *value)
     if (strcmp(key, "start_monotonic_ns") == 0) {
         t->have_meta_start = true;
         t->meta_start_ns = v;
-    } else if (strcmp(key, "flush_interval_ns") == 0 && v > 0) {
-        t->flush_ns = v < GPT_MAX_FLUSH_NS ? v : GPT_MAX_FLUSH_NS;
     }
 }
 
@@ -644,7 +672,7 @@ static int dec_meta(decoder *d)
     int r = get_str(d, &key);
     if (r == DEC_OK)
         r = get_str(d, &value);
-    if (r != DEC_OK)
+    if (r != DEC_OK || d->scan)
         return r;
     if (idmap_put(&d->t->meta, key, value) != 0)
         return DEC_OOM;
@@ -668,7 +696,7 @@ static int dec_module(decoder *d)
         r = get_str(d, &path);
     if (r == DEC_OK)
         r = get_str(d, &build_id);
-    if (r != DEC_OK)
+    if (r != DEC_OK || d->scan)
         return r;
     if (id > t->nmodules) {
         if (grow((void **)&t->modules, &t->modules_cap, id, sizeof *t->modules) != 0)
@@ -689,6 +717,8 @@ static int dec_thread(decoder *d)
         r = get_str(d, &name);
     if (r != DEC_OK)
         return r;
+    if (d->scan) /* each THREAD record makes at most one dense index in the merge */
+        return ++d->t->scan_threads >= UINT32_MAX - 1 ? bad(d, "too many threads") : DEC_OK;
     wthread *w = d->w;
     /* Another OS thread on a known index is a new thread; the same one renames itself. */
     if (w->dense == 0 || (w->have_tid && w->os_tid != tid))
@@ -711,7 +741,7 @@ static int dec_string(decoder *d)
         r = get_str(d, &idx);
     if (r != DEC_OK)
         return r;
-    return idmap_put(&d->w->strings, id, idx) == 0 ? DEC_OK : DEC_OOM;
+    return idtab_put(&d->w->strings, id, idx) == 0 ? DEC_OK : DEC_OOM;
 }
 
 static uint32_t stack_hash(uint32_t parent, uint32_t module, uint64_t offset)
@@ -776,37 +806,56 @@ static int dec_stack(decoder *d)
         r = get_varint(d, &offset);
     if (r != DEC_OK)
         return r;
-    uint32_t global = stack_intern(d->t, parent, module, offset);
-    if (global == 0)
+    uint32_t global = 0;
+    if (!d->scan && (global = stack_intern(d->t, parent, module, offset)) == 0)
         return DEC_OOM;
-    return idmap_put(&d->w->stacks, id, global) == 0 ? DEC_OK : DEC_OOM;
+    return idtab_put(&d->w->stacks, id, global) == 0 ? DEC_OK : DEC_OOM;
 }
 
-/* Records with a time: the event kinds. */
-static int dec_event(decoder *d, unsigned type, uint8_t flags)
+/* The records without a time. */
+static int dec_definition(decoder *d, unsigned type)
 {
-    static const gp_event_kind kinds[] = {
-        [GP_REC_ALLOC] = GP_EV_ALLOC,
-        [GP_REC_FREE] = GP_EV_FREE,
-        [GP_REC_TAG] = GP_EV_TAG,
-        [GP_REC_REGION_PUSH] = GP_EV_REGION_PUSH,
-        [GP_REC_REGION_POP] = GP_EV_REGION_POP,
-        [GP_REC_MARK] = GP_EV_MARK,
-        [GP_REC_GRAD_MODE] = GP_EV_GRAD_MODE,
-        [GP_REC_LOST] = GP_EV_LOST,
-        [GP_REC_END] = GP_EV_END,
-    };
-    gp_event *ev;
-    int r = get_time(d);
-    if (r == DEC_OK)
-        r = new_event(d, kinds[type], &ev);
-    if (r != DEC_OK)
-        return r;
-    ev->time_ns = d->time;
+    switch (type) {
+    case GP_REC_META:
+        return dec_meta(d);
+    case GP_REC_MODULE:
+        return dec_module(d);
+    case GP_REC_THREAD:
+        return dec_thread(d);
+    case GP_REC_STRING:
+        return dec_string(d);
+    case GP_REC_STACK:
+        return dec_stack(d);
+    default:
+        return bad(d, "unknown record type %u", type);
+    }
+}
+
+static bool is_event_type(unsigned type)
+{
+    return type >= GP_REC_ALLOC && type <= GP_REC_END;
+}
+
+static const gp_event_kind event_kinds[] = {
+    [GP_REC_ALLOC] = GP_EV_ALLOC,
+    [GP_REC_FREE] = GP_EV_FREE,
+    [GP_REC_TAG] = GP_EV_TAG,
+    [GP_REC_REGION_PUSH] = GP_EV_REGION_PUSH,
+    [GP_REC_REGION_POP] = GP_EV_REGION_POP,
+    [GP_REC_MARK] = GP_EV_MARK,
+    [GP_REC_GRAD_MODE] = GP_EV_GRAD_MODE,
+    [GP_REC_LOST] = GP_EV_LOST,
+    [GP_REC_END] = GP_EV_END,
+};
+
+/* The fields of an event record after its dt, into ev (already cleared to the defaults). */
+static int dec_event_fields(decoder *d, unsigned type, uint8_t flags, gp_event *ev)
+{
+    int r;
     switch (type) {
     case GP_REC_ALLOC:
         if ((r = get_addr_device(d, flags, ev)) != DEC_OK ||
-            (r = get_varint(d, &ev->size)) != DEC_OK)
+            (r = get_value(d, &ev->size)) != DEC_OK)
             return r;
         return get_stack_ref(d, &ev->stack, "stack");
     case GP_REC_FREE:
@@ -814,7 +863,7 @@ static int dec_event(decoder *d, unsigned type, uint8_t flags)
     case GP_REC_TAG: {
         uint32_t category = 0;
         if ((r = get_addr_device(d, flags, ev)) != DEC_OK ||
-            (r = get_varint(d, &ev->size)) != DEC_OK ||
+            (r = get_value(d, &ev->size)) != DEC_OK ||
             (r = get_u32(d, &category, LP_CAT_COUNT - 1, "category")) != DEC_OK ||
             (r = get_string_ref(d, &ev->op)) != DEC_OK ||
             (r = get_string_ref(d, &ev->module)) != DEC_OK ||
@@ -838,49 +887,17 @@ static int dec_event(decoder *d, unsigned type, uint8_t flags)
     }
 }
 
-static int decode_records(decoder *d)
+static void event_clear(gp_event *ev, unsigned type, uint64_t time, uint32_t thread)
 {
-    while (d->p < d->end) {
-        d->rec = d->p;
-        uint8_t b = *d->p++;
-        unsigned type = b & GP_REC_TYPE_MASK;
-        uint8_t flags = (uint8_t)(b & ~GP_REC_TYPE_MASK);
-        int r;
-        switch (type) {
-        case GP_REC_META:
-            r = dec_meta(d);
-            break;
-        case GP_REC_MODULE:
-            r = dec_module(d);
-            break;
-        case GP_REC_THREAD:
-            r = dec_thread(d);
-            break;
-        case GP_REC_STRING:
-            r = dec_string(d);
-            break;
-        case GP_REC_STACK:
-            r = dec_stack(d);
-            break;
-        case GP_REC_ALLOC:
-        case GP_REC_FREE:
-        case GP_REC_TAG:
-        case GP_REC_REGION_PUSH:
-        case GP_REC_REGION_POP:
-        case GP_REC_MARK:
-        case GP_REC_GRAD_MODE:
-        case GP_REC_LOST:
-        case GP_REC_END:
-            r = dec_event(d, type, flags);
-            break;
-        default:
-            r = bad(d, "unknown record type %u", type);
-            break;
-        }
-        if (r != DEC_OK)
-            return r;
-    }
-    return DEC_OK;
+    *ev = (gp_event){.kind = event_kinds[type],
+                     .time_ns = time,
+                     .thread = thread,
+                     .device = LP_DEVICE_HOST,
+                     .category = LP_CAT_OTHER,
+                     .op = "",
+                     .module = "",
+                     .detail = "",
+                     .name = ""};
 }
 
 /* The slot of writer thread `writer`, created on first sight; SIZE_MAX when out of memory, or
@@ -902,11 +919,11 @@ static size_t thread_slot(gp_trace *t, uint32_t writer, bool *over)
     wthread *w = &t->threads[t->nthreads];
     memset(w, 0, sizeof *w);
     w->writer = writer;
-    w->heap_pos = SIZE_MAX;
+    t->scan_threads++; /* its first event may make a dense index */
     return t->nthreads++;
 }
 
-/* ---- chunks ---------------------------------------------------------------------------------- */
+/* ---- errors ---------------------------------------------------------------------------------- */
 
 /* Marks the readable part as ended at the chunk at `off`, for `fmt`'s reason. */
 static void damage(gp_trace *t, uint64_t off, const char *fmt, ...)
@@ -914,9 +931,7 @@ static void damage(gp_trace *t, uint64_t off, const char *fmt, ...)
 
 static void damage(gp_trace *t, uint64_t off, const char *fmt, ...)
 {
-    struct stat st;
-    if (fstat(fileno(t->f), &st) == 0 && S_ISREG(st.st_mode))
-        t->info.file_bytes = (uint64_t)st.st_size;
+    t->info.file_bytes = t->regular ? t->limit : t->win_off + t->win_len;
     if (t->info.file_bytes < off)
         t->info.file_bytes = off;
     t->info.damaged = true;
@@ -926,7 +941,6 @@ static void damage(gp_trace *t, uint64_t off, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(t->info.damage_reason, sizeof t->info.damage_reason, fmt, ap);
     va_end(ap);
-    t->eof = true;
 }
 
 static int fail(gp_trace *t, char *err, size_t err_size, const char *fmt, ...)
@@ -940,125 +954,446 @@ static int fail(gp_trace *t, char *err, size_t err_size, const char *fmt, ...)
     vsnprintf(t->fail_msg, sizeof t->fail_msg, fmt, ap);
     va_end(ap);
     t->failed = true;
-    t->eof = true;
     set_err(err, err_size, "%s", t->fail_msg);
     return -1;
 }
 
-/* Decodes the chunk in t->buf (payload of n bytes) into its thread's queue; *had_events says
- * whether it held any. On failure the chunk's events are dropped again. Returns DEC_OK, DEC_BAD
- * (reason in d->why) or DEC_OOM. */
-static int decode_chunk(gp_trace *t, decoder *d, uint32_t n, bool *had_events)
+/* ---- the scan -------------------------------------------------------------------------------- */
+
+/* Makes file bytes [off, off + n) readable at *p. `off` never goes below an earlier call's and is
+ * at most the end of what was read. Returns how many of the n bytes are there (fewer only at the
+ * end of the data), or -1 on a read error (errno set). */
+static int64_t scan_bytes(gp_trace *t, uint64_t off, size_t n, const uint8_t **p)
 {
-    const uint8_t *h = t->buf;
+    if (off + n > t->win_off + t->win_len && !t->win_eof) {
+        if (t->regular) { /* slide the window to start at off, then fill it */
+            size_t keep = (size_t)(t->win_off + t->win_len - off);
+            memmove(t->win, t->win + (off - t->win_off), keep);
+            t->win_off = off;
+            t->win_len = keep;
+            while (t->win_len < t->win_cap && t->win_off + t->win_len < t->limit) {
+                uint64_t at = t->win_off + t->win_len;
+                uint64_t left = t->limit - at;
+                size_t want =
+                    t->win_cap - t->win_len < left ? t->win_cap - t->win_len : (size_t)left;
+                ssize_t got = pread(t->fd, t->win + t->win_len, want, (off_t)at);
+                if (got < 0 && errno == EINTR)
+                    continue;
+                if (got < 0)
+                    return -1;
+                if (got == 0) { /* the file shrank */
+                    t->limit = at;
+                    break;
+                }
+                t->win_len += (size_t)got;
+            }
+        } else { /* keep everything: the merge reads its chunks from here */
+            size_t need = (size_t)(off + n - t->win_off);
+            if (grow((void **)&t->win, &t->win_cap, need, 1) != 0) {
+                errno = ENOMEM;
+                return -1;
+            }
+            while (t->win_len < need) {
+                ssize_t got = read(t->fd, t->win + t->win_len, t->win_cap - t->win_len);
+                if (got < 0 && errno == EINTR)
+                    continue;
+                if (got < 0)
+                    return -1;
+                if (got == 0) {
+                    t->win_eof = true;
+                    break;
+                }
+                t->win_len += (size_t)got;
+            }
+        }
+    }
+    uint64_t end = t->win_off + t->win_len;
+    *p = t->win + (off - t->win_off);
+    return off >= end ? 0 : (int64_t)(end - off < n ? end - off : n);
+}
+
+static int ref_cmp(const void *a, const void *b)
+{
+    const chunk_ref *x = a, *y = b;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Checks the chunk at h (header + n payload bytes) record by record. Returns DEC_OK, DEC_BAD
+ * (reason in d->why, position at d->rec) or DEC_OOM; *slot is its writer's slot. */
+static int scan_chunk(gp_trace *t, decoder *d, const uint8_t *h, uint32_t n, size_t *slot,
+                      bool *had_events)
+{
     d->t = t;
+    d->scan = true;
     d->start = d->p = d->rec = h + GP_CHUNK_HEADER_BYTES;
     d->end = d->start + n;
     bool over;
-    size_t slot = thread_slot(t, gp_get_u32(h + 12), &over);
-    if (slot == SIZE_MAX) {
+    *slot = thread_slot(t, gp_get_u32(h + 12), &over);
+    if (*slot == SIZE_MAX) {
         if (!over)
             return DEC_OOM;
-        snprintf(d->why, sizeof d->why, "more than %u threads", GPT_MAX_WRITER_THREADS);
-        return DEC_BAD;
+        return bad(d, "more than %u threads", GPT_MAX_WRITER_THREADS);
     }
-    wthread *w = &t->threads[slot];
-    size_t qlen0 = w->qlen;
-    uint32_t dense0 = w->dense;
-    size_t ndense0 = t->ndense;
-    bool have_tid0 = w->have_tid;
-    uint64_t tid0 = w->os_tid;
-    d->w = w;
+    d->w = &t->threads[*slot];
     d->time = gp_get_u64(h + 16);
     d->addr = 0;
-    int r = decode_records(d);
-    if (r == DEC_OK && w->qlen > qlen0 && w->heap_pos == SIZE_MAX && heap_push(t, slot) != 0)
-        r = DEC_OOM;
-    *had_events = w->qlen > qlen0;
-    if (r != DEC_OK) {
-        w->qlen = qlen0;     /* the events were appended at the tail */
-        t->ndense = ndense0; /* only this chunk's thread got new indexes */
-        w->dense = dense0;
-        w->have_tid = have_tid0;
-        w->os_tid = tid0;
-        return r;
+    *had_events = false;
+    gp_event scratch;
+    while (d->p < d->end) {
+        d->rec = d->p;
+        uint8_t b = *d->p++;
+        unsigned type = b & GP_REC_TYPE_MASK;
+        int r;
+        if (is_event_type(type)) {
+            *had_events = true;
+            r = get_time(d);
+            if (r == DEC_OK)
+                r = dec_event_fields(d, type, (uint8_t)(b & ~GP_REC_TYPE_MASK), &scratch);
+        } else {
+            r = dec_definition(d, type);
+        }
+        if (r != DEC_OK)
+            return r;
     }
-    t->queued += w->qlen - qlen0;
     return DEC_OK;
 }
 
-/* Reads up to n bytes; returns the count (short only at end of file or on an error). */
-static size_t read_full(gp_trace *t, uint8_t *p, size_t n)
+/* Reads the file once (up to its size at open), checks every chunk and indexes the good ones up
+ * to the first bad one. 0, or -1 on a fatal error (message in err). */
+static int scan(gp_trace *t, char *err, size_t err_size)
 {
-    return fread(p, 1, n, t->f);
+    t->scanned = true;
+    t->win_cap = t->regular ? GPT_SCAN_WINDOW : (size_t)1 << 20;
+    t->win = malloc(t->win_cap);
+    if (!t->win)
+        return fail(t, err, err_size, "out of memory reading %s", t->path);
+    t->win_off = GP_FILE_HEADER_BYTES;
+    t->win_len = 0;
+    uint64_t off = GP_FILE_HEADER_BYTES;
+    decoder d;
+    for (;;) {
+        const uint8_t *h;
+        int64_t got = scan_bytes(t, off, GP_CHUNK_HEADER_BYTES, &h);
+        if (got < 0)
+            return fail(t, err, err_size, "cannot read %s at byte %" PRIu64 ": %s", t->path, off,
+                        strerror(errno));
+        if (got == 0)
+            break;
+        if (got < GP_CHUNK_HEADER_BYTES) {
+            damage(t, off, "file ends inside a chunk header (%zu of %d bytes)", (size_t)got,
+                   GP_CHUNK_HEADER_BYTES);
+            break;
+        }
+        uint32_t magic = gp_get_u32(h), n = gp_get_u32(h + 4);
+        if (magic != GP_CHUNK_MAGIC) {
+            damage(t, off, "bad chunk magic 0x%08" PRIx32, magic);
+            break;
+        }
+        if (n > GP_CHUNK_MAX_PAYLOAD) {
+            damage(t, off, "chunk payload of %" PRIu32 " bytes over the limit of %u", n,
+                   GP_CHUNK_MAX_PAYLOAD);
+            break;
+        }
+        got = scan_bytes(t, off, GP_CHUNK_HEADER_BYTES + (size_t)n, &h);
+        if (got < 0)
+            return fail(t, err, err_size, "cannot read %s at byte %" PRIu64 ": %s", t->path,
+                        off + GP_CHUNK_HEADER_BYTES, strerror(errno));
+        if (got < GP_CHUNK_HEADER_BYTES + (int64_t)n) {
+            damage(t, off, "file ends inside a chunk (%zu of %" PRIu32 " payload bytes)",
+                   (size_t)got - GP_CHUNK_HEADER_BYTES, n);
+            break;
+        }
+        uint32_t crc = gp_crc32c(0, h + 12, GP_CHUNK_HEADER_BYTES - 12);
+        crc = gp_crc32c(crc, h + GP_CHUNK_HEADER_BYTES, n);
+        if (crc != gp_get_u32(h + 8)) {
+            damage(t, off, "chunk checksum mismatch");
+            break;
+        }
+        size_t slot = 0;
+        bool had_events = false;
+        int r = scan_chunk(t, &d, h, n, &slot, &had_events);
+        if (r == DEC_OOM)
+            return fail(t, err, err_size, "out of memory reading %s", t->path);
+        if (r == DEC_BAD) {
+            damage(t, off, "bad record at payload byte %zu: %s", (size_t)(d.rec - d.start), d.why);
+            break;
+        }
+        if (grow((void **)&t->index, &t->index_cap, t->nindex + 1, sizeof *t->index) != 0)
+            return fail(t, err, err_size, "out of memory reading %s", t->path);
+        wthread *w = &t->threads[slot];
+        uint64_t base = gp_get_u64(h + 16);
+        uint64_t key = base > w->last_key ? base : w->last_key;
+        w->last_key = key;
+        t->index[t->nindex++] = (chunk_ref){key, off, (uint32_t)slot, n};
+        /* Only chunks with events: definition-only chunks (META, MODULE) may carry base time 0. */
+        if (had_events && (!t->have_min_base || base < t->min_base_ns)) {
+            t->have_min_base = true;
+            t->min_base_ns = base;
+        }
+        off += GP_CHUNK_HEADER_BYTES + n;
+        t->info.chunks++;
+    }
+    if (!t->regular)
+        t->info.file_bytes = t->win_off + t->win_len;
+    if (t->regular) {
+        free(t->win);
+        t->win = NULL;
+        t->win_cap = t->win_len = 0;
+    }
+    for (size_t i = 0; i < t->nthreads; i++) { /* the merge fills them again, with values */
+        idtab_free(&t->threads[i].strings);
+        idtab_free(&t->threads[i].stacks);
+    }
+    bool sorted = true;
+    for (size_t i = 1; i < t->nindex && sorted; i++)
+        sorted = ref_cmp(&t->index[i - 1], &t->index[i]) <= 0;
+    if (!sorted)
+        qsort(t->index, t->nindex, sizeof *t->index, ref_cmp);
+    return 0;
 }
 
-/* Reads and decodes the next chunk. Returns 0 (a chunk was read, or the readable part ended:
- * t->eof is set then) or -1 on a fatal error (message in err). */
-static int read_chunk(gp_trace *t, char *err, size_t err_size)
+/* ---- the merge ------------------------------------------------------------------------------- */
+
+/* Whether cursor a's next event goes before b's: time, then dense thread. (Two open cursors are
+ * of two writers, so of two dense threads.) */
+static inline bool head_less(const cursor *a, const cursor *b)
 {
-    uint64_t off = t->offset;
-    uint8_t *h = t->buf;
-    size_t got = read_full(t, h, GP_CHUNK_HEADER_BYTES);
-    if (ferror(t->f))
-        return fail(t, err, err_size, "cannot read %s at byte %" PRIu64 ": %s", t->path, off,
-                    strerror(errno));
-    if (got == 0) {
-        t->eof = true;
-        return 0;
+    if (a->head_time != b->head_time)
+        return a->head_time < b->head_time;
+    return a->head_thread < b->head_thread;
+}
+
+static void heap_up(gp_trace *t, size_t pos)
+{
+    cursor *c = t->heap[pos];
+    while (pos > 0) {
+        size_t parent = (pos - 1) / 2;
+        if (!head_less(c, t->heap[parent]))
+            break;
+        t->heap[pos] = t->heap[parent];
+        pos = parent;
     }
-    if (got < GP_CHUNK_HEADER_BYTES) {
-        damage(t, off, "file ends inside a chunk header (%zu of %d bytes)", got,
-               GP_CHUNK_HEADER_BYTES);
-        return 0;
+    t->heap[pos] = c;
+}
+
+static void heap_down(gp_trace *t, size_t pos)
+{
+    cursor *c = t->heap[pos];
+    for (;;) {
+        size_t k = 2 * pos + 1;
+        if (k >= t->nheap)
+            break;
+        if (k + 1 < t->nheap && head_less(t->heap[k + 1], t->heap[k]))
+            k++;
+        if (!head_less(t->heap[k], c))
+            break;
+        t->heap[pos] = t->heap[k];
+        pos = k;
     }
-    uint32_t magic = gp_get_u32(h), n = gp_get_u32(h + 4);
-    if (magic != GP_CHUNK_MAGIC) {
-        damage(t, off, "bad chunk magic 0x%08" PRIx32, magic);
-        return 0;
+    t->heap[pos] = c;
+}
+
+static int heap_push(gp_trace *t, cursor *c)
+{
+    if (grow((void **)&t->heap, &t->heap_cap, t->nheap + 1, sizeof *t->heap) != 0)
+        return -1;
+    t->heap[t->nheap++] = c;
+    heap_up(t, t->nheap - 1);
+    return 0;
+}
+
+static void heap_pop(gp_trace *t)
+{
+    t->heap[0] = t->heap[--t->nheap];
+    if (t->nheap > 0)
+        heap_down(t, 0);
+}
+
+static cursor *cursor_new(gp_trace *t)
+{
+    cursor *c = t->free_cursors;
+    if (c) {
+        t->free_cursors = c->next_free;
+        return c;
     }
-    if (n > GP_CHUNK_MAX_PAYLOAD) {
-        damage(t, off, "chunk payload of %" PRIu32 " bytes over the limit of %u", n,
-               GP_CHUNK_MAX_PAYLOAD);
-        return 0;
-    }
-    got = read_full(t, h + GP_CHUNK_HEADER_BYTES, n);
-    if (ferror(t->f))
-        return fail(t, err, err_size, "cannot read %s at byte %" PRIu64 ": %s", t->path,
-                    off + GP_CHUNK_HEADER_BYTES, strerror(errno));
-    if (got < n) {
-        damage(t, off, "file ends inside a chunk (%zu of %" PRIu32 " payload bytes)", got, n);
-        return 0;
-    }
-    uint32_t crc = gp_crc32c(0, h + 12, GP_CHUNK_HEADER_BYTES - 12);
-    crc = gp_crc32c(crc, h + GP_CHUNK_HEADER_BYTES, n);
-    if (crc != gp_get_u32(h + 8)) {
-        damage(t, off, "chunk checksum mismatch");
-        return 0;
-    }
-    decoder d;
-    bool had_events = false;
-    int r = decode_chunk(t, &d, n, &had_events);
+    if (grow((void **)&t->cursors, &t->cursors_cap, t->ncursors + 1, sizeof *t->cursors) != 0)
+        return NULL;
+    c = calloc(1, sizeof *c);
+    if (c)
+        t->cursors[t->ncursors++] = c;
+    return c;
+}
+
+static void cursor_release(gp_trace *t, cursor *c)
+{
+    c->next_free = t->free_cursors;
+    t->free_cursors = c;
+}
+
+/* A chunk that passed the scan no longer decodes (or memory ran out). Returns -1. */
+static int merge_failed(gp_trace *t, const cursor *c, int r, char *err, size_t err_size)
+{
     if (r == DEC_OOM)
         return fail(t, err, err_size, "out of memory reading %s", t->path);
-    if (r == DEC_BAD) {
-        damage(t, off, "bad record at payload byte %zu: %s", (size_t)(d.rec - d.start), d.why);
-        return 0;
+    return fail(t, err, err_size,
+                "%s changed while it was read: the chunk at byte %" PRIu64
+                " no longer decodes (payload byte %zu: %s)",
+                t->path, c->off, (size_t)(c->d.rec - c->d.start), c->d.why);
+}
+
+/* Reads chunk `ref` into c and makes it its writer's active chunk. 0 or -1 (message in err). */
+static int cursor_load(gp_trace *t, cursor *c, const chunk_ref *ref, char *err, size_t err_size)
+{
+    wthread *w = &t->threads[ref->slot];
+    size_t total = GP_CHUNK_HEADER_BYTES + (size_t)ref->bytes;
+    const uint8_t *h;
+    if (t->regular) {
+        if (c->cap < total) {
+            size_t cap =
+                total < 65536 + GP_CHUNK_HEADER_BYTES ? 65536 + GP_CHUNK_HEADER_BYTES : total;
+            uint8_t *b = malloc(cap);
+            if (!b)
+                return fail(t, err, err_size, "out of memory reading %s", t->path);
+            free(c->buf);
+            c->buf = b;
+            c->cap = cap;
+        }
+        size_t have = 0;
+        while (have < total) {
+            ssize_t got = pread(t->fd, c->buf + have, total - have, (off_t)(ref->off + have));
+            if (got < 0 && errno == EINTR)
+                continue;
+            if (got < 0)
+                return fail(t, err, err_size, "cannot read %s at byte %" PRIu64 ": %s", t->path,
+                            ref->off + have, strerror(errno));
+            if (got == 0)
+                return fail(t, err, err_size,
+                            "%s changed while it was read: it ends at byte %" PRIu64
+                            ", inside a chunk read before",
+                            t->path, ref->off + have);
+            have += (size_t)got;
+        }
+        h = c->buf;
+    } else {
+        h = t->win + (ref->off - t->win_off);
     }
-    uint64_t base = gp_get_u64(h + 16), written = gp_get_u64(h + 24);
-    /* Only chunks with events: definition-only chunks (META, MODULE) may carry base time 0. */
-    if (had_events && (!t->have_min_base || base < t->min_base_ns)) {
-        t->have_min_base = true;
-        t->min_base_ns = base;
+    if (gp_get_u32(h) != GP_CHUNK_MAGIC || gp_get_u32(h + 4) != ref->bytes ||
+        gp_get_u32(h + 12) != w->writer)
+        return fail(t, err, err_size,
+                    "%s changed while it was read: the chunk at byte %" PRIu64 " is another one",
+                    t->path, ref->off);
+    decoder *d = &c->d;
+    d->t = t;
+    d->w = w;
+    d->scan = false;
+    d->start = d->p = d->rec = h + GP_CHUNK_HEADER_BYTES;
+    d->end = d->start + ref->bytes;
+    d->time = gp_get_u64(h + 16);
+    d->addr = 0;
+    c->off = ref->off;
+    if (w->last_time < ref->key) /* nothing of it goes before its key */
+        w->last_time = ref->key;
+    w->active = c;
+    return 0;
+}
+
+/* Decodes c up to its next event, applying the definitions before it: *has says whether there is
+ * one (its time, thread and type in c->head_*; c->d.p just past its dt). DEC_OK or an error. */
+static inline int cursor_advance(cursor *c, bool *has)
+{
+    decoder *d = &c->d;
+    while (d->p < d->end) {
+        d->rec = d->p;
+        uint8_t b = *d->p++;
+        unsigned type = b & GP_REC_TYPE_MASK;
+        int r;
+        if (is_event_type(type)) {
+            if ((r = get_time(d)) != DEC_OK || (r = assign_dense(d)) != DEC_OK)
+                return r;
+            wthread *w = d->w;
+            if (d->time > w->last_time)
+                w->last_time = d->time;
+            c->head_time = w->last_time;
+            c->head_thread = w->dense;
+            c->head_byte = b;
+            *has = true;
+            return DEC_OK;
+        }
+        if ((r = dec_definition(d, type)) != DEC_OK)
+            return r;
     }
-    if (written > t->max_write_ns)
-        t->max_write_ns = written;
-    t->offset = off + GP_CHUNK_HEADER_BYTES + n;
-    t->info.chunks++;
+    *has = false;
+    return DEC_OK;
+}
+
+/* Starts writer w's chunk at index position i, and after it, while a chunk holds no event, the
+ * writer's next waiting one. 0 or -1 (message in err). */
+static int chunk_start(gp_trace *t, wthread *w, size_t i, char *err, size_t err_size)
+{
+    for (;;) {
+        cursor *c = cursor_new(t);
+        if (!c)
+            return fail(t, err, err_size, "out of memory reading %s", t->path);
+        if (cursor_load(t, c, &t->index[i], err, err_size) != 0) {
+            cursor_release(t, c);
+            return -1;
+        }
+        bool has = false;
+        int r = cursor_advance(c, &has);
+        if (r != DEC_OK)
+            return merge_failed(t, c, r, err, err_size);
+        if (has) {
+            if (heap_push(t, c) != 0)
+                return fail(t, err, err_size, "out of memory reading %s", t->path);
+            return 0;
+        }
+        w->active = NULL;
+        cursor_release(t, c);
+        if (w->nwaiting == 0)
+            return 0;
+        i = w->waiting[w->waiting_head++];
+        if (--w->nwaiting == 0)
+            w->waiting_head = 0;
+    }
+}
+
+/* Opens the next chunk in (key, offset) order: starts it, or queues it behind its writer's
+ * active chunk. 0 or -1 (message in err). */
+static int chunk_open(gp_trace *t, char *err, size_t err_size)
+{
+    size_t i = t->next_chunk++;
+    wthread *w = &t->threads[t->index[i].slot];
+    if (!w->active)
+        return chunk_start(t, w, i, err, err_size);
+    size_t at = w->waiting_head + w->nwaiting;
+    if (grow((void **)&w->waiting, &w->waiting_cap, at + 1, sizeof *w->waiting) != 0)
+        return fail(t, err, err_size, "out of memory reading %s", t->path);
+    w->waiting[at] = i;
+    w->nwaiting++;
     return 0;
 }
 
 /* ---- the API --------------------------------------------------------------------------------- */
+
+/* Reads up to n bytes at the start of the file; the count, or -1 (errno set). */
+static ssize_t read_head(int fd, bool regular, uint8_t *p, size_t n)
+{
+    size_t have = 0;
+    while (have < n) {
+        ssize_t got =
+            regular ? pread(fd, p + have, n - have, (off_t)have) : read(fd, p + have, n - have);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            return -1;
+        if (got == 0)
+            break;
+        have += (size_t)got;
+    }
+    return (ssize_t)have;
+}
 
 int gp_trace_open(const char *path, gp_trace **out, char *err, size_t err_size)
 {
@@ -1068,32 +1403,34 @@ int gp_trace_open(const char *path, gp_trace **out, char *err, size_t err_size)
         set_err(err, err_size, "gp_trace_open: no %s given", path ? "result pointer" : "path");
         return -1;
     }
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
         set_err(err, err_size, "cannot open %s: %s", path, strerror(errno));
         return -1;
     }
     struct stat st;
-    if (fstat(fileno(f), &st) != 0) {
+    if (fstat(fd, &st) != 0) {
         set_err(err, err_size, "cannot stat %s: %s", path, strerror(errno));
-        fclose(f);
+        close(fd);
         return -1;
     }
     if (S_ISDIR(st.st_mode)) {
         set_err(err, err_size, "%s is a directory, not a gradprof trace", path);
-        fclose(f);
+        close(fd);
         return -1;
     }
+    bool regular = S_ISREG(st.st_mode);
     uint8_t hdr[GP_FILE_HEADER_BYTES];
-    size_t got = fread(hdr, 1, sizeof hdr, f);
-    if (ferror(f)) {
+    ssize_t r = read_head(fd, regular, hdr, sizeof hdr);
+    if (r < 0) {
         set_err(err, err_size, "cannot read %s: %s", path, strerror(errno));
-        fclose(f);
+        close(fd);
         return -1;
     }
+    size_t got = (size_t)r;
     if (got == 0) {
         set_err(err, err_size, "%s is empty", path);
-        fclose(f);
+        close(fd);
         return -1;
     }
     if (got < sizeof hdr || memcmp(hdr, GP_FILE_MAGIC, 8) != 0) {
@@ -1102,7 +1439,7 @@ int gp_trace_open(const char *path, gp_trace **out, char *err, size_t err_size)
                     path, got, GP_FILE_HEADER_BYTES);
         else
             set_err(err, err_size, "%s is not a gradprof trace (bad magic)", path);
-        fclose(f);
+        close(fd);
         return -1;
     }
     uint16_t major = (uint16_t)(hdr[8] | hdr[9] << 8), minor = (uint16_t)(hdr[10] | hdr[11] << 8);
@@ -1110,29 +1447,29 @@ int gp_trace_open(const char *path, gp_trace **out, char *err, size_t err_size)
         set_err(err, err_size,
                 "%s has trace format version %u.%u; this reader reads version %d.x only", path,
                 major, minor, GP_VERSION_MAJOR);
-        fclose(f);
+        close(fd);
         return -1;
     }
     gp_trace *t = calloc(1, sizeof *t);
     size_t plen = strlen(path);
     if (t) {
+        t->fd = -1;
         t->path = malloc(plen + 1);
-        t->buf = malloc(GP_CHUNK_HEADER_BYTES + (size_t)GP_CHUNK_MAX_PAYLOAD);
     }
     uint32_t empty;
-    if (!t || !t->path || !t->buf || strtab_intern(&t->strings, (const uint8_t *)"", 0, &empty)) {
+    if (!t || !t->path || strtab_intern(&t->strings, (const uint8_t *)"", 0, &empty)) {
         set_err(err, err_size, "out of memory opening %s", path);
-        fclose(f);
+        close(fd);
         gp_trace_close(t);
         return -1;
     }
     memcpy(t->path, path, plen + 1);
-    t->f = f;
-    t->offset = GP_FILE_HEADER_BYTES;
-    t->flush_ns = GPT_DEFAULT_FLUSH_NS;
+    t->fd = fd;
+    t->regular = regular;
+    t->limit = regular ? (uint64_t)st.st_size : 0;
     t->info.version_major = major;
     t->info.version_minor = minor;
-    t->info.file_bytes = S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
+    t->info.file_bytes = regular ? (uint64_t)st.st_size : 0;
     *out = t;
     return 0;
 }
@@ -1141,13 +1478,21 @@ void gp_trace_close(gp_trace *t)
 {
     if (!t)
         return;
-    if (t->f)
-        fclose(t->f);
+    if (t->fd >= 0)
+        close(t->fd);
     for (size_t i = 0; i < t->nthreads; i++) {
-        idmap_free(&t->threads[i].strings);
-        idmap_free(&t->threads[i].stacks);
-        free(t->threads[i].q);
+        idtab_free(&t->threads[i].strings);
+        idtab_free(&t->threads[i].stacks);
+        free(t->threads[i].waiting);
     }
+    for (size_t i = 0; i < t->ncursors; i++) {
+        free(t->cursors[i]->buf);
+        free(t->cursors[i]);
+    }
+    free(t->cursors);
+    free(t->heap);
+    free(t->index);
+    free(t->win);
     free(t->threads);
     idmap_free(&t->thread_by_writer);
     idmap_free(&t->meta);
@@ -1156,21 +1501,8 @@ void gp_trace_close(gp_trace *t)
     free(t->stacks);
     free(t->stack_slots);
     free(t->names);
-    free(t->heap);
-    free(t->buf);
     free(t->path);
     free(t);
-}
-
-/* Whether the top event may leave now (see the file comment). */
-static bool may_release(const gp_trace *t)
-{
-    if (t->eof || t->queued > GPT_MAX_QUEUED)
-        return true;
-    uint64_t window = 2 * t->flush_ns;
-    if (t->max_write_ns <= window)
-        return false;
-    return queue_head(&t->threads[t->heap[0]])->time_ns < t->max_write_ns - window;
 }
 
 int gp_trace_next(gp_trace *t, gp_event *ev, char *err, size_t err_size)
@@ -1179,32 +1511,58 @@ int gp_trace_next(gp_trace *t, gp_event *ev, char *err, size_t err_size)
         set_err(err, err_size, "gp_trace_next: no %s given", t ? "event" : "trace");
         return -1;
     }
-    for (;;) {
-        if (t->nheap > 0 && may_release(t)) {
-            heap_pop_event(t, ev);
-            if (!t->start_fixed) {
-                t->start_fixed = true;
-                t->start_ns = t->have_meta_start ? t->meta_start_ns : t->min_base_ns;
-            }
-            ev->time_ns = ev->time_ns >= t->start_ns ? ev->time_ns - t->start_ns : 0;
-            t->info.events++;
-            if (ev->kind == GP_EV_LOST)
-                t->info.lost_events = ev->count > UINT64_MAX - t->info.lost_events
-                                          ? UINT64_MAX
-                                          : t->info.lost_events + ev->count;
-            else if (ev->kind == GP_EV_END)
-                t->info.clean_end = true;
-            return 1;
-        }
-        if (t->failed) {
-            set_err(err, err_size, "%s", t->fail_msg);
-            return -1;
-        }
-        if (t->eof)
-            return 0;
-        if (read_chunk(t, err, err_size) != 0)
+    if (t->failed) {
+        set_err(err, err_size, "%s", t->fail_msg);
+        return -1;
+    }
+    if (!t->scanned && scan(t, err, err_size) != 0)
+        return -1;
+    /* Open every chunk that may hold an event at or before the least next event now open:
+     * after that, nothing not yet open can go before it. */
+    while (t->next_chunk < t->nindex &&
+           (t->nheap == 0 || t->index[t->next_chunk].key <= t->heap[0]->head_time)) {
+        if (chunk_open(t, err, err_size) != 0)
             return -1;
     }
+    if (t->nheap == 0)
+        return 0;
+    cursor *c = t->heap[0];
+    unsigned type = c->head_byte & GP_REC_TYPE_MASK;
+    event_clear(ev, type, c->head_time, c->head_thread);
+    bool has = false;
+    int r = dec_event_fields(&c->d, type, (uint8_t)(c->head_byte & ~GP_REC_TYPE_MASK), ev);
+    if (r == DEC_OK)
+        r = cursor_advance(c, &has);
+    if (r != DEC_OK)
+        return merge_failed(t, c, r, err, err_size);
+    if (has) {
+        heap_down(t, 0);
+    } else { /* consumed: the writer's next chunk, if one is waiting, takes its place */
+        heap_pop(t);
+        wthread *w = c->d.w;
+        w->active = NULL;
+        cursor_release(t, c);
+        if (w->nwaiting > 0) {
+            size_t i = w->waiting[w->waiting_head++];
+            if (--w->nwaiting == 0)
+                w->waiting_head = 0;
+            if (chunk_start(t, w, i, err, err_size) != 0)
+                return -1;
+        }
+    }
+    if (!t->start_fixed) {
+        t->start_fixed = true;
+        t->start_ns = t->have_meta_start ? t->meta_start_ns : t->min_base_ns;
+    }
+    ev->time_ns = ev->time_ns >= t->start_ns ? ev->time_ns - t->start_ns : 0;
+    t->info.events++;
+    if (ev->kind == GP_EV_LOST)
+        t->info.lost_events = ev->count > UINT64_MAX - t->info.lost_events
+                                  ? UINT64_MAX
+                                  : t->info.lost_events + ev->count;
+    else if (ev->kind == GP_EV_END)
+        t->info.clean_end = true;
+    return 1;
 }
 
 const gp_trace_info *gp_trace_info_get(const gp_trace *t)

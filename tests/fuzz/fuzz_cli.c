@@ -1,6 +1,8 @@
 /*
- * libFuzzer harness: the CLI's option parsers (gp_parse_size, gp_parse_uint, gp_parse_categories)
- * and gp_format_bytes on the input as a string. Checks the documented promises too: a parsed size
+ * libFuzzer harness: the CLI's option parsers (gp_parse_size, gp_parse_uint, gp_parse_categories,
+ * gp_parse_detectors), gp_format_bytes, the path checks of output files (gp_path_check,
+ * gp_path_shown) and the description of a recorder's end_reason (gp_check_end_reason) on the
+ * input as a string. Checks the documented promises too: a parsed size
  * without unit or fraction equals its digits, a parsed uint lies in [min, max], the error message
  * is a terminated string.
  */
@@ -8,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "cli.h"
+#include "output.h"
 #include "render.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -45,6 +49,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     bool set[LP_CAT_COUNT];
     (void)gp_parse_categories(text, set, err, sizeof err);
     (void)gp_parse_categories(text, set, small, sizeof small);
+
+    bool kinds[GP_FIND_KIND_COUNT];
+    if (gp_parse_detectors(text, kinds, err, sizeof err) != 0 && !memchr(err, '\0', sizeof err))
+        abort();
+    (void)gp_parse_detectors(text, kinds, small, sizeof small);
+
+    /* Path checks: a terminated message whenever they refuse; refused exactly when too long. */
+    err[0] = '\0';
+    int prc = gp_path_check(text, err, sizeof err);
+    if (prc != 0 && (!memchr(err, '\0', sizeof err) || strlen(text) < 256))
+        abort();
+    char shown[256];
+    if (!memchr(gp_path_shown(text, shown, sizeof shown), '\0', sizeof shown))
+        abort();
+    char how[160];
+    const char *ended = gp_check_end_reason(text, how, sizeof how);
+    if (ended && !memchr(how, '\0', sizeof how))
+        abort();
     free(text);
     return 0;
 }

@@ -5,6 +5,8 @@
  *
  * Inputs of even length have their chunks' CRC-32C fixed before they are written, so mutations
  * reach the record decoder instead of stopping at the checksum; odd ones are written as they are.
+ * Whatever the input, events leave in time order (times never go back) and each names a thread
+ * the reader counts: anything else aborts, so the fuzzer reports it.
  */
 #include "fuzz_common.h"
 
@@ -51,10 +53,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     gp_trace *t = NULL;
     if (gp_trace_open(path, &t, err, sizeof err) == 0) {
         gp_event ev;
-        uint64_t n = 0;
+        uint64_t n = 0, last_time = 0;
         /* Touch every string an event points to, so a dangling one is caught. */
         size_t sink = 0;
         while (gp_trace_next(t, &ev, err, sizeof err) == 1) {
+            if (ev.time_ns < last_time || ev.thread == 0 || ev.thread > gp_trace_thread_count(t))
+                abort();
+            last_time = ev.time_ns;
             if (ev.op)
                 sink += strlen(ev.op);
             if (ev.module)

@@ -2,15 +2,22 @@
  * Shared helpers of the gradprof commands (API: cli.h).
  */
 #include "cli.h"
-#include "rules.h"
+#include "check.h"
+#include "output.h"
 #include "render.h"
+#include "rules.h"
+#include "gradprof/trace_format.h"
 
 #include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- sizes and numbers ----------------------------------------------------------------------- */
 
@@ -174,6 +181,38 @@ int gp_parse_categories(const char *text, bool set[LP_CAT_COUNT], char *err, siz
     return 0;
 }
 
+int gp_parse_detectors(const char *text, bool set[GP_FIND_KIND_COUNT], char *err,
+                       size_t err_size)
+{
+    bool all = strcmp(text, "all") == 0, none = strcmp(text, "none") == 0 || !*text;
+    bool parsed[GP_FIND_KIND_COUNT];
+    for (int k = 0; k < GP_FIND_KIND_COUNT; k++)
+        parsed[k] = all;
+    for (const char *s = text; !all && !none;) {
+        size_t n = strcspn(s, ",");
+        int k = 0;
+        while (k < GP_FIND_KIND_COUNT && (strlen(gp_finding_kind_name((gp_finding_kind)k)) != n ||
+                                          strncmp(gp_finding_kind_name((gp_finding_kind)k), s, n)))
+            k++;
+        if (k == GP_FIND_KIND_COUNT) {
+            char known[256];
+            size_t used = 0;
+            for (int j = 0; j < GP_FIND_KIND_COUNT && used < sizeof known; j++)
+                used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", j ? ", " : "",
+                                         gp_finding_kind_name((gp_finding_kind)j));
+            snprintf(err, err_size, "unknown detector '%.*s' in '%s' (all, none, or: %s)", (int)n,
+                     s, text, known);
+            return -1;
+        }
+        parsed[k] = true;
+        if (!s[n])
+            break;
+        s += n + 1;
+    }
+    memcpy(set, parsed, sizeof parsed);
+    return 0;
+}
+
 /* ---- messages -------------------------------------------------------------------------------- */
 
 int gp_cli_error(const char *cmd, const char *fmt, ...)
@@ -238,37 +277,136 @@ int gp_cli_rules(const char *cmd, const char *value, const struct gp_rules **out
     return 0;
 }
 
-void gp_cli_warn_trace(const char *cmd, const char *path, const gp_trace_info *info)
+int gp_cli_probe_trace(const char *path, char *err, size_t err_size)
 {
+    int rc = gp_path_check(path, err, err_size);
+    if (rc)
+        return rc;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        snprintf(err, err_size, "cannot open '%s': %s", path, strerror(e));
+        return gp_error_from_errno(e);
+    }
+    struct stat st;
+    unsigned char hdr[GP_FILE_HEADER_BYTES];
+    ssize_t got = 0;
+    rc = 0;
+    if (fstat(fd, &st) != 0) {
+        rc = gp_error_from_errno(errno);
+        snprintf(err, err_size, "cannot read '%s': %s", path, strerror(errno));
+    } else if (S_ISDIR(st.st_mode)) {
+        rc = GP_EISDIR;
+        snprintf(err, err_size, "'%s' is a directory, not a gradprof trace", path);
+    } else if ((got = pread(fd, hdr, sizeof hdr, 0)) < 0) {
+        rc = gp_error_from_errno(errno);
+        snprintf(err, err_size, "cannot read '%s': %s", path, strerror(errno));
+    } else if (got == 0) {
+        rc = GP_ENOTTRACE;
+        snprintf(err, err_size, "'%s' is empty: not a gradprof trace", path);
+    } else if (got < (ssize_t)sizeof hdr || memcmp(hdr, GP_FILE_MAGIC, 8) != 0) {
+        rc = GP_ENOTTRACE;
+        snprintf(err, err_size, "'%s' is not a gradprof trace (%s)", path,
+                 memcmp(hdr, GP_FILE_MAGIC, got < 8 ? (size_t)got : 8) == 0
+                     ? "cut inside its file header"
+                     : "no gradprof file header");
+    } else if ((hdr[8] | hdr[9] << 8) != GP_VERSION_MAJOR) {
+        rc = GP_EVERSION;
+        snprintf(err, err_size, "'%s' has trace format version %u.%u; this gradprof reads %d.x",
+                 path, (unsigned)(hdr[8] | hdr[9] << 8), (unsigned)(hdr[10] | hdr[11] << 8),
+                 GP_VERSION_MAJOR);
+    }
+    close(fd);
+    return rc;
+}
+
+void gp_cli_warn_trace(const char *cmd, const gp_profile *p)
+{
+    const gp_trace_info *info = p ? p->info : NULL;
     if (!info)
         return;
-    char lost[32];
+    char lost[32], how[160];
+    const char *ended = gp_check_end_reason(gp_trace_meta(p->trace, "end_reason"), how, sizeof how);
     if (info->damaged)
         gp_cli_warn(cmd,
                     "'%s' is damaged at byte %" PRIu64 " (%s): %s lost; analysed the %" PRIu64
                     " events before it",
-                    path, info->damage_offset, info->damage_reason,
+                    p->path, info->damage_offset, info->damage_reason,
                     gp_format_bytes(info->bytes_lost, lost, sizeof lost), info->events);
-    else if (!info->clean_end)
+    if (ended)
+        gp_cli_warn(cmd, "'%s' ends where the program %s; analysed the %" PRIu64 " events written",
+                    p->path, ended, info->events);
+    else if (info->events == 0 && !info->damaged)
+        gp_cli_warn(cmd, "'%s' holds no events: the program recorded nothing, or was killed "
+                         "before it wrote any",
+                    p->path);
+    else if (!info->clean_end && !info->damaged)
         gp_cli_warn(cmd,
                     "'%s' has no end record: the program did not finish recording (killed, or "
                     "still running); analysed the %" PRIu64 " events written",
-                    path, info->events);
+                    p->path, info->events);
     if (info->lost_events)
         gp_cli_warn(cmd, "the recorder dropped %" PRIu64 " events while writing '%s'",
-                    info->lost_events, path);
+                    info->lost_events, p->path);
+}
+
+void gp_cli_warn_unclassified(const char *cmd, const gp_profile *p)
+{
+    char why[768];
+    if (gp_check_classified(p, NULL, why, sizeof why) != 0)
+        gp_cli_warn(cmd, "cannot judge: %s", why);
+}
+
+static int load(const char *cmd, const char *path, const gp_analysis_options *opts,
+                gp_profile **out, bool warn)
+{
+    char err[768] = "";
+    *out = NULL;
+    int rc = gp_cli_probe_trace(path, err, sizeof err);
+    if (rc == 0) {
+        errno = 0;
+        if (gp_profile_load(path, opts, out, err, sizeof err) != 0) {
+            rc = errno == ENOMEM ? GP_ENOMEM : GP_EIO;
+            gp_profile_free(*out);
+            *out = NULL;
+        }
+    }
+    if (rc) {
+        gp_cli_error(cmd, "%s", err[0] ? err : gp_strerror(rc));
+        return rc;
+    }
+    if (warn)
+        gp_cli_warn_trace(cmd, *out);
+    return 0;
 }
 
 int gp_cli_load_profile(const char *cmd, const char *path, const gp_analysis_options *opts,
                         gp_profile **out)
 {
-    char err[512] = "";
-    *out = NULL;
-    if (gp_profile_load(path, opts, out, err, sizeof err) != 0) {
-        gp_profile_free(*out);
-        *out = NULL;
-        return gp_cli_error(cmd, "%s", err[0] ? err : "cannot read the trace");
-    }
-    gp_cli_warn_trace(cmd, path, (*out)->info);
+    return load(cmd, path, opts, out, true);
+}
+
+int gp_cli_load_profile_quiet(const char *cmd, const char *path, const gp_analysis_options *opts,
+                              gp_profile **out)
+{
+    return load(cmd, path, opts, out, false);
+}
+
+/* ---- output files ---------------------------------------------------------------------------- */
+
+int gp_cli_output_open(const char *cmd, const char *option, const char *path,
+                       const char *const *inputs, size_t n_inputs, gp_output *o)
+{
+    char err[768];
+    if (gp_output_open(o, path, inputs, n_inputs, err, sizeof err) != 0)
+        return gp_cli_error(cmd, "%s: %s", option, err);
+    return 0;
+}
+
+int gp_cli_output_close(const char *cmd, gp_output *o, int write_rc)
+{
+    char err[768];
+    if (gp_output_close(o, write_rc, err, sizeof err) != 0)
+        return gp_cli_error(cmd, "%s", err);
     return 0;
 }

@@ -15,6 +15,9 @@
 #include <stdio.h>
 
 #include "analysis.h"
+#include "error.h"
+
+struct gp_output;
 
 /* Exit codes of every command. */
 enum {
@@ -47,6 +50,15 @@ int gp_parse_uint(const char *text, uint64_t min, uint64_t max, uint64_t *out, c
  */
 int gp_parse_categories(const char *text, bool set[LP_CAT_COUNT], char *err, size_t err_size);
 
+/*
+ * Parses a --detectors value: "all", "none" (or ""), or a comma-separated list of finding kinds
+ * (gp_finding_kind_name: graph_without_grad, forgot_no_grad, ...) into set[]; the whole list is
+ * checked before set[] is written. Returns 0, or -1 with a message in err naming the bad element
+ * and listing the kinds.
+ */
+int gp_parse_detectors(const char *text, bool set[GP_FIND_KIND_COUNT], char *err,
+                       size_t err_size);
+
 /* Prints "gradprof CMD: <message>" on stderr; returns GP_EXIT_USAGE. */
 int gp_cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -61,22 +73,52 @@ void gp_cli_warn(const char *cmd, const char *fmt, ...) __attribute__((format(pr
  */
 int gp_cli_bad_option(const char *cmd, int c, char **argv);
 
-/*
- * Loads the profile of the trace at `path` (gp_profile_load). On failure prints
- * "gradprof CMD: <what is wrong with the file>" and returns GP_EXIT_USAGE. On success returns 0,
- * after printing one warning line per thing the analysis could not see: a damaged trace (where
- * reading stopped, why, the bytes lost and the events recovered), a trace without an end record
- * (the program did not finish recording), events the recorder dropped.
- */
 /* Resolves a --rules value: NULL (option absent) gives the built-in PyTorch frame rules, "none"
  * gives no rules, anything else is a rules file to load. Sets *out (owned by the CLI, lives until
  * exit) and returns 0, or prints an error naming the file and returns GP_EXIT_USAGE. */
 int gp_cli_rules(const char *cmd, const char *value, const struct gp_rules **out);
 
-/* Warns on stderr, once each, that a loaded trace is damaged, has no clean end, or lost events. */
-void gp_cli_warn_trace(const char *cmd, const char *path, const gp_trace_info *info);
+/*
+ * Checks that `path` can be read as a trace before the replay opens it: the path's length, that
+ * it opens, is not a directory, starts with a gradprof file header and has a format version this
+ * gradprof reads. Returns 0, or GP_ENAMETOOLONG, GP_ENOENT, GP_EACCES, GP_EISDIR, GP_ENOTTRACE
+ * (empty, too short, bad magic), GP_EVERSION or GP_EIO (error.h) with a message naming the file
+ * in err.
+ */
+int gp_cli_probe_trace(const char *path, char *err, size_t err_size);
 
+/*
+ * Warns on stderr, once each, about what the analysis of a loaded trace could not see: a damaged
+ * trace (where reading stopped, why, the bytes lost and the events recovered), a trace whose
+ * program did not finish recording (how it ended, from META end_reason when the recorder wrote
+ * one: exec'd, killed by signal N; else "no end record"), events the recorder dropped.
+ */
+void gp_cli_warn_trace(const char *cmd, const gp_profile *p);
+
+/* Warns "cannot judge: ..." (check.h: gp_check_classified) when graph memory cannot be told from
+ * other memory in p, as check says it. */
+void gp_cli_warn_unclassified(const char *cmd, const gp_profile *p);
+
+/*
+ * Loads the profile of the trace at `path` (gp_cli_probe_trace, then gp_profile_load). Returns 0
+ * after the warnings of gp_cli_warn_trace (none with gp_cli_load_profile_quiet), or prints
+ * "gradprof CMD: <what is wrong with the file>" and returns its code (error.h: GP_ENOENT,
+ * GP_ENOTTRACE, GP_EVERSION, GP_ENOMEM, GP_EIO, ...); a command exits GP_EXIT_USAGE then.
+ */
 int gp_cli_load_profile(const char *cmd, const char *path, const gp_analysis_options *opts,
                         gp_profile **out);
+int gp_cli_load_profile_quiet(const char *cmd, const char *path, const gp_analysis_options *opts,
+                              gp_profile **out);
+
+/*
+ * Opens the output file `path` of a command (NULL: standard output) through output.h, naming the
+ * option it came from in the message ("gradprof report: -o: '/etc/x' is a symbolic link; ...").
+ * Returns 0, or prints the error and returns GP_EXIT_USAGE.
+ */
+int gp_cli_output_open(const char *cmd, const char *option, const char *path,
+                       const char *const *inputs, size_t n_inputs, struct gp_output *o);
+/* Finishes it (gp_output_close, with the writer's result). 0, or prints and returns
+ * GP_EXIT_USAGE. */
+int gp_cli_output_close(const char *cmd, struct gp_output *o, int write_rc);
 
 #endif /* GRADPROF_TOOLS_CLI_H */

@@ -5,7 +5,6 @@
  * the diff (diff.h) and renders it. Exit codes: 0 done, 2 bad command line or a trace that cannot
  * be read at all (the message names the file).
  */
-#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +13,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "diff.h"
+#include "output.h"
 #include "render.h"
 
 static const char usage[] =
@@ -34,7 +34,8 @@ static const char usage[] =
     "\n"
     "options:\n"
     "  --format FMT   text (default), json (schema gradprof-diff/2) or html\n"
-    "  -o, --output OUT  write to OUT instead of standard output\n"
+    "  -o, --output OUT  write to OUT instead of standard output (written whole or not at\n"
+    "                 all: never onto A or B, never through a symbolic link)\n"
     "  --top N        rows per module/op/call-site table in text and html (default 10, 0 = all)\n"
     "  --rules FILE|none  frame rules for allocations nothing tagged (default: the built-in\n"
     "                     PyTorch rules, tools/rules/pytorch.rules)\n"
@@ -79,6 +80,8 @@ int gp_cmd_diff(int argc, char **argv)
                 return gp_cli_error(cmd, "unknown --format '%s' (text, json or html)", optarg);
             break;
         case 'o':
+            if (!*optarg)
+                return gp_cli_error(cmd, "-o/--output needs a file name, got ''");
             out_path = optarg;
             break;
         case 't': {
@@ -116,12 +119,14 @@ int gp_cmd_diff(int argc, char **argv)
     gp_profile *a = NULL, *b = NULL;
     gp_diff *d = NULL;
     int rc = GP_EXIT_OK;
-    if (gp_diff_load(a_path, b_path, &ao, &a, &b, &d, err, sizeof err) != 0) {
+    if (gp_cli_probe_trace(a_path, err, sizeof err) != 0 ||
+        gp_cli_probe_trace(b_path, err, sizeof err) != 0 ||
+        gp_diff_load(a_path, b_path, &ao, &a, &b, &d, err, sizeof err) != 0) {
         rc = gp_cli_error(cmd, "%s", err);
         goto done;
     }
-    gp_cli_warn_trace(cmd, a_path, a->info);
-    gp_cli_warn_trace(cmd, b_path, b->info);
+    gp_cli_warn_trace(cmd, a);
+    gp_cli_warn_trace(cmd, b);
     if (d->diverged) {
         if (require_aligned) {
             fprintf(stderr, "gradprof %s: the runs do not align: %s\n", cmd, d->diverged_why);
@@ -132,21 +137,14 @@ int gp_cmd_diff(int argc, char **argv)
                     d->diverged_why);
     }
 
-    FILE *out = stdout;
-    if (out_path && !(out = fopen(out_path, "w"))) {
-        rc = gp_cli_error(cmd, "cannot write '%s': %s", out_path, strerror(errno));
+    gp_output out;
+    const char *inputs[] = {a_path, b_path};
+    if ((rc = gp_cli_output_open(cmd, "-o", out_path, inputs, 2, &out)) != 0)
         goto done;
-    }
-    int wrc = format == FMT_JSON   ? gp_render_diff_json(out, d, &ro)
-              : format == FMT_HTML ? gp_render_html_diff(out, d, &ro)
-                                   : gp_render_diff_text(out, d, &ro);
-    if (fflush(out) != 0)
-        wrc = -1;
-    if (out != stdout && fclose(out) != 0)
-        wrc = -1;
-    if (wrc != 0)
-        rc = gp_cli_error(cmd, "error writing '%s': %s", out_path ? out_path : "<stdout>",
-                          strerror(errno ? errno : EIO));
+    int wrc = format == FMT_JSON   ? gp_render_diff_json(out.f, d, &ro)
+              : format == FMT_HTML ? gp_render_html_diff(out.f, d, &ro)
+                                   : gp_render_diff_text(out.f, d, &ro);
+    rc = gp_cli_output_close(cmd, &out, wrc);
 done:
     gp_diff_free(d);
     gp_profile_free(b);

@@ -4,10 +4,10 @@
  *
  * Loads the trace (a damaged one with a warning on stderr saying what was recovered and lost: the
  * report covers what was read), renders it in the chosen format and writes it to OUT or standard
- * output. Exit codes: 0 done, 2 bad command line, a trace that cannot be read at all, or an output
- * that cannot be written (the message names the file).
+ * output (output.h: never onto the trace, never through a symbolic link, never a half file). Exit
+ * codes: 0 done, 2 bad command line, a trace that cannot be read at all, or an output that cannot
+ * be written (the message names the file and why).
  */
-#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +16,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "output.h"
 #include "render.h"
 #include "render_common.h"
 
@@ -32,7 +33,8 @@ static const char usage[] =
     "  --format FMT      text (default), json (schema gradprof-report/1), html (one\n"
     "                    self-contained page), folded (flamegraph.pl / speedscope input) or\n"
     "                    chrome (Chrome Trace Event JSON for Perfetto / chrome://tracing)\n"
-    "  -o, --output OUT  write to OUT instead of standard output\n"
+    "  -o, --output OUT  write to OUT instead of standard output (written whole or not at\n"
+    "                    all: never onto the trace, never through a symbolic link)\n"
     "  --top N           rows per table (default 10, 0 = all)\n"
     "  --measure M       what ranks the tag and site tables and weighs folded stacks: peak\n"
     "                    (bytes live at the peak, default), total (bytes allocated), count\n"
@@ -145,53 +147,39 @@ int gp_cmd_report(int argc, char **argv)
         ao.n_inference_regions = n_regions;
     }
     gp_profile *p = NULL;
-    int rc = gp_cli_load_profile(cmd, path, &ao, &p);
-    if (rc != 0)
-        return rc;
-
-    FILE *out = stdout;
-    if (out_path && !(out = fopen(out_path, "w"))) {
-        rc = gp_cli_error(cmd, "cannot write '%s': %s", out_path, strerror(errno));
+    if (gp_cli_load_profile(cmd, path, &ao, &p) != 0)
+        return GP_EXIT_USAGE;
+    gp_cli_warn_unclassified(cmd, p);
+    gp_output out;
+    const char *inputs[] = {path};
+    int rc = gp_cli_output_open(cmd, "-o", out_path, inputs, 1, &out);
+    if (rc != 0) {
         gp_profile_free(p);
         return rc;
     }
     /* Colour only for a human at a terminal (https://no-color.org). */
     const char *no_color = getenv("NO_COLOR");
     ro.color = format == FMT_TEXT && !out_path && isatty(STDOUT_FILENO) && !(no_color && *no_color);
-
-    errno = 0;
     int wrc;
     switch (format) {
     case FMT_JSON:
-        wrc = gp_render_json(out, p, &ro);
+        wrc = gp_render_json(out.f, p, &ro);
         break;
     case FMT_HTML:
-        wrc = gp_render_html(out, p, &ro);
+        wrc = gp_render_html(out.f, p, &ro);
         break;
     case FMT_FOLDED:
-        wrc = gp_render_folded(out, p, &ro);
+        wrc = gp_render_folded(out.f, p, &ro);
         break;
     case FMT_CHROME:
-        wrc = gp_render_chrome(out, p, &ro);
+        wrc = gp_render_chrome(out.f, p, &ro);
         break;
     case FMT_TEXT:
     default:
-        wrc = gp_render_text(out, p, &ro);
+        wrc = gp_render_text(out.f, p, &ro);
         break;
     }
-    int saved_errno = errno;
-    if (fflush(out) != 0) {
-        wrc = -1;
-        saved_errno = errno;
-    }
-    if (out != stdout && fclose(out) != 0) {
-        if (wrc == 0)
-            saved_errno = errno;
-        wrc = -1;
-    }
-    if (wrc != 0)
-        rc = gp_cli_error(cmd, "error writing '%s': %s", out_path ? out_path : "<stdout>",
-                          strerror(saved_errno ? saved_errno : EIO));
+    rc = gp_cli_output_close(cmd, &out, wrc);
     gp_profile_free(p);
     return rc;
 }

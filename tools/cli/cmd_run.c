@@ -2,6 +2,7 @@
  * gradprof run: runs a program under libprof_preload.so and says where its trace(s) went. The
  * running and the finding of the traces are in run.c (run.h), shared with `gradprof compare`.
  */
+#define _GNU_SOURCE /* asprintf */
 #include "cli.h"
 #include "commands.h"
 #include "run.h"
@@ -25,7 +26,8 @@ static const char usage_head[] =
     "  -o, --output FILE        trace path; %p is replaced by the pid of the process writing it\n"
     "                           (default gradprof.PROGRAM.%p.gptrace). An existing file is never\n"
     "                           overwritten: .1, .2, ... are appended instead. A forked child\n"
-    "                           writes its own trace (its pid, or .PID appended)\n";
+    "                           writes its own trace (its pid, or .PID appended). Every %p is\n"
+    "                           the same pid; a name over 255 bytes once %p is a pid is refused\n";
 /* ... gp_run_options_help ... */
 static const char usage_tail[] =
     "  -h, --help               this help\n"
@@ -35,7 +37,9 @@ static const char usage_tail[] =
     "\n"
     "The preload library is $GRADPROF_PRELOAD if set, else <gradprof's dir>/../libprof/\n"
     "libprof_preload.so (build tree), else <gradprof's dir>/../lib/gradprof/libprof_preload.so.\n"
-    "Other GRADPROF_* variables in the environment are passed on (see the README).\n"
+    "Other GRADPROF_* variables in the environment are passed on (see the README); with\n"
+    "GRADPROF_ENABLE=0 the program runs without recording (one line says so), and a value\n"
+    "other than 0 or 1 is warned about and recorded with.\n"
     "PYTHONPATH gets gradprof's Python startup hook first (python/startup/sitecustomize.py next\n"
     "to gradprof, or $GRADPROF_PYTHON_STARTUP): with GRADPROF_GRAD_DEFAULT=off a PyTorch\n"
     "program starts with grad off, as a program of the gradprof tensor library does; it then\n"
@@ -83,26 +87,39 @@ int gp_cmd_run(int argc, char **argv)
                                  "[ARGS...])");
     char **prog = argv + optind;
 
-    gp_run_setup setup;
-    if ((rc = gp_run_setup_init(CMD, &cfg, &setup)))
+    bool record = gp_run_enabled(CMD);
+    if (!record)
+        fprintf(stderr,
+                "gradprof %s: GRADPROF_ENABLE=0 in the environment: running %s without recording "
+                "(no trace; unset it to record)\n",
+                CMD, prog[0]);
+    gp_run_setup setup = {0};
+    if (record && (rc = gp_run_setup_init(CMD, &cfg, &setup)))
         return rc;
-    char templ[4096];
+    char *templ = NULL;
     if (output) {
-        snprintf(templ, sizeof templ, "%s", output);
+        templ = strdup(output);
     } else {
         const char *base = strrchr(prog[0], '/');
-        snprintf(templ, sizeof templ, "gradprof.%s.%%p.gptrace", base ? base + 1 : prog[0]);
+        if (asprintf(&templ, "gradprof.%s.%%p.gptrace", base ? base + 1 : prog[0]) < 0)
+            templ = NULL;
     }
-    gp_run_spec spec = {.templ = templ, .templ_option = "-o"};
+    if (!templ)
+        return gp_cli_error(CMD, "out of memory");
+    gp_run_spec spec = {.templ = templ, .templ_option = "-o", .no_record = !record};
     gp_run_result r;
-    if ((rc = gp_run_program(CMD, &setup, &spec, prog, &r)))
+    if ((rc = gp_run_program(CMD, &setup, &spec, prog, &r))) {
+        free(templ);
         return rc;
+    }
     if (WIFSIGNALED(r.status)) {
         char how[128];
         gp_run_describe_status(r.status, how, sizeof how);
         gp_cli_error(CMD, "%s %s", prog[0], how);
     }
-    if (r.n_traces == 0) {
+    if (!record) {
+        /* said above */
+    } else if (r.n_traces == 0) {
         gp_cli_warn(CMD,
                     "no trace was written to %s (a static or setuid program, or one that "
                     "clears LD_PRELOAD, is not profiled; see the messages above)",
@@ -115,5 +132,6 @@ int gp_cmd_run(int argc, char **argv)
     }
     int code = r.code;
     gp_run_result_free(&r);
+    free(templ);
     return code;
 }

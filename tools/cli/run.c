@@ -5,6 +5,7 @@
 #define _GNU_SOURCE /* pipe2, strverscmp, strsignal */
 #include "run.h"
 #include "cli.h"
+#include "output.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -203,23 +204,20 @@ int gp_run_setup_init(const char *cmd, const gp_run_config *cfg, gp_run_setup *s
 
 /* ---- the traces ------------------------------------------------------------------------------ */
 
-/* Whether `name` is a file the recorder may have made from the template `pat` (both without a
- * directory): %p matches a pid (digits), and any number of ".N" suffixes may follow (.1, .2 for a
- * taken name; .PID for a forked child of a template without %p). */
-static bool trace_name_matches(const char *pat, const char *name)
+/* Whether `name` matches `pat` from its start, with every %p standing for `pid` (digits). */
+static bool match_with_pid(const char *pat, const char *name, const char *pid, size_t pid_len)
 {
     while (*pat) {
         if (pat[0] == '%' && pat[1] == 'p') {
-            if (!isdigit((unsigned char)*name))
+            if (strncmp(name, pid, pid_len) != 0)
                 return false;
-            while (isdigit((unsigned char)*name))
-                name++;
+            name += pid_len;
             pat += 2;
         } else if (*pat++ != *name++) {
             return false;
         }
     }
-    while (*name == '.') {
+    while (*name == '.') { /* .N suffixes */
         name++;
         if (!isdigit((unsigned char)*name))
             return false;
@@ -227,6 +225,26 @@ static bool trace_name_matches(const char *pat, const char *name)
             name++;
     }
     return *name == '\0';
+}
+
+/* Whether `name` is a file the recorder may have made from the template `pat` (both without a
+ * directory): every %p is the same pid (digits: the recorder expands them all with its pid), and
+ * any number of ".N" suffixes may follow (.1, .2 for a taken name; .PID for a forked child of a
+ * template without %p). The pid's length is not known from the name alone, so each length the
+ * digits at the first %p allow is tried. */
+static bool trace_name_matches(const char *pat, const char *name)
+{
+    const char *first = strstr(pat, "%p");
+    if (!first)
+        return match_with_pid(pat, name, "", 0);
+    size_t lead = (size_t)(first - pat);
+    if (strncmp(pat, name, lead) != 0)
+        return false;
+    const char *digits = name + lead;
+    for (size_t len = 1; isdigit((unsigned char)digits[len - 1]); len++)
+        if (match_with_pid(first + 2, digits + len, digits, len))
+            return true;
+    return false;
 }
 
 typedef struct name_list {
@@ -460,6 +478,10 @@ static int build_env(const char *cmd, const gp_run_setup *s, const gp_run_spec *
 {
     const gp_run_config *c = &s->cfg;
     int rc;
+    if (spec->no_record) /* the program as it is: GRADPROF_ENABLE=0 stays in its environment */
+        return spec->grad_default ? env_add(cmd, e, "GRADPROF_GRAD_DEFAULT", "%s",
+                                            spec->grad_default)
+                                  : 0;
     if ((rc = env_prepend(cmd, e, "LD_PRELOAD", s->preload)) ||
         (rc = env_add(cmd, e, "GRADPROF_OUTPUT", "%s", abs_templ)) ||
         (rc = env_add(cmd, e, "GRADPROF_ENABLE", "1")) ||
@@ -484,12 +506,84 @@ static int build_env(const char *cmd, const gp_run_setup *s, const gp_run_spec *
     return 0;
 }
 
-/* Opens a capture file for the program: a new file (never an existing one), closed on exec. */
+/* Opens a capture file for the program (output.h: a new file, never an existing name, never
+ * through a symbolic link), closed on exec. */
 static int open_capture(const char *cmd, const char *path, int *fd)
 {
-    *fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (*fd < 0)
-        return gp_cli_error(cmd, "cannot create '%s': %s", path, strerror(errno));
+    char err[768];
+    if (gp_output_create_new(path, fd, err, sizeof err) != 0)
+        return gp_cli_error(cmd, "%s", err);
+    return 0;
+}
+
+bool gp_run_enabled(const char *cmd)
+{
+    const char *v = getenv("GRADPROF_ENABLE");
+    if (!v || !strcmp(v, "1"))
+        return true;
+    if (!strcmp(v, "0"))
+        return false;
+    gp_cli_warn(cmd,
+                "GRADPROF_ENABLE='%.40s%s' is not 0 or 1 (0 turns recording off); recording, as "
+                "with 1",
+                v, strlen(v) > 40 ? "..." : "");
+    return true;
+}
+
+/* The longest GRADPROF_OUTPUT the recorder takes (libprof/config.c: longer values are refused). */
+#define RECORDER_OUTPUT_MAX 4000
+/* The most digits %p expands to (Linux's pid_max is at most 2^22 = 4194304). */
+#define PID_DIGITS 7
+
+/* The output template made absolute (the program may change directory before it writes), its
+ * directory and its file name pattern. Checks that the directory exists and is writable, and
+ * that the names the recorder will make fit (ENAMETOOLONG, with the lengths, instead of a name
+ * cut off). 0, or prints why and returns GP_EXIT_USAGE. */
+static int resolve_template(const char *cmd, const char *templ, const char *opt,
+                            char abs_templ[PATH_MAX], char dir[PATH_MAX], char pat[PATH_MAX])
+{
+    char err[768], cwd[PATH_MAX], shown[256];
+    if (gp_path_check(templ, err, sizeof err) != 0)
+        return gp_cli_error(cmd, "%s: %s", opt, err);
+    if (templ[0] != '/' && !getcwd(cwd, sizeof cwd))
+        return gp_cli_error(cmd, "cannot get the current directory: %s", strerror(errno));
+    int n = snprintf(abs_templ, PATH_MAX, "%s%s%s", templ[0] == '/' ? "" : cwd,
+                     templ[0] == '/' ? "" : "/", templ);
+    if (n < 0 || n > RECORDER_OUTPUT_MAX)
+        return gp_cli_error(cmd,
+                            "%s: '%s' is %d bytes as an absolute path, over the %d the recorder "
+                            "takes: file name too long (ENAMETOOLONG)",
+                            opt, gp_path_shown(templ, shown, sizeof shown), n, RECORDER_OUTPUT_MAX);
+    const char *slash = strrchr(abs_templ, '/');
+    snprintf(dir, PATH_MAX, "%.*s", (int)(slash - abs_templ) ? (int)(slash - abs_templ) : 1,
+             abs_templ);
+    snprintf(pat, PATH_MAX, "%s", slash + 1);
+    if (!*pat)
+        return gp_cli_error(cmd, "%s: '%s' names a directory, not a file", opt, templ);
+    if (strstr(dir, "%p"))
+        return gp_cli_error(cmd,
+                            "%s: %%p may appear only in the file name, not in the directory "
+                            "('%s')",
+                            opt, templ);
+    size_t name_len = 0;
+    for (const char *c = pat; *c; c++, name_len++)
+        if (c[0] == '%' && c[1] == 'p')
+            c++, name_len += PID_DIGITS - 1;
+    if (name_len > NAME_MAX)
+        return gp_cli_error(cmd,
+                            "%s: the file name of '%s' is up to %zu bytes once %%p is a pid, over "
+                            "the %d a file name may have: file name too long (ENAMETOOLONG)",
+                            opt, gp_path_shown(templ, shown, sizeof shown), name_len, NAME_MAX);
+    struct stat st;
+    if (stat(dir, &st) != 0 && errno != ENOENT && errno != ENOTDIR)
+        return gp_cli_error(cmd, "%s: cannot use directory '%s': %s", opt,
+                            gp_path_shown(dir, shown, sizeof shown), strerror(errno));
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return gp_cli_error(cmd, "%s: directory '%s' does not exist", opt,
+                            gp_path_shown(dir, shown, sizeof shown));
+    if (access(dir, W_OK) != 0)
+        return gp_cli_error(cmd, "%s: cannot write traces to '%s': %s", opt,
+                            gp_path_shown(dir, shown, sizeof shown), strerror(errno));
     return 0;
 }
 
@@ -499,35 +593,9 @@ int gp_run_program(const char *cmd, const gp_run_setup *s, const gp_run_spec *sp
     memset(r, 0, sizeof *r);
     const char *templ = spec->templ, *opt = spec->templ_option ? spec->templ_option : "-o";
 
-    /* The output template: as given (for messages) and absolute (for the program, which may
-     * change directory before it writes). */
-    char abs_templ[PATH_MAX], cwd[PATH_MAX];
-    if (templ[0] == '/') {
-        if ((size_t)snprintf(abs_templ, sizeof abs_templ, "%s", templ) >= sizeof abs_templ)
-            return gp_cli_error(cmd, "%s: path too long: %s", opt, templ);
-    } else {
-        if (!getcwd(cwd, sizeof cwd))
-            return gp_cli_error(cmd, "cannot get the current directory: %s", strerror(errno));
-        if ((size_t)snprintf(abs_templ, sizeof abs_templ, "%s/%s", cwd, templ) >= sizeof abs_templ)
-            return gp_cli_error(cmd, "%s: path too long: %s", opt, templ);
-    }
-    char dir[PATH_MAX], pat[PATH_MAX];
-    const char *slash = strrchr(abs_templ, '/');
-    snprintf(dir, sizeof dir, "%.*s", (int)(slash - abs_templ) ? (int)(slash - abs_templ) : 1,
-             abs_templ);
-    snprintf(pat, sizeof pat, "%s", slash + 1);
-    if (!*pat)
-        return gp_cli_error(cmd, "%s: '%s' names a directory, not a file", opt, templ);
-    if (strstr(dir, "%p"))
-        return gp_cli_error(cmd,
-                            "%s: %%p may appear only in the file name, not in the directory "
-                            "('%s')",
-                            opt, templ);
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return gp_cli_error(cmd, "%s: directory '%s' does not exist", opt, dir);
-    if (access(dir, W_OK) != 0)
-        return gp_cli_error(cmd, "%s: cannot write traces to '%s': %s", opt, dir, strerror(errno));
+    char abs_templ[PATH_MAX], dir[PATH_MAX], pat[PATH_MAX];
+    if (!spec->no_record && resolve_template(cmd, templ, opt, abs_templ, dir, pat) != 0)
+        return GP_EXIT_USAGE;
 
     env_list env = {0};
     name_list before = {0}, after = {0};
@@ -542,7 +610,8 @@ int gp_run_program(const char *cmd, const gp_run_setup *s, const gp_run_spec *sp
     if (rc != 0)
         goto done;
 
-    list_traces(dir, pat, NULL, &before);
+    if (!spec->no_record)
+        list_traces(dir, pat, NULL, &before);
     int exec_errno = 0;
     pid_t pid = 0;
     int status = run_child(prog, &env, infd, outfd, errfd, &exec_errno, &pid, &r->interrupted);
@@ -560,7 +629,8 @@ int gp_run_program(const char *cmd, const gp_run_setup *s, const gp_run_spec *sp
     r->status = status;
     r->code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
 
-    list_traces(dir, pat, &before, &after);
+    if (!spec->no_record)
+        list_traces(dir, pat, &before, &after);
     if (after.n > 0) {
         char first[PATH_MAX];
         expand_pid(first, sizeof first, pat, pid);

@@ -78,6 +78,7 @@ typedef struct gp_run_spec {
     const char *stdout_path;  /* the program's stdout into this new file; NULL: inherited */
     const char *stderr_path;  /* likewise stderr */
     bool stdin_null;          /* stdin from /dev/null instead of inherited */
+    bool no_record;           /* run the program as it is: no preload, no trace (templ unused) */
 } gp_run_spec;
 
 typedef struct gp_run_result {
@@ -92,19 +93,27 @@ typedef struct gp_run_result {
 
 /*
  * Runs prog (argv, NULL-terminated; found on PATH as execvp does) under the recorder and waits
- * for it. Its environment: this process's, with LD_PRELOAD = the preload library first,
- * GRADPROF_OUTPUT = the absolute template, GRADPROF_ENABLE=1, the recorder options set, with
- * --cuda CUDA_INJECTION64_PATH, the Python startup folder first on PYTHONPATH, and
- * GRADPROF_GRAD_DEFAULT when spec->grad_default says. This process's own environment is not
+ * for it (with spec->no_record, as it is: only GRADPROF_GRAD_DEFAULT is set, when spec says, and
+ * no trace is looked for). Its environment: this process's, with LD_PRELOAD = the preload
+ * library first, GRADPROF_OUTPUT = the absolute template, GRADPROF_ENABLE=1, the recorder
+ * options set, with --cuda CUDA_INJECTION64_PATH, the Python startup folder first on PYTHONPATH,
+ * and GRADPROF_GRAD_DEFAULT when spec->grad_default says. This process's own environment is not
  * changed. While the program runs, ^C and ^\ reach it (gradprof only notes them), and SIGTERM
  * and SIGHUP sent to gradprof are passed on (and noted).
  *
  * Returns 0 once the program ran, whatever its status (in *r; free with gp_run_result_free). Or
- * prints why and returns GP_EXIT_USAGE for a bad template or an output file that cannot be
- * created, 127 when prog was not found, 126 when it could not be executed.
+ * prints why and returns GP_EXIT_USAGE for a bad template (a missing or unwritable directory, a
+ * name too long: ENAMETOOLONG with the lengths) or an output file that cannot be created, 127
+ * when prog was not found, 126 when it could not be executed. The traces are found by name: every
+ * %p of the template is one pid, then .N suffixes may follow.
  */
 int gp_run_program(const char *cmd, const gp_run_setup *s, const gp_run_spec *spec, char **prog,
                    gp_run_result *r);
+
+/* Whether the environment lets gradprof record: GRADPROF_ENABLE unset or "1" gives true, "0"
+ * false; any other value warns (naming the variable and the value) and gives true, as the
+ * recorder reads only 0 and 1 and gradprof run records unless told 0. */
+bool gp_run_enabled(const char *cmd);
 
 /* Frees what *r holds and zeroes it; a zeroed result is a no-op. */
 void gp_run_result_free(gp_run_result *r);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "analysis.h"
+#include "check.h"
 #include "diff.h"
 
 typedef struct gp_render_options {
@@ -41,5 +42,14 @@ const char *gp_format_bytes(uint64_t bytes, char *buf, size_t size);
 int gp_render_diff_text(FILE *out, const gp_diff *d, const gp_render_options *o);
 int gp_render_diff_json(FILE *out, const gp_diff *d, const gp_render_options *o);
 int gp_render_html_diff(FILE *out, const gp_diff *d, const gp_render_options *o);
+
+/* Writers of a check result (render_check.c): a PASS / FAIL / UNJUDGED headline with what kept
+ * the trace from being judged, the rules, and one block per violation (its sentence, the rows
+ * behind it, the top frames of their call sites); JSON schema "gradprof-check/2" (README); JUnit
+ * XML with one testcase per rule, plus one per doubt (an error, or skipped when accepted). p is
+ * the profile the result was computed from (for frames). */
+int gp_render_check_text(FILE *out, gp_profile *p, const gp_check_result *r);
+int gp_render_check_json(FILE *out, gp_profile *p, const gp_check_result *r);
+int gp_render_check_junit(FILE *out, gp_profile *p, const gp_check_result *r);
 
 #endif /* GRADPROF_TOOLS_RENDER_H */
