@@ -194,16 +194,24 @@ static uint64_t stack_hash(gp_align *al, side *s, gp_profile *p, uint32_t stack,
 }
 
 /*
- * A thread's identity across runs: its name and how many threads of that name made a buffer
- * before it did. The reader numbers threads in the order their chunks reach the file, which a
- * busy thread (an OpenBLAS or sanitizer thread) can change from run to run; the order of first
- * buffers in time, per name, does not change for one program.
+ * A thread's identity across runs: the main thread is itself; another thread is known by its name
+ * and how many threads of that name made a buffer before it did. The reader's thread numbers say
+ * which thread came first, which a helper thread (an OpenBLAS or sanitizer thread that allocates
+ * at start-up in one run and not in the other) changes from run to run.
  */
+#define MAIN_THREAD 0x6d61696e746872ull /* "mainthr": the identity of every trace's main thread */
+
 static uint64_t thread_identity(gp_align *al, side *s, gp_profile *p, uint32_t thread)
 {
     struct gp_map_slot *m = gp__map_find(&s->threads, thread, 0, 0);
     if (m)
         return s->hashes[m->v];
+    const char *pid = gp_trace_meta(p->trace, "pid");
+    uint64_t tid = gp_trace_thread_os_tid(p->trace, thread);
+    if (pid && tid && strtoull(pid, NULL, 10) == tid) {
+        memo_put_map(al, s, &s->threads, thread, 0, MAIN_THREAD);
+        return MAIN_THREAD;
+    }
     const char *name = gp_trace_thread_name(p->trace, thread);
     uint64_t nh = string_hash(al, s, name ? name : "");
     struct gp_map_slot *c = gp__map_find(&s->threads, nh, 1, 0); /* threads of that name so far */
