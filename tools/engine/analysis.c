@@ -53,6 +53,9 @@ typedef struct instance {
 
 typedef struct thread_state {
     uint32_t top; /* innermost open instance, or NONE */
+    /* The thread's last two inference-region instances, newest first (NONE: none yet); each
+     * holds a reference, so the instance outlives its region (graph_escapes_inference). */
+    uint32_t inference_recent[2];
     uint32_t depth;
     bool grad_disabled;
     int no_grad_depth, enable_grad_depth, backward_depth, inference_depth;
@@ -69,14 +72,17 @@ typedef struct device_state {
 } device_state;
 
 /* Engine-side facts about a site, parallel to p->sites. */
-typedef struct site_growth {
-    uint64_t first, last, prev; /* live bytes at the first, last and previous mark */
-    uint32_t grew;
-    bool seen;
+typedef struct site_rule {
     lp_category rule_category;  /* what the frame rules say its untagged buffers are */
     const char *rule_op;
     uint32_t raw_tag_key, raw_module; /* the keys of its untagged buffers, once known */
-} site_growth;
+} site_rule;
+
+/* A graph tag key's live bytes at the marks (growth detector), parallel to p->tag_keys. */
+typedef struct key_growth {
+    uint64_t first, prev, last; /* at the first mark after the warm-up, the previous and the last */
+    uint32_t grew;              /* intervals after the warm-up in which it grew */
+} key_growth;
 
 typedef struct finding_acc {
     bool used;
@@ -95,8 +101,10 @@ struct gp__profile_internal {
     uint32_t *host_sites; /* host site index by stack id, NONE if none yet */
     size_t n_host_sites;
     size_t cap_tag_keys, cap_sites, cap_modules, cap_saved, cap_regions, cap_iterations, cap_spans;
-    site_growth *growth;
-    size_t cap_growth;
+    site_rule *site_rules;
+    size_t cap_site_rules;
+    key_growth *key_growth; /* parallel to p->tag_keys, grown at the marks */
+    size_t n_key_growth;
 
     instance *instances;
     size_t n_instances, cap_instances;
@@ -227,13 +235,14 @@ typedef struct stack_class {
     int rule;
     lp_category category;
     const char *op;
+    bool boundary; /* a frame's: a boundary rule matches it */
 } stack_class;
 
 static stack_class frame_class(gp_profile *p, uint32_t module, uint64_t offset)
 {
     engine *e = p->internal;
     const gp_symbol *sym = gp_symbolize(p->symbolizer, module, offset);
-    stack_class c = {-1, LP_CAT_OTHER, ""};
+    stack_class c = {-1, LP_CAT_OTHER, "", false};
     if (!sym || !sym->resolved)
         return c;
     struct gp_map_slot *s = gp__map_find(&e->frame_memo, (uintptr_t)sym->function, 0, 0);
@@ -241,7 +250,7 @@ static stack_class frame_class(gp_profile *p, uint32_t module, uint64_t offset)
         return e->frame_classes[s->v];
     gp_rule_match m;
     gp_rules_match(e->opts->rules, sym->function, &m);
-    c = (stack_class){m.rule, m.category, m.op[0] ? own(p, m.op) : ""};
+    c = (stack_class){m.rule, m.category, m.op[0] ? own(p, m.op) : "", m.boundary};
     stack_class *slot = gp__push((void **)&e->frame_classes, &e->n_frame_classes,
                              &e->cap_frame_classes, sizeof *slot);
     if (slot && gp__map_put(&e->frame_memo, (uintptr_t)sym->function, 0, 0,
@@ -253,7 +262,7 @@ static stack_class frame_class(gp_profile *p, uint32_t module, uint64_t offset)
 static stack_class stack_classify(gp_profile *p, uint32_t stack)
 {
     engine *e = p->internal;
-    stack_class none = {-1, LP_CAT_OTHER, ""};
+    stack_class none = {-1, LP_CAT_OTHER, "", false};
     if (!stack)
         return none;
     struct gp_map_slot *s = gp__map_find(&e->stack_memo, stack, 0, 0);
@@ -283,6 +292,8 @@ static stack_class stack_classify(gp_profile *p, uint32_t stack)
         if (gp_trace_stack_frame(p->trace, path[i], &module, &offset, &parent) != 0)
             break;
         stack_class f = frame_class(p, module, offset);
+        if (f.boundary) /* code called back from a library: the outer frames do not count */
+            c = none;
         if (f.rule >= 0 && (c.rule < 0 || f.rule < c.rule)) {
             c.rule = f.rule;
             c.category = f.category;
@@ -298,7 +309,7 @@ static stack_class stack_classify(gp_profile *p, uint32_t stack)
 }
 
 /* Runs the frame rules on a new site's stack. */
-static void classify_site(gp_profile *p, site_growth *g, uint32_t stack)
+static void classify_site(gp_profile *p, site_rule *g, uint32_t stack)
 {
     sync_modules(p);
     stack_class c = stack_classify(p, stack);
@@ -318,8 +329,8 @@ static uint32_t site_get(gp_profile *p, uint32_t stack, int32_t device)
     if (s)
         return s->v;
     gp_site *site = gp__push((void **)&p->sites, &p->n_sites, &e->cap_sites, sizeof *site);
-    size_t n_growth = p->n_sites - 1; /* growth runs parallel to sites */
-    site_growth *g = gp__push((void **)&e->growth, &n_growth, &e->cap_growth, sizeof *g);
+    size_t n_rules = p->n_sites - 1; /* the rules run parallel to sites */
+    site_rule *g = gp__push((void **)&e->site_rules, &n_rules, &e->cap_site_rules, sizeof *g);
     if (!site || !g ||
         (!host && !gp__map_put(&e->site_map, stack, (uint32_t)device, 0,
                            (uint32_t)(p->n_sites - 1)))) {
@@ -410,7 +421,7 @@ static uint32_t region_get(gp_profile *p, const char *name)
 static thread_state *thread_get(gp_profile *p, uint32_t thread)
 {
     engine *e = p->internal;
-    static thread_state spare = {.top = NONE};
+    static thread_state spare = {.top = NONE, .inference_recent = {NONE, NONE}};
     if (thread >= e->n_threads) {
         size_t n = thread + 16;
         thread_state *t = realloc(e->threads, n * sizeof *t);
@@ -419,7 +430,7 @@ static thread_state *thread_get(gp_profile *p, uint32_t thread)
             return &spare;
         }
         for (size_t i = e->n_threads; i < n; i++)
-            t[i] = (thread_state){.top = NONE};
+            t[i] = (thread_state){.top = NONE, .inference_recent = {NONE, NONE}};
         e->threads = t;
         e->n_threads = n;
     }
@@ -573,11 +584,10 @@ static void object_enter(gp_profile *p, object *o, bool count, bool count_site)
         stats_add(&p->saved[o->saved].stats, d, o->size, count);
     for (uint32_t i = o->instance; i != NONE; i = e->instances[i].parent) {
         instance *in = &e->instances[i];
-        if (!in->open)
-            continue;
-        in->live_inside += o->size;
         if (lp_category_is_graph_structure(o->category))
             in->graph_inside += o->size;
+        if (in->open)
+            in->live_inside += o->size;
     }
     d->live_by_cat[o->category] += o->size;
     if (d->live_by_cat[o->category] > d->pub.by_category_max[o->category])
@@ -611,11 +621,10 @@ static void object_leave(gp_profile *p, object *o)
         stats_sub(&p->saved[o->saved].stats, d, o->size);
     for (uint32_t i = o->instance; i != NONE; i = e->instances[i].parent) {
         instance *in = &e->instances[i];
-        if (!in->open)
-            continue;
-        in->live_inside -= o->size;
         if (lp_category_is_graph_structure(o->category))
             in->graph_inside -= o->size;
+        if (in->open)
+            in->live_inside -= o->size;
     }
     d->live_by_cat[o->category] -= o->size;
     d->pub.live_bytes -= o->size;
@@ -697,6 +706,8 @@ static void grad_scope_enter(thread_state *t, enum grad_scope k, int d)
         t->backward_depth += d;
 }
 
+static void inference_entered(gp_profile *p, thread_state *t, uint32_t i);
+
 static void region_push(gp_profile *p, thread_state *t, uint32_t thread, const char *name)
 {
     engine *e = p->internal;
@@ -714,8 +725,10 @@ static void region_push(gp_profile *p, thread_state *t, uint32_t thread, const c
     t->depth++;
     in->ordinal = p->regions[in->region].entries++;
     grad_scope_enter(t, (enum grad_scope)in->scope, 1);
-    if (in->inference)
+    if (in->inference) {
         t->inference_depth++;
+        inference_entered(p, t, i);
+    }
 }
 
 /* Scans the live set for graph buffers made inside instance i (for the escape finding's items);
@@ -737,6 +750,36 @@ static void escape_items(gp_profile *p, uint32_t inst, const char *region)
     }
 }
 
+/*
+ * An inference region was entered again on this thread: graph memory allocated inside the
+ * instance before the previous one is still alive, so it was kept beyond the next iteration:
+ * outputs left the region attached to their graph, and something keeps them (the finding
+ * graph_escapes_inference). An output kept only until the next iteration replaces it (Python's
+ * `out = model(x)`, the loss of the last batch) is not an escape. Then the newest instance
+ * replaces the oldest in t->inference_recent.
+ */
+static void inference_entered(gp_profile *p, thread_state *t, uint32_t i)
+{
+    engine *e = p->internal;
+    uint32_t old = t->inference_recent[1];
+    if (old != NONE) {
+        instance *in = &e->instances[old];
+        if (in->graph_inside > 0) {
+            finding_acc *a = finding_get(p, GP_FIND_GRAPH_ESCAPES, in->name);
+            if (a && a->f.count < 64) {
+                escape_items(p, old, in->name);
+            } else if (a) { /* counted, not itemised */
+                a->f.bytes += in->graph_inside;
+                a->f.count++;
+            }
+        }
+        instance_unref(e, old);
+    }
+    t->inference_recent[1] = t->inference_recent[0];
+    t->inference_recent[0] = i;
+    e->instances[i].refs++;
+}
+
 static void region_pop(gp_profile *p, thread_state *t)
 {
     engine *e = p->internal;
@@ -747,15 +790,6 @@ static void region_pop(gp_profile *p, thread_state *t)
     gp_region_stats *r = &p->regions[in->region];
     if (in->live_inside > r->retained_bytes)
         r->retained_bytes = in->live_inside;
-    if (in->inference && in->graph_inside > 0) {
-        finding_acc *a = finding_get(p, GP_FIND_GRAPH_ESCAPES, in->name);
-        if (a && a->f.count < 64) {
-            escape_items(p, i, in->name);
-        } else if (a) { /* counted, not itemised */
-            a->f.bytes += in->graph_inside;
-            a->f.count++;
-        }
-    }
     if (p->n_spans < 10000) {
         gp_region_span *s = gp__push((void **)&p->spans, &p->n_spans, &e->cap_spans, sizeof *s);
         if (s)
@@ -837,6 +871,35 @@ static void timeline_advance(gp_profile *p, uint64_t now)
 
 /* ---- iterations ------------------------------------------------------------------------------ */
 
+#define GROWTH_WARMUP 1 /* marks the growth detector skips: the first iteration warms up */
+
+/* A graph tag key's live bytes, at a mark. */
+static void key_growth_mark(gp_profile *p, size_t mark)
+{
+    engine *e = p->internal;
+    if (e->n_key_growth < p->n_tag_keys) {
+        key_growth *g = realloc(e->key_growth, p->n_tag_keys * sizeof *g);
+        if (!g) {
+            e->oom = true;
+            return;
+        }
+        memset(g + e->n_key_growth, 0, (p->n_tag_keys - e->n_key_growth) * sizeof *g);
+        e->key_growth = g;
+        e->n_key_growth = p->n_tag_keys;
+    }
+    for (size_t k = 0; k < p->n_tag_keys; k++) {
+        if (!lp_category_is_graph(p->tag_keys[k].category))
+            continue;
+        key_growth *g = &e->key_growth[k];
+        uint64_t live = p->tag_keys[k].stats.live_bytes;
+        if (mark == GROWTH_WARMUP)
+            g->first = live;
+        else if (mark > GROWTH_WARMUP && live > g->prev)
+            g->grew++;
+        g->prev = g->last = live;
+    }
+}
+
 static void iteration_mark(gp_profile *p, const char *name)
 {
     engine *e = p->internal;
@@ -851,53 +914,58 @@ static void iteration_mark(gp_profile *p, const char *name)
     it->time_ns = e->now;
     it->live_bytes = d->pub.live_bytes;
     memcpy(it->live_by_category, d->live_by_cat, sizeof d->live_by_cat);
-    for (size_t s = 0; s < p->n_sites; s++) {
-        site_growth *g = &e->growth[s];
-        uint64_t live = p->sites[s].stats.live_bytes;
-        if (!g->seen) { /* a site born after the first mark had nothing live there */
-            g->seen = true;
-            g->first = g->prev = p->n_iterations == 1 ? live : 0;
-        }
-        if (p->n_iterations > 1 && live > g->prev)
-            g->grew++;
-        g->prev = g->last = live;
-    }
+    key_growth_mark(p, p->n_iterations - 1);
 }
 
-/* The growth detector, at the end: live bytes at the last mark exceed the first by more than the
- * threshold, having grown in at least 3/4 of the intervals (3 marks or more). */
+static uint64_t graph_live(const gp_iteration *it)
+{
+    uint64_t sum = 0;
+    for (int c = 0; c < LP_CAT_COUNT; c++)
+        sum += lp_category_is_graph((lp_category)c) ? it->live_by_category[c] : 0;
+    return sum;
+}
+
+/*
+ * The growth detector, at the end. It judges graph memory only (saved, autograd, gradient): a
+ * program whose own data grows (a cache, collected results) does not build a graph by growing.
+ * The first GROWTH_WARMUP marks warm up; from there to the last mark, the graph memory live at
+ * the marks must grow by more than the threshold, in at least 3/4 of the intervals, over 2
+ * intervals or more: a steady loop, whose graph memory is the same at every mark, never fires.
+ * Items: each graph tag key (category, op, module) that grew, with its top site.
+ */
 static void detect_growth(gp_profile *p)
 {
     engine *e = p->internal;
-    size_t n = p->n_iterations;
-    if (n < 3)
+    size_t n = p->n_iterations, base = GROWTH_WARMUP;
+    if (n < base + 3)
         return;
-    const gp_iteration *first = &p->iterations[0], *last = &p->iterations[n - 1];
-    if (last->live_bytes <= first->live_bytes + e->opts->growth_threshold)
+    const gp_iteration *first = &p->iterations[base], *last = &p->iterations[n - 1];
+    if (graph_live(last) <= graph_live(first) + e->opts->growth_threshold)
         return;
     size_t grew = 0;
-    for (size_t i = 1; i < n; i++)
-        grew += p->iterations[i].live_bytes > p->iterations[i - 1].live_bytes;
-    if (grew * 4 < (n - 1) * 3)
+    for (size_t i = base + 1; i < n; i++)
+        grew += graph_live(&p->iterations[i]) > graph_live(&p->iterations[i - 1]);
+    if (grew * 4 < (n - 1 - base) * 3)
         return;
     finding_acc *a = finding_get(p, GP_FIND_GROWTH, "");
     if (!a)
         return;
     a->f.first_time_ns = first->time_ns;
-    a->f.bytes = last->live_bytes - first->live_bytes;
+    a->f.bytes = graph_live(last) - graph_live(first);
     a->f.count = grew;
-    for (size_t s = 0; s < p->n_sites; s++) {
-        site_growth *g = &e->growth[s];
-        if (!g->seen || g->last <= g->first)
+    for (size_t k = 0; k < e->n_key_growth; k++) {
+        const key_growth *g = &e->key_growth[k];
+        const gp_tag_key *key = &p->tag_keys[k];
+        if (!lp_category_is_graph(key->category) || g->last <= g->first)
             continue;
-        const gp_site *site = &p->sites[s];
         gp_finding_item *it = gp__push((void **)&a->f.items, &a->f.n_items, &a->cap, sizeof *it);
         if (!it) {
             e->oom = true;
             return;
         }
-        *it = (gp_finding_item){site->category, site->op, site->module, site->stack,
-                                g->last - g->first, g->grew};
+        uint32_t stack = key->top_site != NONE ? p->sites[key->top_site].stack : 0;
+        *it = (gp_finding_item){key->category, key->op, key->module, stack, g->last - g->first,
+                                g->grew};
     }
 }
 
@@ -953,7 +1021,7 @@ static void on_alloc(gp_profile *p, thread_state *t, const gp_event *ev, bool ta
         o->tagged = true;
         object_set_role(p, o, ev->category, ev->op, ev->module, ev->detail);
     } else { /* untagged: what the frame rules say, if anything (keys cached per site) */
-        site_growth *g = &e->growth[o->site];
+        site_rule *g = &e->site_rules[o->site];
         if (g->raw_tag_key == NONE || g->rule_category == LP_CAT_SAVED) {
             object_set_role(p, o, g->rule_category, g->rule_op, "", "");
             g->raw_tag_key = o->tag_key;
@@ -1264,7 +1332,8 @@ void gp_profile_free(gp_profile *p)
         free(e->module_map.slots);
         free(e->saved_map.slots);
         free(e->region_map.slots);
-        free(e->growth);
+        free(e->site_rules);
+        free(e->key_growth);
         free(e->host_sites);
         free(e->instances);
         free(e->threads);

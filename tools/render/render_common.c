@@ -510,13 +510,13 @@ const char *gp__finding_text(const gp_finding *f)
         return "grad was on inside an inference region: these ops built an autograd graph "
                "(forgot no_grad?)";
     case GP_FIND_GROWTH:
-        return "live memory grew across marked iterations: something keeps each iteration's "
-               "memory alive (e.g. total += loss keeps every graph)";
+        return "graph memory grew across iterations: something keeps each iteration's graph "
+               "alive (e.g. total += loss chains every graph)";
     case GP_FIND_PARAM_GRAD_IN_INFERENCE:
         return "parameter gradients were allocated during inference";
     case GP_FIND_GRAPH_ESCAPES:
-        return "outputs left the inference region still attached to an autograd graph, which "
-               "stays alive with them";
+        return "graphs built in an inference region were kept beyond the next iteration: its "
+               "outputs left it attached to their graph, and something keeps them";
     default:
         return "unknown finding";
     }
