@@ -50,6 +50,26 @@ static void test_parse_errors_name_the_line(void **state)
     gp_rules_free(NULL);
 }
 
+/* A boundary frame drops what the frames outside it said, category and op. */
+static void test_boundary(void **state)
+{
+    char err[256];
+    gp_rules *r = gp_rules_parse("autograd outer*\nop op_*\nboundary eval\nactivation alloc\n",
+                                 "t.rules", err, sizeof err);
+    assert_non_null(r);
+    lp_category c;
+    char op[64];
+    const char *f[] = {"alloc", "eval", "op_relu", "outer_node"}; /* innermost first */
+    assert_true(gp_rules_classify(r, f, 4, &c, op, sizeof op));
+    assert_int_equal(c, LP_CAT_ACTIVATION);
+    assert_string_equal(op, "");
+    assert_true(gp_rules_classify(r, f + 2, 2, &c, op, sizeof op)); /* no boundary below */
+    assert_int_equal(c, LP_CAT_AUTOGRAD);
+    assert_string_equal(op, "relu");
+    assert_null(gp_rules_parse("boundary\n", "t.rules", err, sizeof err));
+    gp_rules_free(r);
+}
+
 static void test_first_rule_wins_and_outermost_op(void **state)
 {
     char err[256];
@@ -107,6 +127,18 @@ static void test_builtin_pytorch_rules(void **state)
     assert_true(gp_rules_classify(r, acc, 5, &c, op, sizeof op));
     assert_int_equal(c, LP_CAT_AUTOGRAD);
     assert_string_equal(op, "linear");
+    /* a Python saved-tensor hook that autograd calls while it saves a tensor: what the hook's
+     * Python code allocates is not graph construction (the eval loop is a boundary) */
+    const char *hook[] = {"PyDict_SetDefault", "_PyEval_EvalFrameDefault",
+                          "torch::autograd::SavedVariable::SavedVariable(at::Tensor const&, bool)",
+                          "at::_ops::relu::call(at::Tensor const&)", "_PyEval_EvalFrameDefault"};
+    assert_false(gp_rules_classify(r, hook, 5, &c, op, sizeof op));
+    assert_int_equal(c, LP_CAT_OTHER);
+    assert_string_equal(op, "");
+    /* without the boundary the same frames say autograd, relu */
+    assert_true(gp_rules_classify(r, hook + 2, 3, &c, op, sizeof op));
+    assert_int_equal(c, LP_CAT_AUTOGRAD);
+    assert_string_equal(op, "relu");
     /* nothing torch-like */
     const char *plain[] = {"PyDict_SetDefault", "_PyEval_EvalFrameDefault"};
     assert_false(gp_rules_classify(r, plain, 2, &c, op, sizeof op));
@@ -122,6 +154,7 @@ int main(void)
         cmocka_unit_test(test_parse_errors_name_the_line),
         cmocka_unit_test(test_first_rule_wins_and_outermost_op),
         cmocka_unit_test(test_builtin_pytorch_rules),
+        cmocka_unit_test(test_boundary),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,12 +23,17 @@ void gp_rules_free(gp_rules *r); /* NULL is a no-op */
 
 /* What one frame's function says (parameter lists are ignored): `rule`, the index of the first
  * category rule it matches (-1 if none) and that rule's category; `op`, the label an op rule
- * captures from it ("" if none). A stack's classification combines its frames: the category of
- * the lowest rule index over all frames, the op of the outermost frame that has one. */
+ * captures from it ("" if none); `boundary`, whether a boundary rule matches it. A stack's
+ * classification combines its frames from the outermost inwards: the category of the lowest rule
+ * index, the op of the outermost frame that has one; a boundary frame (an interpreter's eval
+ * loop) drops what the frames outside it said, so that what code called back from a library
+ * allocates (a Python hook run by autograd) is classified by the frames it calls, not by the
+ * library frames that called it. */
 typedef struct gp_rule_match {
     int rule;
     lp_category category;
     char op[128];
+    bool boundary;
 } gp_rule_match;
 
 void gp_rules_match(const gp_rules *r, const char *function, gp_rule_match *m);
