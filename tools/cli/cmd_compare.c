@@ -223,7 +223,7 @@ static int print_diff(const compare_args *a, const gp_compare_files *fa, const g
 
 int gp_cmd_compare(int argc, char **argv)
 {
-    compare_args a = {.cfg = {.depth = 32}};
+    compare_args a = {.cfg = GP_RUN_CONFIG_INIT};
     int rc = parse_args(argc, argv, &a);
     if (rc || a.help) {
         if (a.help) {

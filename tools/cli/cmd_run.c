@@ -40,9 +40,13 @@ static const char usage_tail[] =
     "Other GRADPROF_* variables in the environment are passed on (see the README); with\n"
     "GRADPROF_ENABLE=0 the program runs without recording (one line says so), and a value\n"
     "other than 0 or 1 is warned about and recorded with.\n"
-    "PYTHONPATH gets gradprof's Python startup hook first (python/startup/sitecustomize.py next\n"
-    "to gradprof, or $GRADPROF_PYTHON_STARTUP): with GRADPROF_GRAD_DEFAULT=off a PyTorch\n"
-    "program starts with grad off, as a program of the gradprof tensor library does; it then\n"
+    "PYTHONPATH gets gradprof's Python startup hook first (python/startup/sitecustomize.py in\n"
+    "the build tree or lib/gradprof, or $GRADPROF_PYTHON_STARTUP): when a Python program\n"
+    "imports torch it attaches gradprof's PyTorch helper (unless --no-torch or\n"
+    "GRADPROF_TORCH=0): module regions, the tags of parameters, saved tensors and .grad, an\n"
+    "iteration mark at each call of the model and an inference region around each call in\n"
+    "eval mode, with no change to the program. With GRADPROF_GRAD_DEFAULT=off a PyTorch program\n"
+    "starts with grad off, as a program of the gradprof tensor library does. The hook then\n"
     "runs the program's own sitecustomize, if any.\n"
     "\n"
     "Exit status: PROGRAM's; 128+N if signal N killed it; 127 if PROGRAM was not found, 126 if\n"
@@ -57,7 +61,7 @@ int gp_cmd_run(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     const char *output = NULL;
-    gp_run_config cfg = {.depth = 32};
+    gp_run_config cfg = GP_RUN_CONFIG_INIT;
     int c, rc;
     opterr = 0;
     optind = 1;

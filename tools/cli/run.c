@@ -45,7 +45,11 @@ const char gp_run_options_help[] =
     "                           through CUPTI: sets CUDA_INJECTION64_PATH to libprof_cupti.so\n"
     "                           ($GRADPROF_CUPTI, else next to the preload library). Without a\n"
     "                           CUDA driver, or when another CUPTI client is attached, one line\n"
-    "                           says so and only host memory is recorded\n";
+    "                           says so and only host memory is recorded\n"
+    "      --torch, --no-torch  attach gradprof's PyTorch helper to a Python program when it\n"
+    "                           imports torch (the default, unless GRADPROF_TORCH=0), or never:\n"
+    "                           every module call gets its region, parameters and saved\n"
+    "                           tensors their tags, each call of the model an iteration mark\n";
 
 int gp_run_option(const char *cmd, int c, const char *value, gp_run_config *cfg)
 {
@@ -77,6 +81,10 @@ int gp_run_option(const char *cmd, int c, const char *value, gp_run_config *cfg)
         return 0;
     case GP_RUN_OPT_CUDA:
         cfg->cuda = true;
+        return 0;
+    case GP_RUN_OPT_TORCH:
+    case GP_RUN_OPT_NO_TORCH:
+        cfg->torch = c == GP_RUN_OPT_TORCH;
         return 0;
     default:
         return gp_cli_error(cmd, "internal error: option code %d is not a recorder option", c);
@@ -492,6 +500,7 @@ static int build_env(const char *cmd, const gp_run_setup *s, const gp_run_spec *
          (rc = env_add(cmd, e, "GRADPROF_STACK_SAMPLE", "%" PRIu64, c->sample))) ||
         (c->have_flush && (rc = env_add(cmd, e, "GRADPROF_FLUSH_MS", "%" PRIu64, c->flush_ms))) ||
         (s->cupti[0] && (rc = env_add(cmd, e, "CUDA_INJECTION64_PATH", "%s", s->cupti))) ||
+        (c->torch >= 0 && (rc = env_add(cmd, e, "GRADPROF_TORCH", "%d", c->torch))) ||
         (s->python_startup[0] && (rc = env_prepend(cmd, e, "PYTHONPATH", s->python_startup))) ||
         (spec->grad_default &&
          (rc = env_add(cmd, e, "GRADPROF_GRAD_DEFAULT", "%s", spec->grad_default))))

@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gradprof/vocabulary.h"
+
 /* The recorder options: the getopt_long codes, the table entries and the help lines. */
 enum {
     GP_RUN_OPT_STACK_DEPTH = 256,
@@ -24,6 +26,8 @@ enum {
     GP_RUN_OPT_STACK_SAMPLE,
     GP_RUN_OPT_FLUSH_MS,
     GP_RUN_OPT_CUDA,
+    GP_RUN_OPT_TORCH,
+    GP_RUN_OPT_NO_TORCH,
     GP_RUN_OPT_END /* the first code free for a command's own options */
 };
 
@@ -34,7 +38,9 @@ enum {
     {"min-stack-size", required_argument, NULL, GP_RUN_OPT_MIN_STACK},                            \
     {"stack-sample", required_argument, NULL, GP_RUN_OPT_STACK_SAMPLE},                           \
     {"flush-ms", required_argument, NULL, GP_RUN_OPT_FLUSH_MS},                                    \
-    {"cuda", no_argument, NULL, GP_RUN_OPT_CUDA}
+    {"cuda", no_argument, NULL, GP_RUN_OPT_CUDA},                                                 \
+    {"torch", no_argument, NULL, GP_RUN_OPT_TORCH},                                               \
+    {"no-torch", no_argument, NULL, GP_RUN_OPT_NO_TORCH}
 // clang-format on
 
 /* The usage lines of the options above, each starting with two spaces, ending with a newline. */
@@ -46,7 +52,11 @@ typedef struct gp_run_config {
     bool have_depth, have_min, have_sample, have_flush;
     uint64_t depth, min_stack, sample, flush_ms;
     bool cuda;
+    int torch; /* the PyTorch helper: 1 --torch, 0 --no-torch, -1 as GRADPROF_TORCH says */
 } gp_run_config;
+
+/* What a command starts from: every option left to the environment. */
+#define GP_RUN_CONFIG_INIT {.depth = LP_DEFAULT_STACK_DEPTH, .torch = -1}
 
 /* Takes option `c` (a GP_RUN_OPT_* code) with its value into cfg. Returns 0, or prints
  * "gradprof CMD: --option: why" and returns GP_EXIT_USAGE. */
