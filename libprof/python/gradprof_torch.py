@@ -80,7 +80,7 @@ import sys
 import threading
 import weakref
 
-__all__ = ["instrument", "uninstall", "profile", "mark", "region", "thread_name",
+__all__ = ["attach", "instrument", "uninstall", "profile", "mark", "region", "thread_name",
            "saved_bytes_by_module", "saved_report", "enabled", "mode"]
 
 # The event vocabulary (include/gradprof/vocabulary.h; tests/test_vocabulary.py checks these copies).
@@ -122,13 +122,21 @@ def _b(s):
     return (s or "").encode("utf-8", "replace")
 
 
-class _Lib:
-    """libprof through ctypes, or nothing. mode: 'preload', 'standalone' or 'off'."""
+class _Counters(ctypes.Structure):  # lp_counters
+    _fields_ = [("live", ctypes.c_int64 * 9), ("peak", ctypes.c_int64 * 9),
+                ("live_total", ctypes.c_int64), ("peak_total", ctypes.c_int64)]
 
-    def __init__(self):
+
+class _Lib:
+    """libprof through ctypes, or nothing. mode: 'preload', 'standalone' or 'off'. With
+    record=False a libprof.so loaded here does not start a trace: its counters (lp_counters_get)
+    still count what the helper tags (the pytest plugin judges tests by them)."""
+
+    def __init__(self, record=True):
         self.mode = "off"
         self.lib = None
         self.path = ""
+        self.record = record
         if os.environ.get("GRADPROF_TORCH", "1") == "0":
             return
         try:
@@ -170,7 +178,7 @@ class _Lib:
             except (OSError, AttributeError) as e:
                 errors.append(str(e) if path in str(e) else "%s: %s" % (path, e))
                 continue
-            if not lib.lp_is_recording():
+            if self.record and not lib.lp_is_recording():
                 if lib.lp_start(None) != 0:
                     errors.append("%s: lp_start failed" % path)
                     continue
@@ -198,12 +206,23 @@ class _Lib:
             "lp_stop": (None, []),
             "lp_is_recording": (ctypes.c_bool, []),
             "lp_flush": (None, []),
+            "lp_counters_get": (ctypes.c_int, [ctypes.c_int32, ctypes.POINTER(_Counters)]),
+            "lp_counters_reset_peak": (None, []),
         }
         for name, (res, args) in sig.items():
             fn = getattr(lib, name)
             fn.restype = res
             fn.argtypes = args
+        if hasattr(lib, "lp_note"):  # newer libprof: timed notes (who holds a graph)
+            lib.lp_note.restype = None
+            lib.lp_note.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
         self.lib = lib
+
+    def counters(self):
+        """The host's lp_counters: live and peak bytes per category since the last reset."""
+        c = _Counters()
+        self.lib.lp_counters_get(_HOST, ctypes.byref(c))
+        return c
 
     def _stop(self):
         try:
@@ -238,6 +257,7 @@ class _TLS(threading.local):
         self.backward = 0
         self.user_hooks = 0    # the program's own saved_tensors_hooks contexts active
         self.hooks = 0         # our saved-tensor hooks pushed (by the outermost root forward)
+        self.roots = []        # the attached roots (_Model) whose forward runs here, innermost last
 
 
 class _Entry:
@@ -294,6 +314,15 @@ class _State:
         self.saved_count = 0
         self.retag_count = 0
         self.input_keys = {}    # storage base -> root forwards running that have it as input
+        self.explicit = set()   # ids of the modules of instrumented models (their own hooks)
+        self.attached = False   # torch's global module hooks are installed (attach())
+        self.auto_roots = {}    # id(module) -> _Model: modules called outside any other module
+        self.primary = None     # id of the first attached root called: its calls are iterations
+        self.user_marks = False  # the program calls gp.mark itself: no automatic marks
+        self.backward_seen = False  # a backward ran: eval-mode calls may be training after all
+        self.global_handles = []
+        self.watch = None       # a test being watched (watch_begin), or None
+        self.last_holders = []  # what the last holder scan found
 
     # -- library --
     def ensure_lib(self):
@@ -435,6 +464,8 @@ class _State:
             pass
 
     def tag_params(self, m):
+        if m.module is None:
+            return
         for mod_name, mod in m.module.named_modules():
             path = m.path(mod_name)
             for pname, p in mod.named_parameters(recurse=False):
@@ -448,7 +479,9 @@ class _State:
         """After backward: each parameter's .grad storage becomes GRADIENT, once."""
         if not self.on:
             return
-        for m in list(self.models.values()):
+        for m in list(self.models.values()) + list(self.auto_roots.values()):
+            if m.module is None:
+                continue
             for mod_name, mod in m.module.named_modules():
                 path = m.path(mod_name)
                 for _pname, p in mod.named_parameters(recurse=False):
@@ -499,6 +532,9 @@ class _State:
                 return _Packed(t.detach() if fn is not None else t, ptr)
             op = "leaf" if fn is None else _op_name(fn)
             detail = "[%s]" % ",".join(str(d) for d in t.shape)
+            where = _user_lines(sys._getframe(2))
+            if where:
+                detail += " at " + where
             e = self.saved[ptr] = _SavedEntry(n, op, module, detail)
             self.saved_count += 1
             self.saved_live[module] = self.saved_live.get(module, 0) + n
@@ -508,6 +544,10 @@ class _State:
                 self.saved_peak = {k: v for k, v in self.saved_live.items() if v}
             if self.saved_cur is not None:
                 self.saved_cur[module] = self.saved_cur.get(module, 0) + n
+            w = self.watch
+            if w is not None:
+                b, first = w["saved_modules"].get(module, (0, where))
+                w["saved_modules"][module] = (b + n, first)
         try:
             # A tensor is only ever saved while grad is on (the pack hook itself runs with grad
             # disabled), so the tag's grad flag is true.
@@ -555,18 +595,51 @@ def _op_name(fn):
     return name.lower() or "unknown"
 
 
+def _user_lines(f, limit=4):
+    """The program's own frames (not torch's or gradprof's) from frame f outwards, innermost
+    first, as "file.py:LINE (function)" joined by " < ": where the program was when it happened."""
+    out = []
+    while f is not None and len(out) < limit:
+        code = f.f_code
+        if not _internal_file(code.co_filename):
+            out.append("%s:%d (%s)" % (os.path.basename(code.co_filename), f.f_lineno,
+                                       code.co_name))
+        f = f.f_back
+    return " < ".join(out)
+
+
 def _unpack(p):
     return p.t if isinstance(p, _Packed) else p
 
 
 class _Model:
-    def __init__(self, module, name):
-        self.module = module
+    """A model the helper knows: instrumented (held strongly, as the program holds it) or
+    attached (a module the program called outside any other module; held weakly, so that a
+    module made and dropped per call is not kept alive)."""
+
+    def __init__(self, module, name, weak=False):
+        self._ref = weakref.ref(module) if weak else (lambda: module)
+        self.weak = weak
         self.name = name
         self.handles = []
+        self.paths = None  # id(submodule) -> dotted path, made at the first lookup
+        self.calls = 0
+
+    @property
+    def module(self):
+        return self._ref()
 
     def path(self, sub):
         return self.name + "." + sub if sub else self.name
+
+    def lookup(self, mod):
+        """The dotted path of submodule `mod` (its registered name), or None."""
+        root = self.module
+        if root is None:
+            return None
+        if self.paths is None or id(mod) not in self.paths:
+            self.paths = {id(m): self.path(sub) for sub, m in root.named_modules()}
+        return self.paths.get(id(mod))
 
 
 def _tensors_in(args):
@@ -584,51 +657,348 @@ def _tensors_in(args):
                     yield b
 
 
-def _make_hooks(m, mod, path, is_root):
+def _enter_module(s, mod, path, root, args, frame):
+    """A forward of `mod` (dotted `path`) begins; `root` is its _Model when this is the root
+    module's call, else None. Pushes its region; a root's call also tags new parameters, installs
+    the saved-tensor hooks and notes its inputs (an attached root's also marks an iteration and,
+    in eval mode, an inference region)."""
     key = id(mod)
+    if root is not None or s.find("module", key) >= 0:
+        s.drop_stale()  # a forward that raised left its regions open
+    s.emit_grad_mode()
+    if root is not None:
+        s.tag_params(root)  # parameters made or replaced since the last forward
+        if root.weak:
+            _enter_attached_root(s, mod, root)
+    e = s.push("module", key, path, frame)
+    if e is None or root is None:
+        return
+    e.inputs = tuple({k[0] for k in (s.storage_of(t) for t in _tensors_in(args)) if k})
+    for k in e.inputs:
+        s.input_keys[k] = s.input_keys.get(k, 0) + 1
+    tls = s.tls
+    if tls.hooks == 0 and tls.user_hooks == 0:
+        import torch
+        torch._C._autograd._push_saved_tensors_default_hooks(s.pack, _unpack)
+        e.hooks = True
+        tls.hooks += 1
+        s.saved_cur = {}
 
+
+def _exit_module(s, mod):
+    key = id(mod)
+    i = s.find("module", key)
+    if i >= 0 and s.tls.stack[i].hooks and s.saved_cur is not None:
+        s.saved_last, s.saved_cur = s.saved_cur, None  # a complete forward
+    s.pop("module", key)
+    s.pop("attached", key)  # an attached root's inference region, if it pushed one
+    s.emit_grad_mode()
+
+
+def _make_hooks(m, mod, path, is_root):
+    """The forward hooks of one module of an instrumented model."""
     def pre(module, args):
         try:
-            s = _S
-            if not s.on:
-                return None
-            if is_root or s.find("module", key) >= 0:
-                s.drop_stale()  # a forward that raised left its regions open
-            s.emit_grad_mode()
-            if is_root:
-                s.tag_params(m)  # parameters made or replaced since the last forward
-            e = s.push("module", key, path, sys._getframe(1))
-            if e is None or not is_root:
-                return None
-            e.inputs = tuple({k[0] for k in (s.storage_of(t) for t in _tensors_in(args)) if k})
-            for k in e.inputs:
-                s.input_keys[k] = s.input_keys.get(k, 0) + 1
-            tls = s.tls
-            if tls.hooks == 0 and tls.user_hooks == 0:
-                import torch
-                torch._C._autograd._push_saved_tensors_default_hooks(s.pack, _unpack)
-                e.hooks = True
-                tls.hooks += 1
-                s.saved_cur = {}
+            if _S.on:
+                _enter_module(_S, module, path, m if is_root else None, args, sys._getframe(1))
         except Exception:
             pass
         return None
 
     def post(module, args, output):
         try:
-            s = _S
-            if not s.on:
-                return None
-            i = s.find("module", key)
-            if i >= 0 and s.tls.stack[i].hooks and s.saved_cur is not None:
-                s.saved_last, s.saved_cur = s.saved_cur, None  # a complete forward
-            s.pop("module", key)
-            s.emit_grad_mode()
+            if _S.on:
+                _exit_module(_S, module)
         except Exception:
             pass
         return None
 
     return pre, post
+
+
+# -- zero-code attachment: torch's global module hooks ------------------------------------------
+
+_MAX_ATTACHED_ROOTS = 256  # distinct root modules followed (a program making modules per call)
+
+
+def _attached_root(s, mod):
+    """The _Model of `mod`, called outside any other module: a model, named by its class (a
+    second live model of the same class gets "#2", ...)."""
+    m = s.auto_roots.get(id(mod))
+    if m is not None and m.module is mod:
+        return m
+    if len(s.auto_roots) >= _MAX_ATTACHED_ROOTS:
+        for k in [k for k, v in s.auto_roots.items() if v.module is None]:
+            del s.auto_roots[k]
+        if len(s.auto_roots) >= _MAX_ATTACHED_ROOTS:
+            return None
+    base = type(mod).__name__
+    taken = {v.name for v in s.auto_roots.values() if v.module is not None}
+    name, n = base, 1
+    while name in taken:
+        n += 1
+        name = "%s#%d" % (base, n)
+    m = s.auto_roots[id(mod)] = _Model(mod, name, weak=True)
+    if s.primary is None:
+        s.primary = id(mod)
+    return m
+
+
+def _enter_attached_root(s, mod, root):
+    """An attached root's call: the program's iteration (a mark at each call of the first root
+    it called, unless it marks iterations itself), who keeps graphs of earlier calls alive, and
+    an inference region around a call in eval mode (model.eval()), unless the program has an
+    inference region open or a backward ran (training in eval mode)."""
+    root.calls += 1
+    tls = s.tls
+    w = s.watch
+    if w is not None:
+        if w["model_id"] is None:
+            w["model_id"], w["model"] = id(mod), root.name
+        if w["model_id"] == id(mod):
+            w["live_at_calls"].append(s.saved_live_total)
+    if s.saved_live_total > 0:
+        _note_holders(s, "call %s#%d" % (root.name, root.calls))
+    if id(mod) == s.primary and not s.user_marks:
+        s.lib.lib.lp_mark(_b("iter %d" % root.calls))
+    if (not mod.training and not s.backward_seen and
+            not any(e.name == REGION_INFERENCE for e in tls.stack)):
+        s.push("attached", id(mod), REGION_INFERENCE)
+
+
+def _global_pre(module, args):
+    s = _S
+    try:
+        if not s.on or id(module) in s.explicit:
+            return None
+        tls = s.tls
+        if not tls.modules:  # outside any module on this thread: a model's call
+            root = _attached_root(s, module)
+            if root is None:
+                return None
+            tls.roots.append(root)
+            _enter_module(s, module, root.name, root, args, sys._getframe(1))
+            return None
+        root = tls.roots[-1] if tls.roots else None
+        path = root.lookup(module) if root is not None else None
+        if path is None:
+            path = "%s.%s" % (tls.modules[-1], type(module).__name__)
+        _enter_module(s, module, path, None, args, sys._getframe(1))
+    except Exception:
+        pass
+    return None
+
+
+def _global_post(module, args, output):
+    s = _S
+    try:
+        if not s.on or id(module) in s.explicit:
+            return None
+        _exit_module(s, module)
+        tls = s.tls
+        if tls.roots and tls.roots[-1].module is module and not tls.modules:
+            tls.roots.pop()
+    except Exception:
+        pass
+    return None
+
+
+def attach():
+    """Attaches the helper to every module the program calls, with no change to the program:
+    torch's global forward hooks give each module a region named by its path in the model that
+    called it (the model, a module called outside any other, is named by its class), the
+    model's parameters their tags, its forward the saved-tensor hooks; each call of the first
+    model is an iteration (a mark "iter N"), a call in eval mode an inference region, and graphs
+    of earlier calls still alive are traced to the names that hold them (notes "holder").
+    `gradprof run` attaches it when the program imports torch (the startup hook); instrumented
+    models (instrument) keep their own hooks. Returns True if it is attached."""
+    try:
+        if not _S.ensure_lib():
+            return False
+        with _S.lock:
+            if _S.attached:
+                return True
+            if not _S.patches:
+                _install_globals()
+            import torch.nn.modules.module as mm
+            _S.global_handles = [mm.register_module_forward_pre_hook(_global_pre),
+                                 mm.register_module_forward_hook(_global_post)]
+            _S.attached = True
+        _S.emit_grad_mode()
+        atexit.register(_note_holders_at_exit)
+        return True
+    except Exception as e:
+        _warn("attach failed, continuing without it (%s)" % e)
+        return False
+
+
+def _note_holders_at_exit():
+    try:
+        if _S.on and _S.saved_live_total > 0:
+            _note_holders(_S, "exit")
+    except Exception:
+        pass
+
+
+# -- who keeps a graph alive ------------------------------------------------------------------
+
+_HOLDER_NAMES = 2000       # names looked at per scope
+_HOLDER_ITEMS = 10000      # items looked at per container
+_HOLDER_NODES = 20000      # graph nodes walked per scan
+_INTERNAL = None
+
+
+def _internal_file(filename):
+    """True for files that are not the program's own: torch's, gradprof's, and the interpreter's
+    libraries (the standard library, site- and dist-packages: pytest, numpy, ...)."""
+    global _INTERNAL
+    if _INTERNAL is None:
+        import sysconfig
+        import torch
+        dirs = {os.path.dirname(os.path.abspath(torch.__file__)),
+                os.path.dirname(os.path.abspath(__file__))}
+        for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+            try:
+                dirs.add(os.path.abspath(sysconfig.get_paths()[key]))
+            except (KeyError, OSError):
+                pass
+        _INTERNAL = tuple(sorted(d + os.sep for d in dirs))
+    return (filename.startswith(_INTERNAL) or filename.startswith("<") or
+            "/site-packages/" in filename or "/dist-packages/" in filename)
+
+
+_STORE_LINES = {}
+
+
+def _store_line(code, name, now):
+    """The line of the last store to `name` in `code` at or before line `now` (or the first
+    store), for "total_loss (eval.py:36)"; `now` if the code never stores it."""
+    lines = _STORE_LINES.get((code, name))
+    if lines is None:
+        import dis
+        cur, found = None, []
+        for ins in dis.get_instructions(code):
+            if ins.starts_line is not None:
+                cur = ins.starts_line
+            if ins.opname in ("STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF",
+                              "STORE_ATTR") and ins.argval == name and cur is not None:
+                found.append(cur)
+        lines = sorted(set(found))
+        if len(_STORE_LINES) < 4096:
+            _STORE_LINES[(code, name)] = lines
+    before = [n for n in lines if n <= now]
+    return before[-1] if before else (lines[0] if lines else now)
+
+
+def _graph_nodes(fns, seen, budget):
+    """Walks the graph from grad_fns `fns`, adding unseen nodes to `seen`; returns how many it
+    added (at most `budget`): the nodes of the graph those tensors keep alive."""
+    stack, added = list(fns), 0
+    while stack and added < budget:
+        fn = stack.pop()
+        if fn is None or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        added += 1
+        for nxt, _ in getattr(fn, "next_functions", ()):
+            if nxt is not None and id(nxt) not in seen:
+                stack.append(nxt)
+    return added
+
+
+def _graph_tensors(v, limit):
+    """The grad_fns of the tensors with a graph in v: a tensor, or a container of them (one level,
+    tuples inside lists too); None when v holds none."""
+    import torch
+    if isinstance(v, torch.Tensor):
+        return [v.grad_fn] if v.grad_fn is not None else None
+    items = None
+    if isinstance(v, (list, tuple, set, frozenset)) or type(v).__name__ == "deque":
+        items = v
+    elif isinstance(v, dict):
+        items = v.values()
+    if items is None:
+        return None
+    fns = []
+    for i, x in enumerate(items):
+        if i >= limit:
+            break
+        if isinstance(x, torch.Tensor):
+            if x.grad_fn is not None:
+                fns.append(x.grad_fn)
+        elif isinstance(x, tuple):
+            fns += [y.grad_fn for y in x if isinstance(y, torch.Tensor) and y.grad_fn is not None]
+    return fns or None
+
+
+def _holders(s):
+    """The names that hold tensors with a graph: locals and globals of the program's frames (not
+    torch's or gradprof's), attributes of the attached and instrumented models' modules, and the
+    items of containers in either (one level). Returns dicts, the most graph nodes first. Cost is
+    bounded by _HOLDER_NAMES, _HOLDER_ITEMS and _HOLDER_NODES."""
+    out = []
+    budget = [_HOLDER_NODES]
+
+    def consider(name, kind, where, v, container):
+        fns = _graph_tensors(v, _HOLDER_ITEMS)
+        if not fns:
+            return
+        nodes = _graph_nodes(fns, set(), budget[0])
+        budget[0] -= nodes
+        out.append({"name": name, "kind": kind, "where": where, "tensors": len(fns),
+                    "container": container, "grad_fn": type(fns[0]).__name__, "nodes": nodes})
+
+    f = sys._getframe(1)
+    while f is not None:
+        code = f.f_code
+        if not _internal_file(code.co_filename):
+            top = code.co_name == "<module>"
+            scope = f.f_globals if top else f.f_locals
+            for i, (name, v) in enumerate(list(scope.items())):
+                if i >= _HOLDER_NAMES:
+                    break
+                line = _store_line(code, name, f.f_lineno)
+                consider(name, "global" if top else "local",
+                         "%s:%d" % (os.path.basename(code.co_filename), line), v,
+                         type(v).__name__ if not _is_tensor(v) else "")
+        f = f.f_back
+    models = list(s.models.values()) + list(s.auto_roots.values())
+    for m in models:
+        root = m.module
+        if root is None:
+            continue
+        for sub, mod in root.named_modules():
+            for name, v in list(vars(mod).items())[:_HOLDER_NAMES]:
+                if name in ("_parameters", "_buffers", "_modules") or name.endswith("_hooks"):
+                    continue
+                where = ""
+                fwd = getattr(type(mod), "forward", None)
+                code = getattr(fwd, "__code__", None)
+                if code is not None:
+                    where = "%s:%d" % (os.path.basename(code.co_filename),
+                                       _store_line(code, name, code.co_firstlineno))
+                consider(m.path(sub) + "." + name, "attribute", where, v,
+                         type(v).__name__ if not _is_tensor(v) else "")
+    out.sort(key=lambda h: -h["nodes"])
+    return out
+
+
+def _is_tensor(v):
+    import torch
+    return isinstance(v, torch.Tensor)
+
+
+def _note_holders(s, when):
+    """Finds who keeps graphs alive (_holders), keeps the list (last_holders) and writes one note
+    "holder" per name."""
+    s.last_holders = _holders(s)[:16]
+    note = getattr(s.lib.lib, "lp_note", None)
+    if note is None:
+        return
+    for h in s.last_holders:
+        note(b"holder", _b("%s\t%s\t%s\t%d\t%s\t%s\t%d\t%s" % (
+            h["name"], h["kind"], h["where"], h["tensors"], h["container"], h["grad_fn"],
+            h["nodes"], when)))
 
 
 # -- grad-mode context managers, backward, the program's own saved-tensor hooks ----------------
@@ -719,6 +1089,7 @@ def _wrap_backward(orig):
         if tls.backward or not s.on:
             return orig(*a, **k)
         tls.backward += 1
+        s.backward_seen = True
         key = object()
         s.push(REGION_BACKWARD, id(key), REGION_BACKWARD)
         try:
@@ -784,6 +1155,7 @@ def instrument(model=None, name=None):
                 m = _Model(model, name or type(model).__name__)
                 _S.models[id(model)] = m
                 for sub, mod in model.named_modules():
+                    _S.explicit.add(id(mod))
                     pre, post = _make_hooks(m, mod, m.path(sub), mod is model)
                     m.handles.append(mod.register_forward_pre_hook(pre))
                     m.handles.append(mod.register_forward_hook(post))
@@ -795,9 +1167,9 @@ def instrument(model=None, name=None):
 
 
 def uninstall(model=None):
-    """Removes the hooks of `model` (None: of every model) and, when no model is left, restores
-    torch's grad-mode contexts and backward. Tensors already saved still go back to `activation`
-    when their graph lets them go."""
+    """Removes the hooks of `model` (None: of every model, and detaches what attach() installed)
+    and, when nothing is left, restores torch's grad-mode contexts and backward. Tensors already
+    saved still go back to `activation` when their graph lets them go."""
     try:
         with _S.lock:
             ids = [id(model)] if model is not None else list(_S.models)
@@ -807,7 +1179,13 @@ def uninstall(model=None):
                     continue
                 for h in m.handles:
                     h.remove()
-            if not _S.models:
+                if m.module is not None:
+                    _S.explicit.difference_update(id(mod) for mod in m.module.modules())
+            if model is None and _S.attached:
+                for h in _S.global_handles:
+                    h.remove()
+                _S.global_handles, _S.attached = [], False
+            if not _S.models and not _S.attached:
                 _uninstall_globals()
     except Exception as e:
         _warn("uninstall: %s" % e)
@@ -833,6 +1211,7 @@ def mark(name):
     if not _S.ensure_lib():
         return
     try:
+        _S.user_marks = True  # the program marks its iterations: attach() marks none
         _S.emit_grad_mode()
         _S.lib.lib.lp_mark(_b(name))
     except Exception:
@@ -899,3 +1278,53 @@ def saved_report():
             "live_bytes": _S.saved_live_total,
             "storages_saved": _S.saved_count,
         }
+
+
+# -- in-process judgement of a piece of code (the pytest plugin's) ------------------------------
+
+def watch_begin():
+    """Starts watching (one watch at a time): attaches the helper (loading libprof.so without
+    recording if it is not loaded yet) and resets libprof's peaks. Returns False when libprof is
+    not available (watch_unavailable says why)."""
+    if _S.lib is None:
+        _S.lib = _Lib(record=False)
+    if not _S.on or not attach():
+        return False
+    _S.lib.lib.lp_counters_reset_peak()
+    c = _S.lib.counters()
+    _S.watch = {"saved_live": c.live[SAVED], "gradient_live": c.live[GRADIENT],
+                "saved_modules": {}, "model_id": None, "model": "", "live_at_calls": [],
+                "saved_total": _S.saved_live_total}
+    _S.last_holders = []
+    return True
+
+
+def watch_unavailable():
+    """Why watch_begin() returned False."""
+    if _S.lib is None or _S.lib.mode == "off":
+        return ("libprof not found (run under `gradprof run`, or set GRADPROF_LIBPROF to "
+                "libprof.so)")
+    return "the helper could not attach"
+
+
+def watch_end():
+    """Ends the watch; returns what happened since watch_begin(): saved_peak (bytes saved for
+    backward at their most, beyond what was saved before), saved_modules (module -> (bytes,
+    first program line)), gradient_bytes (.grad allocated), growth (bytes saved and alive at the
+    start of the model's last call minus at its second; the end minus the start with fewer than
+    three calls), calls, model (the first model called) and holders (who kept graphs alive at
+    the last call that found some)."""
+    w, _S.watch = _S.watch, None
+    if w is None:
+        return None
+    c = _S.lib.counters()
+    calls = w["live_at_calls"]
+    if len(calls) >= 3:
+        growth = calls[-1] - calls[1]
+    else:
+        growth = _S.saved_live_total - w["saved_total"]
+    return {"saved_peak": max(0, c.peak[SAVED] - w["saved_live"]),
+            "saved_modules": w["saved_modules"],
+            "gradient_bytes": max(0, c.peak[GRADIENT] - w["gradient_live"]),
+            "growth": max(0, growth), "calls": len(calls), "model": w["model"],
+            "holders": list(_S.last_holders)}

@@ -1,21 +1,28 @@
-"""gradprof's Python startup hook: GRADPROF_GRAD_DEFAULT=off for PyTorch programs.
+"""gradprof's Python startup hook: the PyTorch helper, attached with no change to the program, and
+GRADPROF_GRAD_DEFAULT=off for PyTorch programs.
 
 ``gradprof run`` and ``gradprof compare`` put this folder first on ``PYTHONPATH``, so the ``site``
-module imports this file at startup as ``sitecustomize``. It does two things:
+module imports this file at startup as ``sitecustomize``. An import hook on the name ``torch``
+then acts once torch has been imported (a program that never imports torch pays for one entry on
+``sys.meta_path`` and nothing else):
 
+* Unless ``GRADPROF_TORCH`` is ``0`` (``gradprof run --no-torch``), it attaches gradprof's PyTorch
+  helper (``gradprof_torch.py`` in the folder above this one, registered as the module
+  ``gradprof_torch``): every module the program calls gets its region, parameters and saved
+  tensors their tags, each call of the model an iteration mark (``gradprof_torch.attach``). If it
+  cannot, one line says so and only raw allocations are recorded.
 * When ``GRADPROF_GRAD_DEFAULT`` is ``off``, grad starts off, as in the gradprof tensor library:
-  as soon as ``torch`` has been imported, ``torch.set_grad_enabled(False)`` runs on the thread
-  that imported it, and every thread started through ``threading`` after that runs it before its
-  ``run()``. An import hook on the name ``torch`` does this, so a program that never imports torch
-  pays for one entry on ``sys.meta_path`` and nothing else. ``with torch.enable_grad():``,
-  ``torch.set_grad_enabled(True)`` and the like work as usual. Not covered: threads that were
-  already running when torch was imported (PyTorch's grad mode is per thread), threads started
-  without ``threading`` (from C++), and interpreters started with ``-S``, ``-E`` or ``-I``, which
-  skip this file or ignore ``PYTHONPATH``. ``on``, empty or unset changes nothing; any other value
-  gives one warning line on stderr and is ignored.
-* Then it runs the ``sitecustomize`` the program would have had without gradprof: the next one on
-  ``sys.path`` after this folder (Debian's, a virtual environment's), loaded by its path, so this
-  file is not found again. ``import sitecustomize`` then gives that module.
+  ``torch.set_grad_enabled(False)`` runs on the thread that imported torch, and every thread
+  started through ``threading`` after that runs it before its ``run()``. ``with
+  torch.enable_grad():``, ``torch.set_grad_enabled(True)`` and the like work as usual. Not
+  covered: threads that were already running when torch was imported (PyTorch's grad mode is per
+  thread), threads started without ``threading`` (from C++).
+
+Interpreters started with ``-S``, ``-E`` or ``-I`` skip this file or ignore ``PYTHONPATH``. A
+value of either variable other than those documented gives one warning line and is ignored.
+Then it runs the ``sitecustomize`` the program would have had without gradprof: the next one on
+``sys.path`` after this folder (Debian's, a virtual environment's), loaded by its path, so this
+file is not found again. ``import sitecustomize`` then gives that module.
 """
 
 import os
@@ -62,7 +69,36 @@ def _install_torch_hook():
     sys.meta_path.insert(0, _TorchFinder())
 
 
+def _attach_helper():
+    """Attaches gradprof's PyTorch helper (gradprof_torch.py, one folder up) to the program:
+    every module it calls gets a region and its saved tensors their tags (attach()). The module
+    is registered as ``gradprof_torch``, so a program that imports the helper itself gets this
+    same one."""
+    import importlib.util
+    helper = sys.modules.get("gradprof_torch")
+    if helper is None:
+        path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            "gradprof_torch.py")
+        spec = importlib.util.spec_from_file_location("gradprof_torch", path)
+        helper = importlib.util.module_from_spec(spec)
+        sys.modules["gradprof_torch"] = helper
+        try:
+            spec.loader.exec_module(helper)
+        except Exception:
+            del sys.modules["gradprof_torch"]
+            raise
+    helper.attach()
+
+
 def _after_torch(torch):
+    if _wants_helper():
+        try:
+            _attach_helper()
+        except Exception as e:  # never break the program
+            sys.stderr.write("gradprof: the PyTorch helper could not attach (%s); recording "
+                             "raw allocations only\n" % e)
+    if os.environ.get("GRADPROF_GRAD_DEFAULT") != "off":
+        return
     try:
         torch.set_grad_enabled(False)
     except Exception as e:  # never break the program
@@ -111,13 +147,25 @@ def _chain():
     spec.loader.exec_module(module)
 
 
+def _setting(name, values):
+    """The variable's value if it is one of `values` (or unset: ""); otherwise one warning line
+    and ""."""
+    value = os.environ.get(name, "")
+    if value in values or value == "":
+        return value
+    sys.stderr.write("gradprof: %s='%.40s%s' is not %s; ignored\n" % (
+        name, value, "..." if len(value) > 40 else "", " or ".join(repr(v) for v in values)))
+    return ""
+
+
+def _wants_helper():
+    return _setting("GRADPROF_TORCH", ("1", "0")) != "0"
+
+
 def _main():
-    value = os.environ.get("GRADPROF_GRAD_DEFAULT")
-    if value == "off":
+    grad_off = _setting("GRADPROF_GRAD_DEFAULT", ("on", "off")) == "off"
+    if grad_off or _wants_helper():
         _install_torch_hook()
-    elif value not in (None, "", "on"):
-        sys.stderr.write("gradprof: GRADPROF_GRAD_DEFAULT='%.40s%s' is not 'on' or 'off'; "
-                         "using on\n" % (value, "..." if len(value) > 40 else ""))
 
 
 _main()
