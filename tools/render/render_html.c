@@ -43,133 +43,12 @@ static void esc(FILE *out, const char *s)
 
 /* ---- page frame ------------------------------------------------------------------------------ */
 
-static const char page_css[] =
-    ":root{--fg:#1d2330;--mut:#5d6678;--line:#e3e6ec;--bg:#fff;--warn:#b00020}\n"
-    "*{box-sizing:border-box}\n"
-    "body{margin:0;background:#f4f5f8;color:var(--fg);"
-    "font:14px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,'Helvetica Neue',Arial,sans-serif}\n"
-    "main{max-width:1240px;margin:0 auto;padding:20px 24px 40px}\n"
-    "h1{font-size:22px;margin:0 0 4px}h1 .sub{font-weight:400;color:var(--mut);font-size:15px}\n"
-    "h2{font-size:17px;margin:0 0 10px}\n"
-    "section,header{background:var(--bg);border:1px solid var(--line);border-radius:8px;"
-    "padding:16px 18px;margin:0 0 16px}\n"
-    "code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12.5px}"
-    "\n"
-    "p.cmd{margin:2px 0 10px;color:var(--mut)}p.cmd code{color:var(--fg);background:#f0f2f6;"
-    "padding:2px 6px;border-radius:4px}\n"
-    ".note{color:var(--mut);font-size:12.5px;margin:6px 0}\n"
-    ".cards{display:flex;flex-wrap:wrap;gap:10px;margin-top:10px}\n"
-    ".card{flex:1 1 150px;border:1px solid var(--line);border-radius:6px;padding:8px 12px;"
-    "background:#fbfcfd}\n"
-    ".card .k{color:var(--mut);font-size:12px;text-transform:uppercase;letter-spacing:.04em}\n"
-    ".card .v{font-size:20px;font-weight:600;margin-top:2px}.card .d{color:var(--mut);"
-    "font-size:12px}\n"
-    ".card.bad{border-color:#f3b6bf;background:#fff5f6}.card.bad .v{color:var(--warn)}\n"
-    ".card.good .v{color:#2e7d32}\n"
-    ".warn{border:1px solid #f3b6bf;background:#fff5f6;color:#7a0016;border-radius:6px;"
-    "padding:8px 12px;margin:8px 0}\n"
-    ".ok{border:1px solid #b9dfbf;background:#f3fbf4;color:#1b5e20;border-radius:6px;"
-    "padding:8px 12px}\n"
-    "svg.chart{display:block;width:100%;height:auto;margin:4px 0 8px}\n"
-    "svg.chart text{font:11px system-ui,-apple-system,'Segoe UI',Roboto,Arial,sans-serif;"
-    "fill:#4a5263}\n"
-    "svg.chart .lbl{font-weight:600;fill:var(--fg)}svg.chart .pk{fill:var(--warn);"
-    "font-weight:600}\n"
-    "svg.chart .rg text{fill:#1d2330;font-size:10px}\n"
-    ".chart-title{font-weight:600;margin:10px 0 0}\n"
-    "table{border-collapse:collapse;width:100%;margin:4px 0}\n"
-    "th,td{padding:4px 8px;border-bottom:1px solid var(--line);text-align:left;"
-    "vertical-align:top}\n"
-    "th{font-size:12px;color:var(--mut);font-weight:600;background:#f7f8fa;white-space:nowrap}\n"
-    "table.sortable th{cursor:pointer}th[data-dir=asc]::after{content:' \\25B2'}"
-    "th[data-dir=desc]::after{content:' \\25BC'}\n"
-    "td.num,th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}\n"
-    "tbody tr:nth-child(even){background:#fafbfc}\n"
-    "tr.total td{font-weight:600;border-top:2px solid var(--line)}\n"
-    "tr.rem td{color:var(--warn);font-style:italic}\n"
-    "td.graph,span.graph{color:var(--warn);font-weight:600}\n"
-    "td.pos{color:var(--warn)}td.neg{color:#2e7d32}\n"
-    "i.sw{display:inline-block;width:11px;height:11px;border-radius:2px;margin-right:6px;"
-    "vertical-align:-1px}\n"
-    "details summary{cursor:pointer}details ol{margin:4px 0 2px 18px;padding:0;"
-    "color:var(--mut)}\n"
-    ".finding{border:1px solid #f3b6bf;border-left:5px solid var(--warn);background:#fff8f9;"
-    "border-radius:6px;padding:10px 12px;margin:0 0 10px}\n"
-    ".finding .kind{display:inline-block;background:var(--warn);color:#fff;border-radius:4px;"
-    "padding:1px 7px;font-size:12px;margin-right:8px}\n"
-    ".finding .fmeta{color:var(--mut);font-size:12.5px;margin:4px 0}\n"
-    ".finding table{background:#fff}\n"
-    ".tip{position:absolute;display:none;z-index:10;background:#fff;border:1px solid #c9ced8;"
-    "border-radius:6px;box-shadow:0 2px 8px rgba(0,0,0,.15);padding:6px 9px;font-size:12px;"
-    "pointer-events:none}\n"
-    ".tip table{margin:2px 0 0;width:auto}.tip td{padding:1px 6px;border:0}"
-    ".tip td+td{text-align:right}\n"
-    ".tip tr.tot td{font-weight:600;border-top:1px solid var(--line)}\n"
-    "footer{color:var(--mut);font-size:12px;text-align:center}\n";
-
-/* Sorting of table.sortable by clicking a header (numeric by data-v, else text), and the chart
- * tooltips from each chart's JSON data block. Marks the page ready (body data-ready="1") last,
- * which the headless-browser test checks. */
-static const char page_js[] =
-    "(function(){\n"
-    "'use strict';\n"
-    "function fmtB(b){var u=['B','KiB','MiB','GiB','TiB','PiB','EiB'],i=0;"
-    "while(b>=1024&&i<u.length-1){b/=1024;i++;}return i?b.toFixed(2)+' '+u[i]:b+' B';}\n"
-    "function fmtT(ns){if(ns<1e3)return ns+' ns';if(ns<1e6)return (ns/1e3).toFixed(2)+' \\u00b5s';"
-    "if(ns<1e9)return (ns/1e6).toFixed(2)+' ms';return (ns/1e9).toFixed(2)+' s';}\n"
-    "function key(td){var v=td.getAttribute('data-v');return v===null?null:parseFloat(v);}\n"
-    "var tables=document.querySelectorAll('table.sortable');\n"
-    "Array.prototype.forEach.call(tables,function(t){\n"
-    " if(!t.tHead||!t.tBodies.length)return;\n"
-    " var ths=t.tHead.rows[0].cells;\n"
-    " Array.prototype.forEach.call(ths,function(th,col){\n"
-    "  th.title='Sort';\n"
-    "  th.addEventListener('click',function(){\n"
-    "   var body=t.tBodies[0],rows=Array.prototype.slice.call(body.rows);\n"
-    "   var dir=th.getAttribute('data-dir')==='desc'?'asc':'desc';\n"
-    "   Array.prototype.forEach.call(ths,function(h){h.removeAttribute('data-dir');});\n"
-    "   th.setAttribute('data-dir',dir);\n"
-    "   rows.sort(function(a,b){var x=a.cells[col],y=b.cells[col];if(!x||!y)return 0;\n"
-    "    var nx=key(x),ny=key(y),r=(nx!==null&&ny!==null)?nx-ny:"
-    "x.textContent.localeCompare(y.textContent);\n"
-    "    return dir==='asc'?r:-r;});\n"
-    "   rows.forEach(function(r){body.appendChild(r);});\n"
-    "  });\n"
-    " });\n"
-    "});\n"
-    "var tip=document.createElement('div');tip.className='tip';document.body.appendChild(tip);\n"
-    "var charts=document.querySelectorAll('svg.chart');\n"
-    "Array.prototype.forEach.call(charts,function(svg){\n"
-    " var el=document.getElementById(svg.id+'-data'),hit=svg.querySelector('.hit'),"
-    "hair=svg.querySelector('.hair');\n"
-    " if(!el||!hit||!hair)return;\n"
-    " var d=JSON.parse(el.textContent);if(!d.t.length)return;\n"
-    " hit.style.pointerEvents='all';\n"
-    " hit.addEventListener('mousemove',function(ev){\n"
-    "  var m=svg.getScreenCTM();if(!m)return;\n"
-    "  var pt=svg.createSVGPoint();pt.x=ev.clientX;pt.y=ev.clientY;"
-    "pt=pt.matrixTransform(m.inverse());\n"
-    "  var t=(pt.x-d.x0)/d.pw*d.tmax,lo=0,hi=d.t.length-1;\n"
-    "  while(lo<hi){var k=(lo+hi+1)>>1;if(d.start[k]<=t)lo=k;else hi=k-1;}\n"
-    "  var x=d.x0+d.pw*d.start[lo]/d.tmax;hair.setAttribute('x1',x);hair.setAttribute('x2',x);"
-    "hair.style.display='';\n"
-    "  var to=lo+1<d.start.length?d.start[lo+1]:d.tmax;\n"
-    "  var h='<b>'+fmtT(d.start[lo])+' \\u2013 '+fmtT(to)+'</b><table>',tot=0;\n"
-    "  for(var c=d.cats.length-1;c>=0;c--){var v=d.v[c][lo];tot+=v;"
-    "h+='<tr><td><i class=\"sw\" style=\"background:'+d.colors[c]+'\"></i>'+d.cats[c]+"
-    "'</td><td>'+fmtB(v)+'</td></tr>';}\n"
-    "  h+='<tr class=\"tot\"><td>total</td><td>'+fmtB(tot)+'</td></tr>"
-    "<tr><td>max in sample</td><td>'+fmtB(d.max[lo])+'</td></tr></table>';\n"
-    "  tip.innerHTML=h;tip.style.display='block';\n"
-    "  var left=ev.pageX+14;if(ev.clientX+tip.offsetWidth+24>window.innerWidth)"
-    "left=ev.pageX-tip.offsetWidth-14;\n"
-    "  tip.style.left=left+'px';tip.style.top=(ev.pageY+14)+'px';\n"
-    " });\n"
-    " hit.addEventListener('mouseleave',function(){tip.style.display='none';"
-    "hair.style.display='none';});\n"
-    "});\n"
-    "document.body.setAttribute('data-ready','1');\n"
-    "})();\n";
+/* The page's stylesheet and script, embedded at build time from assets/page.css and
+ * assets/page.js (tools/embed_text.cmake). The script sorts table.sortable by a click on a header
+ * (numeric by data-v, else text) and shows the chart tooltips from each chart's JSON data block;
+ * it marks the page ready (body data-ready="1") last, which the headless-browser test checks. */
+extern const char gp__html_page_css[];
+extern const char gp__html_page_js[];
 
 static void page_begin(FILE *out, const char *title)
 {
@@ -179,7 +58,7 @@ static void page_begin(FILE *out, const char *title)
           out);
     esc(out, title);
     fputs("</title>\n<style>\n", out);
-    fputs(page_css, out);
+    fputs(gp__html_page_css, out);
     fputs("</style>\n</head>\n<body>\n<main>\n", out);
 }
 
@@ -188,7 +67,7 @@ static void page_end(FILE *out)
     fputs("<footer>Made by gradprof. Self-contained: no network access needed. Click a table "
           "header to sort; hover the charts for values.</footer>\n</main>\n<script>\n",
           out);
-    fputs(page_js, out);
+    fputs(gp__html_page_js, out);
     fputs("</script>\n</body>\n</html>\n", out);
 }
 
