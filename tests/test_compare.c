@@ -319,12 +319,6 @@ static void test_not_found(void **state)
 
 static void test_same_output(void **state)
 {
-#ifdef GRADPROF_SANITIZED
-    /* Known defect: the -O0 sanitizer build does not align grad on against grad off, so compare
-     * rightly refuses the diff (exit 3); the optimized build checks the whole path. */
-    print_message("SKIPPED: compare's diff in a sanitizer build\n");
-    skip();
-#endif
     expect_rc(gradprof("compare -n c -- " PROG), 0);
     all_files("c");
     /* the diff on stdout names both traces; stderr says where everything is */

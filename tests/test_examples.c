@@ -17,15 +17,6 @@
 #include <string.h>
 #include <sys/wait.h>
 
-/* Known defect: the -O0 sanitizer build of the examples does not align grad on against grad off
- * (few or no twins; an optimized build aligns exactly), so the aligned-diff figures are checked
- * only where alignment works. GRADPROF_SANITIZED comes from the build (GRADPROF_SANITIZE). */
-#ifdef GRADPROF_SANITIZED
-#define ALIGNMENT_EXACT 0
-#else
-#define ALIGNMENT_EXACT 1
-#endif
-
 static char dir[256];
 
 static int setup(void **state)
@@ -165,10 +156,6 @@ static void mlp_case(int layers, int width, int batch)
 static void test_mlp_held_exact(void **state)
 {
     (void)state;
-    if (!ALIGNMENT_EXACT) {
-        print_message("SKIPPED: aligned-diff figures in a sanitizer build (see ALIGNMENT_EXACT)\n");
-        skip();
-    }
     mlp_case(8, 512, 64);
     mlp_case(4, 256, 16);
     mlp_case(12, 128, 32);
@@ -206,10 +193,6 @@ static void grad_vs_nograd(const char *example, const char *args)
     snprintf(path, sizeof path, "%s/d.json", dir);
     const char *d = slurp(path);
     uint64_t held = json_u64(d, NULL, "held_by_graph_bytes");
-    if (!ALIGNMENT_EXACT) {
-        print_message("SKIPPED: aligned-diff figures in a sanitizer build (see ALIGNMENT_EXACT)\n");
-        return;
-    }
     /* Graph construction cannot hold more than the graph (beyond a few raw bytes that only one
      * run allocated: stdio buffers and the like); alignment finds every tagged saved tensor. */
     uint64_t held_other = json_u64(d, "\n    \"other\": {", "held_bytes");

@@ -182,6 +182,7 @@ static void test_api_events_round_trip(void **state)
     snprintf(pid, sizeof pid, "%d", (int)getpid());
     assert_string_equal(gp_trace_meta(t, "pid"), pid);
     assert_string_equal(gp_trace_meta(t, "mode"), "in-process");
+    assert_int_equal(gp_trace_thread_os_tid(t, ev.thread), getpid()); /* the main thread */
     assert_string_equal(gp_trace_meta(t, "flush_interval_ns"), "50000000");
     assert_non_null(strstr(gp_trace_meta(t, "command"), "test_recorder"));
     gp_trace_close(t);

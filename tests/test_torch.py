@@ -430,24 +430,63 @@ def explain_held(name, d, truth):
         "%s %d" % kv for kv in sorted(truth["by_op"].items(), key=lambda kv: -kv[1])))
 
 
-def expect_aligned(name, d, truth):
+TENSOR_CATEGORIES = ("activation", "saved", "temporary")
+# Raw memory outside any operator that one run holds and the other does not, though neither built
+# a graph there: an interpreter table or list resized (or collected) at another moment in one run.
+# Seen up to 1.3% of the truth (a 128 KiB CPython buffer in one CNN run out of five).
+NOISE = 0.02
+
+
+def held_parts(d):
+    """Splits held_by_graph_bytes by what the buffers are (the diff's tag-key rows):
+    tensor: tensor memory (activation, saved, temporary): the storages autograd kept;
+    graph:  graph metadata: autograd and gradient bytes, and raw memory made under an ATen
+            operator (nodes, edges, autograd meta, the tensor headers of saved views: with no
+            symbols in Debian's libtorch, the frame rules name few of them);
+    noise:  raw memory made outside any operator (interpreter objects, library workspaces):
+            what a misalignment or the interpreter's own timing shows, not graph construction."""
+    parts = {"tensor": 0, "graph": 0, "noise": 0}
+    for r in d["sites"]:
+        if r["category"] in TENSOR_CATEGORIES:
+            parts["tensor"] += r["held_bytes"]
+        elif r["op"] or r["category"] in ("autograd", "gradient"):
+            parts["graph"] += r["held_bytes"]
+        else:
+            parts["noise"] += r["held_bytes"]
+    return parts
+
+
+def expect_aligned(name, d, truth, graph_bytes=None):
+    """The aligned diff d of a program against its truth: saved_inferred_bytes within 3% of the
+    saved bytes autograd held at the peak; held_by_graph_bytes at most that + the graph metadata
+    + 3%. The graph metadata is taken from d (held_parts) unless graph_bytes gives it: a run
+    without stacks cannot tell graph metadata from other raw memory, so its bound uses the one
+    measured in the run of the same program with stacks. Returns d's graph metadata bytes."""
     T = truth["saved_bytes"]
     si = d["saved_inferred_bytes"]
     held = d["held_by_graph_bytes"]
-    autograd = d["by_category"].get("autograd", {}).get("a_bytes", 0)
-    limit = T + autograd + TOLERANCE * T
-    log("%s: truth %d B, saved_inferred %d B (%+.2f%%), held_by_graph %d B (limit %d = truth + "
-        "autograd %d + 3%%), ratio inferred/truth %.4f" % (name, T, si, pct(si, T), held, limit,
-                                                          autograd, si / T if T else 0))
+    parts = held_parts(d)
+    graph = parts["graph"] if graph_bytes is None else graph_bytes
+    limit = T + graph + TOLERANCE * T
+    log("%s: truth %d B, saved_inferred %d B (%+.2f%%), held_by_graph %d B (tensor %d, graph "
+        "metadata %d, raw outside ops %d; limit %d = truth + graph metadata %d + 3%%), ratio "
+        "inferred/truth %.4f" % (name, T, si, pct(si, T), held, parts["tensor"], parts["graph"],
+                                 parts["noise"], limit, graph, si / T if T else 0))
     ok1 = expect(abs(si - T) <= TOLERANCE * T,
                  "%s: saved_inferred_bytes %d within 3%% of the truth %d (%+.2f%%)"
                  % (name, si, T, pct(si, T)))
-    ok2 = expect(held <= limit, "%s: held_by_graph_bytes %d <= truth + autograd at A's peak + 3%% "
-                 "(%d)" % (name, held, limit))
+    ok2 = expect(held <= limit, "%s: held_by_graph_bytes %d <= truth + graph metadata + 3%% (%d)"
+                 % (name, held, limit))
+    ok3 = True
+    if graph_bytes is None:
+        ok3 = expect(parts["noise"] <= NOISE * T,
+                     "%s: held raw memory outside any operator %d B <= 2%% of the truth"
+                     % (name, parts["noise"]))
     expect(not d["alignment"]["diverged"], "%s: the runs align (%s)"
            % (name, d["alignment"]["why"] or "not diverged"))
-    if not (ok1 and ok2):
+    if not (ok1 and ok2 and ok3):
         explain_held(name, d, truth)
+    return parts["graph"]
 
 
 INFERRED_RE = re.compile(r"\((\d+) bytes\) saved for backward \(inferred\)")
@@ -464,7 +503,8 @@ def test_aligned(E, prog):
     * gradprof run: A --grad, B --no-grad, B2 --no-grad (a second baseline), with stacks; Ai, Bi
       with --instrument, without (INSTRUMENTED_RUN_OPTS);
     * diff A B and diff Ai Bi: saved_inferred_bytes within 3% of the truth, held_by_graph_bytes
-      at most the truth + the autograd category live at A's peak + 3%;
+      at most the truth + the graph metadata held (expect_aligned) + 3%, and almost no raw
+      memory held outside operators (A B);
     * check A --baseline B fails (exit 1) on the baseline rule, naming the inferred saved bytes
       and ops; check B2 --baseline B passes (exit 0)."""
     env = dict(os.environ, **ALIGNED_ENV)
@@ -498,8 +538,8 @@ def test_aligned(E, prog):
     expect(truth["saved_bytes"] > 1 << 20, "%s: the truth is over 1 MiB" % prog)
     expect(truth0["saved_bytes"] == 0, "%s: the truth under --no-grad is 0" % prog)
 
-    expect_aligned(prog, d, truth)
-    expect_aligned(prog + " --instrument", di, truth)
+    graph = expect_aligned(prog, d, truth)
+    expect_aligned(prog + " --instrument", di, truth, graph_bytes=graph)
 
     base = [v for v in ca["violations"] if v["rule"].startswith("baseline")]
     msg = base[0]["message"] if base else ""

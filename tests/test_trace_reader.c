@@ -608,6 +608,9 @@ static void test_round_trip(void **state)
     assert_string_equal(gp_trace_thread_name(t, 1), "main ✓");
     assert_null(gp_trace_thread_name(t, 0));
     assert_null(gp_trace_thread_name(t, 2));
+    assert_int_equal(gp_trace_thread_os_tid(t, 1), 4242);
+    assert_int_equal(gp_trace_thread_os_tid(t, 0), 0);
+    assert_int_equal(gp_trace_thread_os_tid(t, 2), 0);
     gp_trace_close(t);
     fb_free(&f);
 }

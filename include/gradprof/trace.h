@@ -115,6 +115,9 @@ size_t gp_trace_stack_count(const gp_trace *t);
 /* Thread names (THREAD records), by dense index; NULL if unnamed. */
 const char *gp_trace_thread_name(const gp_trace *t, uint32_t thread);
 uint32_t gp_trace_thread_count(const gp_trace *t);
+/* A thread's operating-system id (from its THREAD record; the main thread's equals the "pid"
+ * metadata), 0 if unknown. */
+uint64_t gp_trace_thread_os_tid(const gp_trace *t, uint32_t thread);
 
 #ifdef __cplusplus
 }

@@ -440,7 +440,10 @@ struct gp_trace {
     wthread *threads;
     size_t nthreads, threads_cap;
     idmap thread_by_writer; /* writer index -> slot in threads */
-    uint32_t *names;        /* dense index - 1 -> name string index, 0 = unnamed */
+    struct dense_thread {   /* dense index - 1 -> */
+        uint32_t name;      /* name string index, 0 = unnamed */
+        uint64_t os_tid;    /* from its THREAD record, 0 = unknown */
+    } *names;
     size_t ndense, names_cap;
 
     bool have_meta_start;
@@ -640,7 +643,7 @@ static int new_dense(decoder *d)
         return bad(d, "too many threads");
     if (grow((void **)&t->names, &t->names_cap, t->ndense + 1, sizeof *t->names) != 0)
         return DEC_OOM;
-    t->names[t->ndense++] = 0;
+    t->names[t->ndense++] = (struct dense_thread){0, 0};
     d->w->dense = (uint32_t)t->ndense;
     return DEC_OK;
 }
@@ -727,7 +730,7 @@ static int dec_thread(decoder *d)
         return r;
     w->have_tid = true;
     w->os_tid = tid;
-    d->t->names[w->dense - 1] = name;
+    d->t->names[w->dense - 1] = (struct dense_thread){name, tid};
     return DEC_OK;
 }
 
@@ -1617,7 +1620,14 @@ const char *gp_trace_thread_name(const gp_trace *t, uint32_t thread)
 {
     if (!t || thread == 0 || thread > t->ndense)
         return NULL;
-    return t->names[thread - 1] ? string_at(t, t->names[thread - 1]) : NULL;
+    return t->names[thread - 1].name ? string_at(t, t->names[thread - 1].name) : NULL;
+}
+
+uint64_t gp_trace_thread_os_tid(const gp_trace *t, uint32_t thread)
+{
+    if (!t || thread == 0 || thread > t->ndense)
+        return 0;
+    return t->names[thread - 1].os_tid;
 }
 
 uint32_t gp_trace_thread_count(const gp_trace *t)

@@ -57,6 +57,7 @@ typedef struct side {
     gp_map occ;   /* twin key -> index into counts */
     uint64_t *counts;
     size_t n_counts, cap_counts;
+    gp_map threads; /* the reader's thread index -> its stable identity (thread_identity) */
     gp_map memo;  /* (kind, id) -> index into hashes: stack hashes, string hashes */
     uint64_t *hashes;
     size_t n_hashes, cap_hashes;
@@ -140,14 +141,20 @@ static bool memo_get(side *s, uint64_t kind, uint64_t id, uint64_t *h)
     return true;
 }
 
-static void memo_put(gp_align *al, side *s, uint64_t kind, uint64_t id, uint64_t h)
+/* Stores value h in the side's hashes[] under (a, b) of map m. */
+static void memo_put_map(gp_align *al, side *s, gp_map *m, uint64_t a, uint64_t b, uint64_t h)
 {
     uint64_t *slot = gp__push((void **)&s->hashes, &s->n_hashes, &s->cap_hashes, sizeof h);
-    if (!slot || !gp__map_put(&s->memo, kind, id, 0, (uint32_t)(s->n_hashes - 1))) {
+    if (!slot || !gp__map_put(m, a, b, 0, (uint32_t)(s->n_hashes - 1))) {
         al->internal->oom = true;
         return;
     }
     *slot = h;
+}
+
+static void memo_put(gp_align *al, side *s, uint64_t kind, uint64_t id, uint64_t h)
+{
+    memo_put_map(al, s, &s->memo, kind, id, h);
 }
 
 static uint64_t string_hash(gp_align *al, side *s, const char *str)
@@ -186,12 +193,42 @@ static uint64_t stack_hash(gp_align *al, side *s, gp_profile *p, uint32_t stack,
     return h;
 }
 
+/*
+ * A thread's identity across runs: the main thread is itself; another thread is known by its name
+ * and how many threads of that name made a buffer before it did. The reader's thread numbers say
+ * which thread came first, which a helper thread (an OpenBLAS or sanitizer thread that allocates
+ * at start-up in one run and not in the other) changes from run to run.
+ */
+#define MAIN_THREAD 0x6d61696e746872ull /* "mainthr": the identity of every trace's main thread */
+
+static uint64_t thread_identity(gp_align *al, side *s, gp_profile *p, uint32_t thread)
+{
+    struct gp_map_slot *m = gp__map_find(&s->threads, thread, 0, 0);
+    if (m)
+        return s->hashes[m->v];
+    const char *pid = gp_trace_meta(p->trace, "pid");
+    uint64_t tid = gp_trace_thread_os_tid(p->trace, thread);
+    if (pid && tid && strtoull(pid, NULL, 10) == tid) {
+        memo_put_map(al, s, &s->threads, thread, 0, MAIN_THREAD);
+        return MAIN_THREAD;
+    }
+    const char *name = gp_trace_thread_name(p->trace, thread);
+    uint64_t nh = string_hash(al, s, name ? name : "");
+    struct gp_map_slot *c = gp__map_find(&s->threads, nh, 1, 0); /* threads of that name so far */
+    uint64_t ordinal = c ? ++s->hashes[c->v] : 0;
+    if (!c)
+        memo_put_map(al, s, &s->threads, nh, 1, 0);
+    uint64_t id = gp__mix64(nh ^ gp__mix64(ordinal + 0x9e3779b97f4a7c15ull));
+    memo_put_map(al, s, &s->threads, thread, 0, id);
+    return id;
+}
+
 /* The twin key of a new buffer with the innermost `frames` frames of its stack; the strict key
  * (all GP_ALIGN_STACK_FRAMES) also holds its scope. */
 static uint64_t twin_key(gp_align *al, side *s, gp_profile *p, const gp_buffer_event *b,
                          int frames)
 {
-    uint64_t h = gp__mix64(((uint64_t)b->thread << 32) ^ (uint64_t)b->category);
+    uint64_t h = gp__mix64(thread_identity(al, s, p, b->thread) ^ (uint64_t)b->category);
     if (frames == GP_ALIGN_STACK_FRAMES)
         h = gp__mix64(h ^ string_hash(al, s, b->scope) ^ gp__mix64(b->scope_ordinal * 5 + 1));
     h = gp__mix64(h ^ b->size);
@@ -448,9 +485,57 @@ static int cmp_anchor_a(const void *x, const void *y)
     return a->a_seq < b->a_seq ? -1 : a->a_seq > b->a_seq;
 }
 
+/*
+ * Keeps the longest chain of twins (peak buffers and anchors, sorted by A's birth number) whose
+ * B birth numbers increase too, and drops the rest: the twins that say where in B a moment of A
+ * falls. Both runs make their allocations in the same order, so a twin off that chain was paired
+ * across a shift (raw allocations of one size, a batch that came from a data-loader worker a
+ * little earlier): one such twin must not move the whole mapping. Patience sorting, O(n log n).
+ * Returns the chain's length; order[0..len) is the chain.
+ */
+static size_t monotone_twins(anchor *order, size_t n)
+{
+    if (n == 0)
+        return 0;
+    uint32_t *tail = malloc(n * sizeof *tail), *prev = malloc(n * sizeof *prev);
+    if (!tail || !prev) { /* out of memory: keep the running maximum instead */
+        free(tail);
+        free(prev);
+        for (size_t i = 1; i < n; i++)
+            if (order[i].b_seq < order[i - 1].b_seq)
+                order[i].b_seq = order[i - 1].b_seq;
+        return n;
+    }
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t lo = 0, hi = len; /* first tail whose b_seq >= this one */
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (order[tail[mid]].b_seq < order[i].b_seq)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        prev[i] = lo ? tail[lo - 1] : UINT32_MAX;
+        tail[lo] = (uint32_t)i;
+        if (lo == len)
+            len++;
+    }
+    /* The chain's indexes, back from its end into tail[] (free now), then moved to the front in
+     * increasing order: the k-th index is at least k, so no entry is overwritten before it is
+     * read. */
+    uint32_t i = tail[len - 1];
+    for (size_t k = len; k-- > 0; i = prev[i])
+        tail[k] = i;
+    for (size_t k = 0; k < len; k++)
+        order[k] = order[tail[k]];
+    free(tail);
+    free(prev);
+    return len;
+}
+
 /* The latest B allocation that is the twin of an allocation A made at or before A's allocation
- * count `a_allocs`: the prefix maximum over twins (peak buffers and anchors) ordered by A's
- * birth number. `order` holds (a_seq, prefix max of b_seq) pairs, sorted by a_seq. */
+ * count `a_allocs`, on the chain of monotone_twins (sorted by A's birth number, B's increasing). */
 static uint64_t b_position_of(const anchor *order, size_t n, uint64_t a_allocs)
 {
     size_t lo = 0, hi = n; /* first with a_seq > a_allocs */
@@ -552,6 +637,8 @@ static void pair_loose(gp_align *al, int pass)
                 goto out;
         }
     }
+    if (!na || !nb)
+        goto out;
     qsort(la, na, sizeof *la, cmp_leftover);
     qsort(lb, nb, sizeof *lb, cmp_leftover);
     for (size_t i = 0, j = 0; i < na && j < nb;) {
@@ -597,7 +684,7 @@ int gp_align_finish(gp_align *al)
     pair_loose(al, 1);
     pair_loose(al, 2);
 
-    /* twins ordered by A's birth number, with the prefix maximum of B's */
+    /* twins ordered by A's birth number, on a chain where B's increase too */
     size_t n_order = 0;
     anchor *order = malloc((in->n_peak + in->n_anchors + 1) * sizeof *order);
     if (!order)
@@ -609,9 +696,7 @@ int gp_align_finish(gp_align *al)
         if (in->anchors[i].b_seq)
             order[n_order++] = in->anchors[i];
     qsort(order, n_order, sizeof *order, cmp_anchor_a);
-    for (size_t i = 1; i < n_order; i++)
-        if (order[i].b_seq < order[i - 1].b_seq)
-            order[i].b_seq = order[i - 1].b_seq;
+    n_order = monotone_twins(order, n_order);
 
     size_t cap = 0;
     uint64_t bs = al->b_seq;
@@ -746,6 +831,7 @@ void gp_align_free(gp_align *al)
         gp__map_free(&s->occ);
         free(s->counts);
         gp__map_free(&s->memo);
+        gp__map_free(&s->threads);
         free(s->hashes);
     }
     if (in) {
