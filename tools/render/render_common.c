@@ -1,6 +1,7 @@
 /*
- * render_common — formatting, escaping, orderings and text tables shared by the renderers; see
- * render_common.h. Also defines render.h's gp_render_options_default and gp_format_bytes.
+ * render_common — formatting, escaping, the timeline's buckets, orderings and text tables shared
+ * by the renderers; see render_common.h. Also defines render.h's gp_render_options_default and
+ * gp_format_bytes.
  */
 #define _GNU_SOURCE /* vasprintf */
 #include "render_common.h"
@@ -151,56 +152,6 @@ size_t gp__utf8_decode(const unsigned char *s, unsigned *cp)
     return n;
 }
 
-void gp__json_string(FILE *out, const char *s)
-{
-    fputc('"', out);
-    const unsigned char *p = (const unsigned char *)(s ? s : "");
-    while (*p) {
-        unsigned c = *p;
-        if (c == '"' || c == '\\') {
-            fputc('\\', out);
-            fputc((int)c, out);
-            p++;
-        } else if (c < 0x20 || c == 0x7f) {
-            switch (c) {
-            case '\n':
-                fputs("\\n", out);
-                break;
-            case '\r':
-                fputs("\\r", out);
-                break;
-            case '\t':
-                fputs("\\t", out);
-                break;
-            case '\b':
-                fputs("\\b", out);
-                break;
-            case '\f':
-                fputs("\\f", out);
-                break;
-            default:
-                fprintf(out, "\\u%04x", c);
-                break;
-            }
-            p++;
-        } else if (c < 0x80) {
-            fputc((int)c, out);
-            p++;
-        } else {
-            unsigned cp;
-            size_t n = gp__utf8_decode(p, &cp);
-            if (n == 0) {
-                fputs("\\ufffd", out); /* not UTF-8: keep the output valid */
-                p++;
-            } else {
-                fwrite(p, 1, n, out);
-                p += n;
-            }
-        }
-    }
-    fputc('"', out);
-}
-
 char *gp__sanitize_text(char *s, bool keep_newlines)
 {
     for (unsigned char *p = (unsigned char *)s; p && *p; p++)
@@ -233,6 +184,22 @@ void gp__html_escape(FILE *out, const char *s)
             break;
         }
     }
+}
+
+/* ---- the timeline's buckets ------------------------------------------------------------------ */
+
+uint64_t gp__timeline_start(const gp_profile *p, size_t i)
+{
+    uint64_t t = p->timeline[i].time_ns, floor = i > 0 ? p->timeline[i - 1].time_ns : 0;
+    return t - floor > p->timeline_bucket_ns ? t - p->timeline_bucket_ns : floor;
+}
+
+void gp__timeline_used_categories(const gp_profile *p, bool used[LP_CAT_COUNT])
+{
+    for (size_t i = 0; i < p->n_timeline; i++)
+        for (int c = 0; c < LP_CAT_COUNT; c++)
+            if (p->timeline[i].live_by_category[c] != 0)
+                used[c] = true;
 }
 
 /* ---- measures and orderings ------------------------------------------------------------------ */

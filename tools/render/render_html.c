@@ -10,7 +10,7 @@
  * Every number comes from the gp_profile / gp_diff; this file only lays them out. Byte cells show
  * a human size and carry the exact bytes in data-v (used for sorting) and in a tooltip.
  */
-#include "render_html.h"
+#include "render.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -453,41 +453,23 @@ static double chart_tmax(const gp_profile *p)
     return t > 0 ? (double)t : 1.0;
 }
 
-static void used_categories(const gp_profile *p, bool used[LP_CAT_COUNT])
-{
-    for (size_t i = 0; i < p->n_timeline; i++)
-        for (int c = 0; c < LP_CAT_COUNT; c++)
-            if (p->timeline[i].live_by_category[c] != 0)
-                used[c] = true;
-}
-
-uint64_t gp__timeline_width(const gp_profile *p) { return p->timeline_bucket_ns; }
-
-uint64_t gp__timeline_start(const gp_profile *p, uint64_t width, size_t i)
-{
-    uint64_t t = p->timeline[i].time_ns, floor = i > 0 ? p->timeline[i - 1].time_ns : 0;
-    return t - floor > width ? t - width : floor;
-}
-
 /* The timeline's samples as drawn: the points, after a lead sample at time 0 with nothing live
  * unless the first point is at 0. */
 typedef struct samples {
     size_t n;    /* samples, the lead one included */
     size_t lead; /* 1 if there is a lead sample */
-    uint64_t width;
 } samples;
 
 static void samples_geom(const gp_profile *p, samples *s)
 {
     s->lead = p->n_timeline > 0 && p->timeline[0].time_ns > 0 ? 1 : 0;
     s->n = p->n_timeline + s->lead;
-    s->width = gp__timeline_width(p);
 }
 
 /* When sample i starts (gp__timeline_start). */
 static double samples_start(const gp_profile *p, const samples *s, size_t i)
 {
-    return i < s->lead ? 0.0 : (double)gp__timeline_start(p, s->width, i - s->lead);
+    return i < s->lead ? 0.0 : (double)gp__timeline_start(p, i - s->lead);
 }
 
 /*
@@ -1120,7 +1102,7 @@ static int report_timeline(FILE *out, gp_profile *p)
 {
     char h[32];
     bool used[LP_CAT_COUNT] = {false};
-    used_categories(p, used);
+    gp__timeline_used_categories(p, used);
     fprintf(out,
             "<section id=\"timeline\">\n<h2>Memory over time</h2>\n<p class=\"note\">Live "
             "bytes on %s, stacked by category",
@@ -1238,8 +1220,8 @@ static int diff_timeline(FILE *out, const gp_diff *d)
 {
     gp_profile *pa = d->a.profile, *pb = d->b.profile;
     bool used[LP_CAT_COUNT] = {false};
-    used_categories(pa, used);
-    used_categories(pb, used);
+    gp__timeline_used_categories(pa, used);
+    gp__timeline_used_categories(pb, used);
     uint64_t va = chart_vmax(pa), vb = chart_vmax(pb);
     double ta = chart_tmax(pa), tb = chart_tmax(pb);
     uint64_t vmax = va > vb ? va : vb;
