@@ -78,7 +78,9 @@
 
 static void *lp__map_pages(size_t bytes)
 {
+    int saved_errno = errno;
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    errno = saved_errno;
     return p == MAP_FAILED ? NULL : p;
 }
 
@@ -913,11 +915,12 @@ static uint64_t lp__locate(lp__thread *th, uintptr_t ip)
         return v;
     const lp__module *m = lp__module_find(atomic_load(&R.modules), ip);
     if (!m) {
-        int cancel = lp__cancel_off(); /* the rescan writes MODULE records */
+        int saved_errno = errno, cancel = lp__cancel_off(); /* the rescan writes MODULE records */
         pthread_mutex_lock(&R.lock);
         lp__rescan_modules();
         pthread_mutex_unlock(&R.lock);
         lp__cancel_restore(cancel);
+        errno = saved_errno;
         m = lp__module_find(atomic_load(&R.modules), ip);
     }
     uint64_t offset = m ? ip - m->base : ip;
@@ -946,7 +949,9 @@ static void lp__cancel_restore(int old)
 /* Takes th->busy for its own thread. A flag found set by this same thread is one it left behind
  * (an event path it never returned from: a thread-exit hook run from inside it, an abandoned
  * signal handler): it is taken back. Waits only for another holder, whose hold is one write. */
-static void lp__own(lp__thread *th)
+#define LP__HOT static inline __attribute__((always_inline))
+
+LP__HOT void lp__own(lp__thread *th)
 {
     for (;;) {
         int expected = LP__FREE;
@@ -965,7 +970,7 @@ static bool lp__borrow(lp__thread *th)
                                                    memory_order_acquire, memory_order_relaxed);
 }
 
-static void lp__give_back(lp__thread *th)
+LP__HOT void lp__give_back(lp__thread *th)
 {
     atomic_store_explicit(&th->busy, LP__FREE, memory_order_release);
 }
@@ -1095,6 +1100,7 @@ static lp__thread *lp__thread_get(void)
         atomic_store(&th->exited, false);
         lp__give_back(th);
     }
+    int saved_errno = errno;
     th->tid = (pid_t)syscall(SYS_gettid);
     th->rng = lp__mix((uint64_t)th->tid ^ lp__now()) | 1;
     th->sample_left = 0;
@@ -1103,6 +1109,7 @@ static lp__thread *lp__thread_get(void)
     if (R.key_made)
         pthread_setspecific(R.key, th);
     lp__emit_thread_record(th);
+    errno = saved_errno;
     return th;
 }
 
@@ -1115,7 +1122,7 @@ static void lp__flush_thread(lp__thread *th)
 {
     if (!th->len)
         return;
-    int cancel = lp__cancel_off();
+    int saved_errno = errno, cancel = lp__cancel_off();
     if (atomic_load(&R.fd) < 0 && R.fd_pending) {
         if (!lp__never) {
             pthread_mutex_lock(&R.lock);
@@ -1131,6 +1138,7 @@ static void lp__flush_thread(lp__thread *th)
     th->len = 0;
     th->writing = 0;
     lp__cancel_restore(cancel);
+    errno = saved_errno;
 }
 
 /* Starts a chunk with a record that carries no time (a definition): the chunk's clock starts at
@@ -1270,7 +1278,9 @@ __attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
 {
     void *ips[LP_MAX_STACK_DEPTH + 8];
     int max = R.opts.stack_depth + 8;
+    int saved_errno = errno; /* libunwind may make system calls (memory validation) */
     int n = R.unwinder ? R.unwinder(ips, max, R.unwinder_user) : lp__default_unwind(ips, max, NULL);
+    errno = saved_errno;
     int first = 0;
     if (R.self_hi) {
         while (first < n && (uintptr_t)ips[first] >= R.self_lo && (uintptr_t)ips[first] < R.self_hi)
@@ -1323,7 +1333,7 @@ __attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
 
 /* Takes the calling thread's buffer, or NULL if this thread cannot record now. Once the program
  * has used pthread_cancel, cancellation is off until lp__release (*cancel: what to restore). */
-static lp__thread *lp__acquire(int *cancel)
+LP__HOT lp__thread *lp__acquire(int *cancel)
 {
     *cancel = PTHREAD_CANCEL_DISABLE; /* nothing to restore */
     if (__builtin_expect(atomic_load_explicit(&lp__cancel_used, memory_order_relaxed), 0))
@@ -1338,7 +1348,7 @@ static lp__thread *lp__acquire(int *cancel)
 }
 
 /* Gives the buffer back, flushing it first when it is older than the flush interval. */
-static void lp__release(lp__thread *th, uint64_t now, int cancel)
+LP__HOT void lp__release(lp__thread *th, uint64_t now, int cancel)
 {
     if (th->len && now > th->first_time &&
         now - th->first_time >= (uint64_t)R.opts.flush_ms * 1000000ull)
@@ -1373,7 +1383,7 @@ void lp__record_alloc(const void *addr, size_t size, lp_device device)
     lp__release(th, now, cancel);
 }
 
-void lp__record_free_at(const void *addr, lp_device device, uint64_t when)
+LP__HOT void lp__free_at(const void *addr, lp_device device, uint64_t when)
 {
     if (!lp__recording())
         return;
@@ -1389,10 +1399,12 @@ void lp__record_free_at(const void *addr, lp_device device, uint64_t when)
     lp__release(th, now, cancel);
 }
 
-void lp__record_free(const void *addr, lp_device device)
+void lp__record_free_at(const void *addr, lp_device device, uint64_t when)
 {
-    lp__record_free_at(addr, device, 0);
+    lp__free_at(addr, device, when);
 }
+
+void lp__record_free(const void *addr, lp_device device) { lp__free_at(addr, device, 0); }
 
 void lp__record_tag(const void *addr, size_t size, lp_device device, const lp_tag *tag,
                     bool is_new)
