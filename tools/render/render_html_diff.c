@@ -1,12 +1,10 @@
 /*
  * The diff page, gp_render_html_diff (render.h): both runs' summary, their memory over time on
  * the same axes (render_svg.h), the per-category deltas and the held-by-graph tables per layer,
- * module, op and call site, each with its unexplained remainder shown as a row of its own, as
- * one self-contained page (render_html_common.h).
+ * module, op and call site, with any remainder that does not add up shown as a row of its own,
+ * as one self-contained page (render_html_common.h).
  */
 #include <inttypes.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "diff.h"
 #include "render.h"

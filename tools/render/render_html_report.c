@@ -6,7 +6,6 @@
  */
 #include <inttypes.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "render.h"
 #include "render_common.h"
@@ -164,11 +163,14 @@ static void report_findings(FILE *out, gp_profile *p, const gp_render_options *o
     fputs("</section>\n", out);
 }
 
-static void report_sites(FILE *out, gp_profile *p, const gp_render_options *o, gp__measure m,
-                         const char *id, const char *title, const char *note)
+/* The sites table by measure m. These tables return -1 when out of memory (the table is then
+ * written as empty), else 0. */
+static int report_sites(FILE *out, gp_profile *p, const gp_render_options *o, gp__measure m,
+                        const char *id, const char *title, const char *note)
 {
     size_t n = 0;
     size_t *idx = gp__sorted_sites(p, m, &n);
+    int rc = idx == NULL && p->n_sites > 0 ? -1 : 0;
     if (idx == NULL) /* empty, or out of memory */
         n = 0;
     size_t nz = 0; /* rows with a non-zero value */
@@ -179,7 +181,7 @@ static void report_sites(FILE *out, gp_profile *p, const gp_render_options *o, g
     if (nz == 0) {
         fputs("<p class=\"note\">None.</p>\n</section>\n", out);
         free(idx);
-        return;
+        return rc;
     }
     static const char *const cols[] = {"#",        "site",       "category",     "op @ module",
                                        "#at peak", "#allocated", "#allocations", "#live at end"};
@@ -209,20 +211,22 @@ static void report_sites(FILE *out, gp_profile *p, const gp_render_options *o, g
     gp__html_table_end(out, shown, nz);
     fputs("</section>\n", out);
     free(idx);
+    return rc;
 }
 
-static void report_saved(FILE *out, gp_profile *p, const gp_render_options *o)
+static int report_saved(FILE *out, gp_profile *p, const gp_render_options *o)
 {
     fputs("<section id=\"saved\">\n<h2>Tensors saved for backward</h2>\n", out);
     size_t n = 0;
     size_t *idx = gp__sorted_saved(p, &n);
+    int rc = idx == NULL && p->n_saved > 0 ? -1 : 0;
     if (idx == NULL)
         n = 0;
     if (n == 0) {
         fputs("<p class=\"note\">None: no op kept a tensor for a backward pass.</p>\n</section>\n",
               out);
         free(idx);
-        return;
+        return rc;
     }
     fputs("<p class=\"note\">Activations an op kept alive for a backward pass, by module, op and "
           "shape.</p>\n",
@@ -250,19 +254,21 @@ static void report_saved(FILE *out, gp_profile *p, const gp_render_options *o)
     gp__html_table_end(out, shown, n);
     fputs("</section>\n", out);
     free(idx);
+    return rc;
 }
 
-static void report_regions(FILE *out, gp_profile *p, const gp_render_options *o)
+static int report_regions(FILE *out, gp_profile *p, const gp_render_options *o)
 {
     fputs("<section id=\"regions\">\n<h2>Regions</h2>\n", out);
     size_t n = 0;
     size_t *idx = gp__sorted_regions(p, &n);
+    int rc = idx == NULL && p->n_regions > 0 ? -1 : 0;
     if (idx == NULL)
         n = 0;
     if (n == 0) {
         fputs("<p class=\"note\">The program marked no regions.</p>\n</section>\n", out);
         free(idx);
-        return;
+        return rc;
     }
     fputs("<p class=\"note\">Graph bytes: saved, autograd and gradient memory allocated inside. "
           "Retained: the most bytes allocated inside and still live at one exit.</p>\n",
@@ -285,6 +291,7 @@ static void report_regions(FILE *out, gp_profile *p, const gp_render_options *o)
     gp__html_table_end(out, shown, n);
     fputs("</section>\n", out);
     free(idx);
+    return rc;
 }
 
 static void report_iterations(FILE *out, gp_profile *p)
@@ -325,12 +332,13 @@ static void report_iterations(FILE *out, gp_profile *p)
             fputs("<td class=\"num\" data-v=\"0\"></td>", out);
         else
             gp__html_td_delta(out, (int64_t)(it->live_bytes - p->iterations[i - 1].live_bytes));
-        for (int k = 0; k < LP_CAT_COUNT; k++)
-            if (used[k])
-                gp__html_td_bytes_class(
-                    out, it->live_by_category[k],
-                    lp_category_is_graph((lp_category)k) && it->live_by_category[k] ? "graph"
-                                                                                    : NULL);
+        for (int k = 0; k < LP_CAT_COUNT; k++) {
+            if (!used[k])
+                continue;
+            uint64_t v = it->live_by_category[k];
+            bool graph = lp_category_is_graph((lp_category)k) && v != 0;
+            gp__html_td_bytes_class(out, v, graph ? "graph" : NULL);
+        }
         fputs("</tr>\n", out);
     }
     fputs("</tbody></table>\n</section>\n", out);
@@ -369,12 +377,13 @@ int gp_render_html(FILE *out, gp_profile *p, const gp_render_options *o)
         return -1;
     report_findings(out, p, o);
     report_categories(out, p);
-    report_sites(out, p, o, GP__MEASURE_PEAK, "sites", "Top sites at peak",
-                 "Call sites by bytes live at the peak; open a site for its frames.");
-    report_saved(out, p, o);
-    report_regions(out, p, o);
+    int rc = report_sites(out, p, o, GP__MEASURE_PEAK, "sites", "Top sites at peak",
+                          "Call sites by bytes live at the peak; open a site for its frames.");
+    rc |= report_saved(out, p, o);
+    rc |= report_regions(out, p, o);
     report_iterations(out, p);
-    report_sites(out, p, o, GP__MEASURE_LEAKED, "leaks", "Live at end",
-                 "Call sites whose memory was still live when the trace ended.");
-    return gp__html_page_end(out);
+    rc |= report_sites(out, p, o, GP__MEASURE_LEAKED, "leaks", "Live at end",
+                       "Call sites whose memory was still live when the trace ended.");
+    rc |= gp__html_page_end(out);
+    return rc ? -1 : 0;
 }
