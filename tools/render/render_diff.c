@@ -144,8 +144,7 @@ static int held_table(FILE *out, const char *title, const char *what, const gp_d
         totals_add(&all, r);
         if (r->held_bytes > 0 && shown < limit) {
             gp__table_cell(t, "%s", short_label(r->label, lb, sizeof lb));
-            cells_abdh(t, r->a_bytes, r->b_bytes, r->delta, r->held_bytes,
-                       r->saved_inferred_bytes);
+            cells_abdh(t, r->a_bytes, r->b_bytes, r->delta, r->held_bytes, r->saved_inferred_bytes);
             cell_lifetime(t, r);
             shown++;
         } else {
@@ -198,40 +197,33 @@ static void headline(FILE *out, const gp_diff *d)
             x, y, z, pct, s);
     fprintf(out, "Own peaks: A %s, B %s: A peaks %s %s\n",
             gp_format_bytes(d->a.peak_bytes, x, sizeof x),
-            gp_format_bytes(d->b.peak_bytes, y, sizeof y), magnitude(d->peak_delta, own, sizeof own),
-            d->peak_delta >= 0 ? "higher" : "lower");
+            gp_format_bytes(d->b.peak_bytes, y, sizeof y),
+            magnitude(d->peak_delta, own, sizeof own), d->peak_delta >= 0 ? "higher" : "lower");
 }
 
-int gp_render_diff_text(FILE *out, const gp_diff *d, const gp_render_options *o)
+/* The runs (path, device, own peak, command) and their difference. */
+static int runs_table(FILE *out, const gp_diff *d)
 {
-    size_t top = o ? o->top : 10;
     char x[32], y[32];
-    int rc = 0;
-    headline(out, d);
-
-    /* The runs. */
-    fputc('\n', out);
-    {
-        const char *h[] = {"", "trace", "device", "peak", "bytes", "peak at", "command"};
-        gp__table *t = gp__table_new(7, h, "lllrrrl");
-        run_line(t, "A", &d->a);
-        run_line(t, "B", &d->b);
-        uint64_t mag =
-            d->peak_delta < 0 ? (uint64_t)0 - (uint64_t)d->peak_delta : (uint64_t)d->peak_delta;
-        gp__table_cell(t, "A-B");
-        gp__table_cell(t, "%s", "");
-        gp__table_cell(t, "%s", "");
-        gp__table_cell(t, "%s", gp__format_delta(d->peak_delta, x, sizeof x));
-        gp__table_cell(t, "%s%s B",
-                       d->peak_delta > 0   ? "+"
-                       : d->peak_delta < 0 ? "-"
-                                           : "",
-                       gp__format_count(mag, y, sizeof y));
-        gp__table_cell(t, "%s", "");
-        gp__table_cell(t, "%s", "");
-        rc |= table_print(out, t);
-        gp__table_free(t);
-    }
+    const char *h[] = {"", "trace", "device", "peak", "bytes", "peak at", "command"};
+    gp__table *t = gp__table_new(7, h, "lllrrrl");
+    run_line(t, "A", &d->a);
+    run_line(t, "B", &d->b);
+    uint64_t mag =
+        d->peak_delta < 0 ? (uint64_t)0 - (uint64_t)d->peak_delta : (uint64_t)d->peak_delta;
+    gp__table_cell(t, "A-B");
+    gp__table_cell(t, "%s", "");
+    gp__table_cell(t, "%s", "");
+    gp__table_cell(t, "%s", gp__format_delta(d->peak_delta, x, sizeof x));
+    gp__table_cell(t, "%s%s B",
+                   d->peak_delta > 0   ? "+"
+                   : d->peak_delta < 0 ? "-"
+                                       : "",
+                   gp__format_count(mag, y, sizeof y));
+    gp__table_cell(t, "%s", "");
+    gp__table_cell(t, "%s", "");
+    int rc = table_print(out, t);
+    gp__table_free(t);
     for (int s = 0; s < 2; s++) {
         const gp_diff_run *r = s ? &d->b : &d->a;
         if (r->damaged) {
@@ -242,92 +234,88 @@ int gp_render_diff_text(FILE *out, const gp_diff *d, const gp_render_options *o)
                 s ? "B" : "A", info ? info->damage_reason : "?", info ? info->damage_offset : 0);
         }
     }
-
     if (d->diverged)
         fprintf(out, "  warning: the runs do not align: %s\n", d->diverged_why);
-    /* By category. */
+    return rc;
+}
+
+/* By category, at A's peak and B's corresponding instant, with each category's delta that is in
+ * no tag key. */
+static int category_table(FILE *out, const gp_diff *d)
+{
+    char x[32];
     fprintf(out, "\nBy category, at A's peak and B's corresponding instant\n");
-    {
-        const char *h[] = {"category", "A", "B", "delta", "held", "saved"};
-        gp__table *t = gp__table_new(6, h, "lrrrrr");
-        totals all = {0};
-        for (int c = 0; c < LP_CAT_COUNT; c++) {
-            const gp_diff_row *r = &d->by_category[c];
-            totals_add(&all, r);
-            if (r->a_bytes == 0 && r->b_bytes == 0 && r->held_bytes == 0 &&
-                d->remainder.keys_by_category[c] == 0)
-                continue;
-            gp__table_cell(t, "%s", r->label);
-            cells_abdh(t, r->a_bytes, r->b_bytes, r->delta, r->held_bytes,
-                       r->saved_inferred_bytes);
-            if (d->remainder.keys_by_category[c] != 0)
-                gp__table_note(t,
-                               "    (unexplained remainder: %s of %s's delta is in no tag "
-                               "key)",
-                               gp__format_delta(d->remainder.keys_by_category[c], x, sizeof x),
-                               r->label);
-        }
-        gp__table_cell(t, "total");
-        cells_abdh(t, all.a, all.b, all.delta, all.held, all.saved);
-        remainder_row(t, d->remainder.categories, 0);
-        rc |= table_print(out, t);
-        gp__table_free(t);
+    const char *h[] = {"category", "A", "B", "delta", "held", "saved"};
+    gp__table *t = gp__table_new(6, h, "lrrrrr");
+    totals all = {0};
+    for (int c = 0; c < LP_CAT_COUNT; c++) {
+        const gp_diff_row *r = &d->by_category[c];
+        totals_add(&all, r);
+        if (r->a_bytes == 0 && r->b_bytes == 0 && r->held_bytes == 0 &&
+            d->remainder.keys_by_category[c] == 0)
+            continue;
+        gp__table_cell(t, "%s", r->label);
+        cells_abdh(t, r->a_bytes, r->b_bytes, r->delta, r->held_bytes, r->saved_inferred_bytes);
+        if (d->remainder.keys_by_category[c] != 0)
+            gp__table_note(t,
+                           "    (unexplained remainder: %s of %s's delta is in no tag "
+                           "key)",
+                           gp__format_delta(d->remainder.keys_by_category[c], x, sizeof x),
+                           r->label);
     }
+    gp__table_cell(t, "total");
+    cells_abdh(t, all.a, all.b, all.delta, all.held, all.saved);
+    remainder_row(t, d->remainder.categories, 0);
+    int rc = table_print(out, t);
+    gp__table_free(t);
+    return rc;
+}
 
-    rc |= held_table(out, "Held by graph construction, by module", "module", d->modules,
-                     d->n_modules, top, d->remainder.keys);
-    rc |= held_table(out, "Held by graph construction, by op", "op @ module", d->ops, d->n_ops, top,
-                     d->remainder.keys);
-    rc |= held_table(out, "Held by graph construction, by call site", "call site", d->call_sites,
-                     d->n_call_sites, top, d->remainder.call_sites);
-    /* Per layer. */
-    if (d->n_layers) {
-        fprintf(out, "\nPer layer (graph = saved + autograd + gradient)\n");
-        const char *h[] = {"layer", "A", "B", "delta", "held", "saved", "graph A", "graph B"};
-        gp__table *t = gp__table_new(8, h, "lrrrrrrr");
-        totals all = {0};
-        uint64_t ga = 0, gb = 0;
-        char lb[LABEL_MAX + 8];
-        int min_depth = -1; /* indent relative to the shallowest module path */
-        for (size_t i = 0; i < d->n_layers; i++)
-            if (*d->layers[i].module && (min_depth < 0 || d->layers[i].depth < min_depth))
-                min_depth = d->layers[i].depth;
-        for (size_t i = 0; i < d->n_layers; i++) {
-            const gp_diff_row *r = &d->layers[i];
-            totals_add(&all, r);
-            ga += r->a_graph_bytes;
-            gb += r->b_graph_bytes;
-            gp__table_cell(t, "%*s%s", 2 * (*r->module ? r->depth - min_depth : 0), "",
-                           short_label(r->label, lb, sizeof lb));
-            cells_abdh(t, r->a_bytes, r->b_bytes, r->delta, r->held_bytes,
-                       r->saved_inferred_bytes);
-            gp__table_cell(t, "%s", gp_format_bytes(r->a_graph_bytes, x, sizeof x));
-            gp__table_cell(t, "%s", gp_format_bytes(r->b_graph_bytes, x, sizeof x));
-        }
-        gp__table_cell(t, "total");
-        cells_abdh(t, all.a, all.b, all.delta, all.held, all.saved);
-        gp__table_cell(t, "%s", gp_format_bytes(ga, x, sizeof x));
-        gp__table_cell(t, "%s", gp_format_bytes(gb, x, sizeof x));
-        if (d->remainder.layers) {
-            gp__table_cell(t, "(unexplained remainder)");
-            gp__table_cell(t, "%s", "");
-            gp__table_cell(t, "%s", "");
-            gp__table_cell(t, "%s", gp__format_delta(d->remainder.layers, x, sizeof x));
-            gp__table_cell(t, "%s", "");
-            gp__table_cell(t, "%s", "");
-            gp__table_cell(t, "%s", "");
-            gp__table_cell(t, "%s", "");
-        }
-        rc |= table_print(out, t);
-        gp__table_free(t);
+/* Per layer, in model order, indented by depth below the shallowest module path. */
+static int layer_table(FILE *out, const gp_diff *d)
+{
+    char x[32];
+    if (!d->n_layers)
+        return 0;
+    fprintf(out, "\nPer layer (graph = saved + autograd + gradient)\n");
+    const char *h[] = {"layer", "A", "B", "delta", "held", "saved", "graph A", "graph B"};
+    gp__table *t = gp__table_new(8, h, "lrrrrrrr");
+    totals all = {0};
+    uint64_t ga = 0, gb = 0;
+    char lb[LABEL_MAX + 8];
+    int min_depth = -1;
+    for (size_t i = 0; i < d->n_layers; i++)
+        if (*d->layers[i].module && (min_depth < 0 || d->layers[i].depth < min_depth))
+            min_depth = d->layers[i].depth;
+    for (size_t i = 0; i < d->n_layers; i++) {
+        const gp_diff_row *r = &d->layers[i];
+        totals_add(&all, r);
+        ga += r->a_graph_bytes;
+        gb += r->b_graph_bytes;
+        gp__table_cell(t, "%*s%s", 2 * (*r->module ? r->depth - min_depth : 0), "",
+                       short_label(r->label, lb, sizeof lb));
+        cells_abdh(t, r->a_bytes, r->b_bytes, r->delta, r->held_bytes, r->saved_inferred_bytes);
+        gp__table_cell(t, "%s", gp_format_bytes(r->a_graph_bytes, x, sizeof x));
+        gp__table_cell(t, "%s", gp_format_bytes(r->b_graph_bytes, x, sizeof x));
     }
+    gp__table_cell(t, "total");
+    cells_abdh(t, all.a, all.b, all.delta, all.held, all.saved);
+    gp__table_cell(t, "%s", gp_format_bytes(ga, x, sizeof x));
+    gp__table_cell(t, "%s", gp_format_bytes(gb, x, sizeof x));
+    remainder_row(t, d->remainder.layers, 3);
+    int rc = table_print(out, t);
+    gp__table_free(t);
+    return rc;
+}
 
-    /* The arithmetic, in one line. */
+/* The arithmetic, in one line. */
+static void sums_line(FILE *out, const gp_diff *d)
+{
     const gp_diff_remainder *rm = &d->remainder;
     bool clean = rm->categories == 0 && rm->keys == 0 && rm->call_sites == 0 && rm->layers == 0;
     for (int c = 0; c < LP_CAT_COUNT; c++)
         clean = clean && rm->keys_by_category[c] == 0;
-    char h[32], bm[32], un[32];
+    char x[32], h[32], bm[32], un[32];
     fprintf(out,
             "\nSums: A's peak - B at that instant = %s = held %s - b_more %s + unaligned %s "
             "(twin not made by B yet)",
@@ -342,6 +330,23 @@ int gp_render_diff_text(FILE *out, const gp_diff *d, const gp_render_options *o)
                 "; the tables do not all add up to it: remainders categories %" PRId64
                 " B, tag keys %" PRId64 " B, call sites %" PRId64 " B, layers %" PRId64 " B.\n",
                 rm->categories, rm->keys, rm->call_sites, rm->layers);
+}
+
+int gp_render_diff_text(FILE *out, const gp_diff *d, const gp_render_options *o)
+{
+    size_t top = o ? o->top : 10;
+    headline(out, d);
+    fputc('\n', out);
+    int rc = runs_table(out, d);
+    rc |= category_table(out, d);
+    rc |= held_table(out, "Held by graph construction, by module", "module", d->modules,
+                     d->n_modules, top, d->remainder.keys);
+    rc |= held_table(out, "Held by graph construction, by op", "op @ module", d->ops, d->n_ops, top,
+                     d->remainder.keys);
+    rc |= held_table(out, "Held by graph construction, by call site", "call site", d->call_sites,
+                     d->n_call_sites, top, d->remainder.call_sites);
+    rc |= layer_table(out, d);
+    sums_line(out, d);
     return rc || ferror(out) ? -1 : 0;
 }
 
