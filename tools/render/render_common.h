@@ -102,7 +102,7 @@ const char *gp__finding_text(const gp_finding *f);
 const gp_device_stats *gp__primary_device(const gp_profile *p);
 
 /*
- * An aligned text table: columns with a header and an alignment ('l' or 'r'); cells added left to
+ * An aligned text table (render_table.c): columns with a header and an alignment ('l' or 'r'); cells added left to
  * right with printf formats, a row ends after the last column. The last column is not padded.
  * Cells are sanitized (gp__sanitize_text). Allocation failures are remembered and make
  * gp__table_print return -1.
