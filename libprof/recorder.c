@@ -17,10 +17,13 @@
  *    required) and recording goes on; buffered events are not lost. If the path no longer names
  *    that file, recording stops with one warning. The window left: a descriptor replaced between
  *    the fstat and the writev of one chunk.
- *  - Cancellation: no write, open or lock of the recorder runs with cancellation enabled (a
- *    deferred pthread_cancel acting inside the recorder would unwind out of it with its buffer
- *    held). The writes always disable it, per chunk; once the program has called pthread_cancel
- *    (the preload library sees it), the whole event path does, per event.
+ *  - Cancellation: no write, open or shared lock of the recorder runs with cancellation enabled
+ *    (a deferred pthread_cancel acting inside the recorder's writev unwound out of it with its
+ *    buffer held). Writes, file creation, module rescans and new thread states disable it
+ *    (per chunk, per module, per thread); once the program has called pthread_cancel (the preload
+ *    library sees it), stack unwinding does too (per allocation with a stack: libunwind may make
+ *    system calls and takes the loader's lock). What is left of the event path touches only the
+ *    thread's own state, which its thread-exit hook takes back whatever happened.
  *  - Thread exit: the recorder's thread-specific-data destructor flushes the thread's buffer but
  *    leaves the thread recording, so that destructors that run after it (other keys, later
  *    rounds, libc's own clean-up) are recorded too; the flusher writes the rest and recycles the
@@ -1053,6 +1056,7 @@ static lp__thread *lp__thread_get(void)
         return th;
     }
     bool reclaimed = false;
+    int cancel = lp__cancel_off(); /* R.lock: even an asynchronous cancel must not leave it held */
     pthread_mutex_lock(&R.lock);
     for (th = R.threads; th; th = th->next)
         if (atomic_load(&th->exited) && atomic_load(&th->busy) == LP__FREE)
@@ -1089,6 +1093,7 @@ static lp__thread *lp__thread_get(void)
         }
     }
     pthread_mutex_unlock(&R.lock);
+    lp__cancel_restore(cancel);
     if (!th) {
         lp__warn_once(LP__WARN_MEMORY, "out of memory for a thread buffer; its events are lost");
         return NULL;
@@ -1278,8 +1283,13 @@ __attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
 {
     void *ips[LP_MAX_STACK_DEPTH + 8];
     int max = R.opts.stack_depth + 8;
-    int saved_errno = errno; /* libunwind may make system calls (memory validation) */
+    /* libunwind may make system calls (memory validation, reading unwind tables) and takes the
+     * loader's lock: once the program cancels threads, not a place to be cancelled in. */
+    int saved_errno = errno, cancel = PTHREAD_CANCEL_DISABLE;
+    if (__builtin_expect(atomic_load_explicit(&lp__cancel_used, memory_order_relaxed), 0))
+        cancel = lp__cancel_off();
     int n = R.unwinder ? R.unwinder(ips, max, R.unwinder_user) : lp__default_unwind(ips, max, NULL);
+    lp__cancel_restore(cancel);
     errno = saved_errno;
     int first = 0;
     if (R.self_hi) {
@@ -1331,18 +1341,15 @@ __attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
 
 /* ---- the event path -------------------------------------------------------------------------- */
 
-/* Takes the calling thread's buffer, or NULL if this thread cannot record now. Once the program
- * has used pthread_cancel, cancellation is off until lp__release (*cancel: what to restore). */
+/* Takes the calling thread's buffer, or NULL if this thread cannot record now. (*cancel: a
+ * cancellation state to restore in lp__release; none is changed here any more: the stretches that
+ * reach cancellation points or take shared locks turn it off themselves.) */
 LP__HOT lp__thread *lp__acquire(int *cancel)
 {
     *cancel = PTHREAD_CANCEL_DISABLE; /* nothing to restore */
-    if (__builtin_expect(atomic_load_explicit(&lp__cancel_used, memory_order_relaxed), 0))
-        *cancel = lp__cancel_off();
     lp__thread *th = lp__thread_get();
-    if (!th) {
-        lp__cancel_restore(*cancel);
+    if (!th)
         return NULL;
-    }
     lp__own(th); /* only the flusher contends, for the time of one write */
     return th;
 }
