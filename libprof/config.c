@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "recorder.h"
 
@@ -55,13 +56,47 @@ static int lp__env_uint(int key, const char *name, uint64_t lo, uint64_t hi, uin
     return 0;
 }
 
+/*
+ * A GRADPROF_OUTPUT that cannot be used (empty, or longer than LP__ENV_MAX): the trace goes to
+ * the default name in the current directory, made absolute, and the warning says where, with the
+ * pid in place of %p ("(or .1, .2, ... if taken)" is in the README); if even that path cannot be
+ * made, nothing is recorded and the warning says so.
+ */
+static void lp__output_refused(lp_options *o, const char *value)
+{
+    char why[64], cwd[4096], shown[200], where[240];
+    size_t n = strlen(value);
+    if (n == 0)
+        snprintf(why, sizeof why, "is empty");
+    else
+        snprintf(why, sizeof why, "is too long (%zu bytes; the limit is %d)", n, LP__ENV_MAX);
+    if (getcwd(cwd, sizeof cwd) != NULL &&
+        (size_t)snprintf(o->output, sizeof o->output, "%s/%s", cwd, LP_DEFAULT_OUTPUT) <
+            sizeof o->output) {
+        char expanded[4160];
+        snprintf(expanded, sizeof expanded, "%s/gradprof.%d.gptrace", cwd, (int)getpid());
+        size_t len = strlen(expanded);
+        if (len > 190)
+            snprintf(shown, sizeof shown, "%.80s...%s", expanded, expanded + len - 80);
+        else
+            snprintf(shown, sizeof shown, "%s", expanded);
+        snprintf(where, sizeof where, "the trace goes to %s instead", shown);
+    } else {
+        o->enabled = false;
+        snprintf(where, sizeof where, "and the current directory cannot stand in; not recording");
+    }
+    char msg[400];
+    snprintf(msg, sizeof msg, "GRADPROF_OUTPUT='%.40s%s' %s; %s", value, n > 40 ? "..." : "", why,
+             where);
+    lp__warn_once(LP__WARN_CONFIG, msg);
+}
+
 void lp_options_from_env(lp_options *o)
 {
     const char *out = getenv("GRADPROF_OUTPUT");
     if (out) {
         if (!*out || strlen(out) > LP__ENV_MAX)
-            lp__config_warn(0, "GRADPROF_OUTPUT", out, !*out ? "is empty" : "is too long",
-                            o->output);
+            lp__output_refused(o, out);
         else
             snprintf(o->output, sizeof o->output, "%s", out);
     }

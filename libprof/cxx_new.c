@@ -34,26 +34,26 @@ LP__TLS void *lp__cxx_freeing;
 /* ---- the real operators ---------------------------------------------------------------------- */
 
 enum lp__cxx_op {
-    LP__NEW,                /* operator new(size_t) */
-    LP__NEW_NT,             /* operator new(size_t, nothrow_t const &) */
-    LP__NEW_ARR,            /* operator new[](size_t) */
-    LP__NEW_ARR_NT,         /* operator new[](size_t, nothrow_t const &) */
-    LP__NEW_AL,             /* operator new(size_t, align_val_t) */
-    LP__NEW_AL_NT,          /* operator new(size_t, align_val_t, nothrow_t const &) */
-    LP__NEW_ARR_AL,         /* operator new[](size_t, align_val_t) */
-    LP__NEW_ARR_AL_NT,      /* operator new[](size_t, align_val_t, nothrow_t const &) */
-    LP__DEL,                /* operator delete(void *) */
-    LP__DEL_SZ,             /* operator delete(void *, size_t) */
-    LP__DEL_NT,             /* operator delete(void *, nothrow_t const &) */
-    LP__DEL_AL,             /* operator delete(void *, align_val_t) */
-    LP__DEL_SZ_AL,          /* operator delete(void *, size_t, align_val_t) */
-    LP__DEL_AL_NT,          /* operator delete(void *, align_val_t, nothrow_t const &) */
-    LP__DEL_ARR,            /* operator delete[](void *) */
-    LP__DEL_ARR_SZ,         /* operator delete[](void *, size_t) */
-    LP__DEL_ARR_NT,         /* operator delete[](void *, nothrow_t const &) */
-    LP__DEL_ARR_AL,         /* operator delete[](void *, align_val_t) */
-    LP__DEL_ARR_SZ_AL,      /* operator delete[](void *, size_t, align_val_t) */
-    LP__DEL_ARR_AL_NT,      /* operator delete[](void *, align_val_t, nothrow_t const &) */
+    LP__NEW,           /* operator new(size_t) */
+    LP__NEW_NT,        /* operator new(size_t, nothrow_t const &) */
+    LP__NEW_ARR,       /* operator new[](size_t) */
+    LP__NEW_ARR_NT,    /* operator new[](size_t, nothrow_t const &) */
+    LP__NEW_AL,        /* operator new(size_t, align_val_t) */
+    LP__NEW_AL_NT,     /* operator new(size_t, align_val_t, nothrow_t const &) */
+    LP__NEW_ARR_AL,    /* operator new[](size_t, align_val_t) */
+    LP__NEW_ARR_AL_NT, /* operator new[](size_t, align_val_t, nothrow_t const &) */
+    LP__DEL,           /* operator delete(void *) */
+    LP__DEL_SZ,        /* operator delete(void *, size_t) */
+    LP__DEL_NT,        /* operator delete(void *, nothrow_t const &) */
+    LP__DEL_AL,        /* operator delete(void *, align_val_t) */
+    LP__DEL_SZ_AL,     /* operator delete(void *, size_t, align_val_t) */
+    LP__DEL_AL_NT,     /* operator delete(void *, align_val_t, nothrow_t const &) */
+    LP__DEL_ARR,       /* operator delete[](void *) */
+    LP__DEL_ARR_SZ,    /* operator delete[](void *, size_t) */
+    LP__DEL_ARR_NT,    /* operator delete[](void *, nothrow_t const &) */
+    LP__DEL_ARR_AL,    /* operator delete[](void *, align_val_t) */
+    LP__DEL_ARR_SZ_AL, /* operator delete[](void *, size_t, align_val_t) */
+    LP__DEL_ARR_AL_NT, /* operator delete[](void *, align_val_t, nothrow_t const &) */
     LP__CXX_OPS
 };
 
@@ -371,10 +371,16 @@ typedef void (*lp__del_al_nt_fn)(void *, size_t, const void *);
     lp__cxx_freeing = outer
 
 LP__EXPORT void _ZdlPv(void *p);
-LP__EXPORT void _ZdlPv(void *p) { LP__CXX_DELETE_BODY(LP__DEL, lp__del_fn, real(p)); }
+LP__EXPORT void _ZdlPv(void *p)
+{
+    LP__CXX_DELETE_BODY(LP__DEL, lp__del_fn, real(p));
+}
 
 LP__EXPORT void _ZdaPv(void *p);
-LP__EXPORT void _ZdaPv(void *p) { LP__CXX_DELETE_BODY(LP__DEL_ARR, lp__del_fn, real(p)); }
+LP__EXPORT void _ZdaPv(void *p)
+{
+    LP__CXX_DELETE_BODY(LP__DEL_ARR, lp__del_fn, real(p));
+}
 
 LP__EXPORT void _ZdlPvm(void *p, size_t size);
 LP__EXPORT void _ZdlPvm(void *p, size_t size)

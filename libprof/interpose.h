@@ -7,9 +7,9 @@
  * after it another thread may get the same address back, and an allocation after the real
  * allocation returned, so that by time the free of an address always comes first; a failed
  * allocation records nothing. Sizes are what the program asked for, not what the allocator
- * rounded them up to. errno is left as the real function left it.
+ * rounded them up to. errno is left as the real function left it (the recorder keeps it on the
+ * paths where it makes system calls: per chunk, per new thread, per new module, per stack).
  */
-#include <errno.h>
 #ifndef GRADPROF_LIBPROF_INTERPOSE_H
 #define GRADPROF_LIBPROF_INTERPOSE_H
 
@@ -30,9 +30,7 @@ LP__IP_INLINE void lp__ip_alloc(const void *p, size_t size)
         return;
     if (!lp__guard_enter())
         return;
-    int saved_errno = errno;
     lp__record_alloc(p, size, LP_DEVICE_HOST);
-    errno = saved_errno;
     lp__guard_exit();
 }
 
@@ -43,9 +41,7 @@ LP__IP_INLINE void lp__ip_free(const void *p)
         return;
     if (!lp__guard_enter())
         return;
-    int saved_errno = errno;
     lp__record_free(p, LP_DEVICE_HOST);
-    errno = saved_errno;
     lp__guard_exit();
 }
 
@@ -79,10 +75,8 @@ LP__IP_INLINE void *lp__ip_realloc(void *(*real)(void *, size_t), void *old, siz
     void *p = real(old, size);
     if (p == NULL || before == 0 || !lp__guard_enter())
         return p;
-    int saved_errno = errno;
     lp__record_free_at(old, LP_DEVICE_HOST, before);
     lp__record_alloc(p, size, LP_DEVICE_HOST);
-    errno = saved_errno;
     lp__guard_exit();
     return p;
 }

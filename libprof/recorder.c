@@ -17,17 +17,20 @@
  *    required) and recording goes on; buffered events are not lost. If the path no longer names
  *    that file, recording stops with one warning. The window left: a descriptor replaced between
  *    the fstat and the writev of one chunk.
- *  - Cancellation: no write, open or lock of the recorder runs with cancellation enabled (a
- *    deferred pthread_cancel acting inside the recorder would unwind out of it with its buffer
- *    held). The writes always disable it, per chunk; once the program has called pthread_cancel
- *    (the preload library sees it), the whole event path does, per event.
+ *  - Cancellation: no write, open or shared lock of the recorder runs with cancellation enabled
+ *    (a deferred pthread_cancel acting inside the recorder's writev unwound out of it with its
+ *    buffer held). Writes, file creation, module rescans and new thread states disable it
+ *    (per chunk, per module, per thread); once the program has called pthread_cancel (the preload
+ *    library sees it), stack unwinding does too (per allocation with a stack: libunwind may make
+ *    system calls and takes the loader's lock). What is left of the event path touches only the
+ *    thread's own state, which its thread-exit hook takes back whatever happened.
  *  - Thread exit: the recorder's thread-specific-data destructor flushes the thread's buffer but
  *    leaves the thread recording, so that destructors that run after it (other keys, later
  *    rounds, libc's own clean-up) are recorded too; the flusher writes the rest and recycles the
  *    state once the kernel says the thread is gone (tgkill(tid, 0) fails with ESRCH).
  *  - No spin that a dead or interrupted holder could leave held forever: a buffer flag left set
- *    by its own thread is taken back by that thread, one left by a thread that is gone is taken
- *    by the flusher, and lp_flush waits for others only a bounded time.
+ *    by its own thread is taken back by that thread (its thread-exit hook included), the flusher
+ *    never waits for one, and lp_flush waits for others only a bounded time (500 ms in all).
  *
  * Time. Each thread's records are strictly increasing in time (a record stamped no later than the
  * previous one gets the previous time + 1 ns). A free is stamped before the block is given back
@@ -78,7 +81,9 @@
 
 static void *lp__map_pages(size_t bytes)
 {
+    int saved_errno = errno;
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    errno = saved_errno;
     return p == MAP_FAILED ? NULL : p;
 }
 
@@ -395,14 +400,21 @@ static void lp__create_error(int err, const char *path, char *out, size_t size)
     }
 }
 
+static bool lp__same_file(const struct stat *a, const struct stat *b)
+{
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
 /*
- * Moves the trace's descriptor out of the program's way: to the lowest free number at or above
- * 1000 (below the RLIMIT_NOFILE soft limit, 64 under it when the limit is low), close-on-exec,
- * closing `fd`. Programs take the lowest free number (open), or a number they choose, mostly low
- * (dup2(f, 3), `cmd 3>file`): neither meets the trace there. Returns the descriptor in use.
- * Async-signal-safe.
+ * Moves `fd`, open on the file `id`, out of the program's way: to the lowest free number at or
+ * above 1000 (below the RLIMIT_NOFILE soft limit, 64 under it when the limit is low),
+ * close-on-exec, closing `fd`. Programs take the lowest free number (open) or one they choose,
+ * mostly low (dup2(f, 3), `cmd 3>file`): neither meets the trace up there. The program may close
+ * or replace `fd` meanwhile (another thread's closefrom): the copy is checked to be `id`, and
+ * `fd` is closed only while it still is. Returns the descriptor to use, or -1 if `fd` was taken
+ * from under us (it is not ours to close then). Async-signal-safe.
  */
-static int lp__fd_move_high(int fd)
+static int lp__fd_move_high(int fd, const struct stat *id)
 {
     struct rlimit rl;
     long floor = 1000;
@@ -414,19 +426,39 @@ static int lp__fd_move_high(int fd)
     int high = fcntl(fd, F_DUPFD_CLOEXEC, (int)floor);
     if (high < 0)
         return fd; /* no room up there: stay, the inode check still guards every write */
-    close(fd);
+    struct stat st;
+    if (fstat(high, &st) != 0 || !lp__same_file(&st, id)) {
+        close(high); /* a copy of what the program put on `fd`: ours */
+        return -1;
+    }
+    if (fstat(fd, &st) == 0 && lp__same_file(&st, id))
+        close(fd);
     return high;
 }
 
-/* Remembers what the trace file is (device, inode), for the check before each write. */
-static bool lp__fd_identify(int fd)
+/*
+ * Opens `path` with `flags` (O_CREAT | O_EXCL the first time only) on a high descriptor
+ * (lp__fd_move_high), checked to be the file the path names: a program that closes and opens
+ * descriptors in another thread may take the number between the open and the check, and then
+ * the open is tried again (the number is left alone). Fills *id. Returns the descriptor, or -1
+ * with errno (EAGAIN when the program kept taking the numbers away). Async-signal-safe.
+ */
+static int lp__open_high(const char *path, int flags, struct stat *id)
 {
-    struct stat st;
-    if (fstat(fd, &st) != 0)
-        return false;
-    R.fd_dev = st.st_dev;
-    R.fd_ino = st.st_ino;
-    return true;
+    for (int attempt = 0; attempt < 16; attempt++) {
+        int fd = open(path, flags, 0600);
+        if (fd < 0)
+            return -1;
+        flags &= ~(O_CREAT | O_EXCL); /* it exists now: ours, made just above */
+        struct stat by_fd;
+        if (stat(path, id) != 0 || fstat(fd, &by_fd) != 0 || !lp__same_file(&by_fd, id))
+            continue;
+        int high = lp__fd_move_high(fd, id);
+        if (high >= 0)
+            return high;
+    }
+    errno = EAGAIN;
+    return -1;
 }
 
 /* Creates the trace file at R.path, never following a symlink and never overwriting: if the
@@ -442,25 +474,27 @@ static int lp__create_file(void)
             errno = ENAMETOOLONG;
             return -1;
         }
-        int fd = open(candidate, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_NOFOLLOW | O_CLOEXEC,
-                      0600);
+        struct stat id;
+        int fd = lp__open_high(
+            candidate, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_NOFOLLOW | O_CLOEXEC, &id);
         if (fd < 0) {
             if (errno == EEXIST)
                 continue;
             return -1;
         }
-        fd = lp__fd_move_high(fd);
         uint8_t header[GP_FILE_HEADER_BYTES] = {0};
         memcpy(header, GP_FILE_MAGIC, 8);
         header[8] = GP_VERSION_MAJOR;
         header[10] = GP_VERSION_MINOR;
-        if (write(fd, header, sizeof header) != (ssize_t)sizeof header || !lp__fd_identify(fd)) {
+        if (write(fd, header, sizeof header) != (ssize_t)sizeof header) {
             int err = errno;
             close(fd);
             unlink(candidate);
             errno = err;
             return -1;
         }
+        R.fd_dev = id.st_dev;
+        R.fd_ino = id.st_ino;
         memcpy(R.path, candidate, sizeof candidate);
         R.reopen_path[0] = '\0';
         if (candidate[0] != '/' && getcwd(R.reopen_path, sizeof R.reopen_path) != NULL) {
@@ -496,22 +530,22 @@ static void lp__disable(const char *why)
  */
 static int lp__fd_reopen(int old)
 {
-    int fd = R.reopen_path[0] ? open(R.reopen_path, O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC)
-                              : -1;
-    struct stat st;
-    if (fd >= 0 && (fstat(fd, &st) != 0 || st.st_dev != R.fd_dev || st.st_ino != R.fd_ino)) {
-        close(fd);
+    struct stat id;
+    int fd = R.reopen_path[0]
+                 ? lp__open_high(R.reopen_path, O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC, &id)
+                 : -1;
+    if (fd >= 0 && (id.st_dev != R.fd_dev || id.st_ino != R.fd_ino)) {
+        close(fd); /* ours, but another file now has the trace's name */
         fd = -1;
     }
     if (fd < 0) {
         int now = atomic_load(&R.fd);
         if (now != old) /* another thread reopened it meanwhile */
             return now;
-        lp__disable("the program closed or replaced the trace's descriptor, and the path no "
-                    "longer names the trace file");
+        lp__disable("the program closed or replaced the trace's descriptor, and the trace "
+                    "could not be opened again by its path");
         return -1;
     }
-    fd = lp__fd_move_high(fd);
     int expected = old;
     if (!atomic_compare_exchange_strong(&R.fd, &expected, fd)) {
         close(fd); /* ours: opened just above */
@@ -532,10 +566,11 @@ static int lp__fd_checked(void)
     return lp__fd_reopen(fd);
 }
 
-/* Writes one chunk. Async-signal-safe (fstat, writev; open and fcntl when the descriptor must be
+/* Writes one chunk; `last_time` is its last record's time (0: none), which the write time is not
+ * before. Async-signal-safe (fstat, writev; open and fcntl when the descriptor must be
  * reopened). Cancellation is off for the caller (lp__flush_thread) or never reaches here. */
-static void lp__write_chunk(uint32_t thread, uint64_t base_time, const uint8_t *payload,
-                            size_t len)
+static void lp__write_chunk_at(uint32_t thread, uint64_t base_time, uint64_t last_time,
+                               const uint8_t *payload, size_t len)
 {
     if (len == 0 || atomic_load(&R.disabled))
         return;
@@ -546,8 +581,9 @@ static void lp__write_chunk(uint32_t thread, uint64_t base_time, const uint8_t *
     gp_put_u32(header, GP_CHUNK_MAGIC);
     gp_put_u32(header + 4, (uint32_t)len);
     gp_put_u32(header + 12, thread);
+    uint64_t now = lp__now();
     gp_put_u64(header + 16, base_time);
-    gp_put_u64(header + 24, lp__now());
+    gp_put_u64(header + 24, now > last_time ? now : last_time);
     uint32_t crc = gp_crc32c(0, header + 12, GP_CHUNK_HEADER_BYTES - 12);
     gp_put_u32(header + 8, gp_crc32c(crc, payload, len));
     struct iovec iov[2] = {{header, sizeof header}, {(void *)payload, len}};
@@ -569,6 +605,12 @@ static void lp__write_chunk(uint32_t thread, uint64_t base_time, const uint8_t *
         break;
     }
     errno = saved_errno;
+}
+
+static void lp__write_chunk(uint32_t thread, uint64_t base_time, const uint8_t *payload,
+                            size_t len)
+{
+    lp__write_chunk_at(thread, base_time, 0, payload, len);
 }
 
 static void lp__write_metadata(void);
@@ -876,11 +918,12 @@ static uint64_t lp__locate(lp__thread *th, uintptr_t ip)
         return v;
     const lp__module *m = lp__module_find(atomic_load(&R.modules), ip);
     if (!m) {
-        int cancel = lp__cancel_off(); /* the rescan writes MODULE records */
+        int saved_errno = errno, cancel = lp__cancel_off(); /* the rescan writes MODULE records */
         pthread_mutex_lock(&R.lock);
         lp__rescan_modules();
         pthread_mutex_unlock(&R.lock);
         lp__cancel_restore(cancel);
+        errno = saved_errno;
         m = lp__module_find(atomic_load(&R.modules), ip);
     }
     uint64_t offset = m ? ip - m->base : ip;
@@ -909,7 +952,9 @@ static void lp__cancel_restore(int old)
 /* Takes th->busy for its own thread. A flag found set by this same thread is one it left behind
  * (an event path it never returned from: a thread-exit hook run from inside it, an abandoned
  * signal handler): it is taken back. Waits only for another holder, whose hold is one write. */
-static void lp__own(lp__thread *th)
+#define LP__HOT static inline __attribute__((always_inline))
+
+LP__HOT void lp__own(lp__thread *th)
 {
     for (;;) {
         int expected = LP__FREE;
@@ -928,7 +973,7 @@ static bool lp__borrow(lp__thread *th)
                                                    memory_order_acquire, memory_order_relaxed);
 }
 
-static void lp__give_back(lp__thread *th)
+LP__HOT void lp__give_back(lp__thread *th)
 {
     atomic_store_explicit(&th->busy, LP__FREE, memory_order_release);
 }
@@ -978,20 +1023,19 @@ static void lp__thread_exit(void *arg)
     lp__give_back(th);
 }
 
-/* Recycles th if its thread is gone: writes what it still buffered, then marks it reusable. Its
- * flag may be found held by the dead thread itself (it died inside the recorder): taken over.
- * Not called with R.lock held (the write may create the file). */
+/* Recycles th if its thread is gone: writes what it still buffered, then marks it reusable. The
+ * flag is taken first: while it is held, nobody reuses the state (its tid is the one to ask
+ * about). A state whose thread died holding the flag (it died inside the recorder without
+ * running the thread-exit hook: asynchronous cancellation) is left as it is. Not called with
+ * R.lock held (the write may create the file). */
 static void lp__reclaim(lp__thread *th)
 {
-    if (atomic_load(&th->exited) || !lp__thread_gone(th))
+    if (atomic_load(&th->exited) || !lp__borrow(th))
         return;
-    if (!lp__borrow(th)) {
-        int expected = LP__OWNER; /* held by the dead owner: nobody will give it back */
-        if (!atomic_compare_exchange_strong(&th->busy, &expected, LP__OTHER))
-            return;
+    if (!atomic_load(&th->exited) && lp__thread_gone(th)) {
+        lp__flush_thread(th);
+        atomic_store(&th->exited, true);
     }
-    lp__flush_thread(th);
-    atomic_store(&th->exited, true);
     lp__give_back(th);
 }
 
@@ -1011,13 +1055,34 @@ static lp__thread *lp__thread_get(void)
         lp__emit_thread_record(th);
         return th;
     }
+    bool reclaimed = false;
+    int cancel = lp__cancel_off(); /* R.lock: even an asynchronous cancel must not leave it held */
     pthread_mutex_lock(&R.lock);
     for (th = R.threads; th; th = th->next)
         if (atomic_load(&th->exited) && atomic_load(&th->busy) == LP__FREE)
             break;
+    /* None recycled yet: one whose thread ran its exit hook and is gone (asked of the kernel for
+     * a few at most) is taken now, before the flusher gets to it, so that threads started and
+     * joined in quick succession do not each cost a new state. */
+    int asked = 0;
+    for (lp__thread *t = th ? NULL : R.threads; t && asked < 4; t = t->next) {
+        if (!atomic_load(&t->exiting) || atomic_load(&t->exited))
+            continue;
+        asked++;
+        if (!lp__borrow(t))
+            continue;
+        if (!atomic_load(&t->exited) && lp__thread_gone(t)) {
+            th = t;
+            reclaimed = true;
+            break;
+        }
+        lp__give_back(t);
+    }
     if (th) {
-        atomic_store(&th->exiting, false);
-        atomic_store(&th->exited, false);
+        if (!reclaimed) {
+            atomic_store(&th->exiting, false);
+            atomic_store(&th->exited, false);
+        }
     } else {
         th = lp__map_pages(sizeof *th + LP__BUF_BYTES);
         if (th) {
@@ -1028,10 +1093,19 @@ static lp__thread *lp__thread_get(void)
         }
     }
     pthread_mutex_unlock(&R.lock);
+    lp__cancel_restore(cancel);
     if (!th) {
         lp__warn_once(LP__WARN_MEMORY, "out of memory for a thread buffer; its events are lost");
         return NULL;
     }
+    if (reclaimed) { /* the dead thread's last events first, then the state is this thread's */
+        lp__flush_thread(th);
+        th->tid = (pid_t)syscall(SYS_gettid);
+        atomic_store(&th->exiting, false);
+        atomic_store(&th->exited, false);
+        lp__give_back(th);
+    }
+    int saved_errno = errno;
     th->tid = (pid_t)syscall(SYS_gettid);
     th->rng = lp__mix((uint64_t)th->tid ^ lp__now()) | 1;
     th->sample_left = 0;
@@ -1040,6 +1114,7 @@ static lp__thread *lp__thread_get(void)
     if (R.key_made)
         pthread_setspecific(R.key, th);
     lp__emit_thread_record(th);
+    errno = saved_errno;
     return th;
 }
 
@@ -1052,7 +1127,7 @@ static void lp__flush_thread(lp__thread *th)
 {
     if (!th->len)
         return;
-    int cancel = lp__cancel_off();
+    int saved_errno = errno, cancel = lp__cancel_off();
     if (atomic_load(&R.fd) < 0 && R.fd_pending) {
         if (!lp__never) {
             pthread_mutex_lock(&R.lock);
@@ -1064,10 +1139,11 @@ static void lp__flush_thread(lp__thread *th)
         }
     }
     th->writing = 1;
-    lp__write_chunk(th->index, th->base_time, th->buf, th->len);
+    lp__write_chunk_at(th->index, th->base_time, th->last_time, th->buf, th->len);
     th->len = 0;
     th->writing = 0;
     lp__cancel_restore(cancel);
+    errno = saved_errno;
 }
 
 /* Starts a chunk with a record that carries no time (a definition): the chunk's clock starts at
@@ -1207,7 +1283,14 @@ __attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
 {
     void *ips[LP_MAX_STACK_DEPTH + 8];
     int max = R.opts.stack_depth + 8;
+    /* libunwind may make system calls (memory validation, reading unwind tables) and takes the
+     * loader's lock: once the program cancels threads, not a place to be cancelled in. */
+    int saved_errno = errno, cancel = PTHREAD_CANCEL_DISABLE;
+    if (__builtin_expect(atomic_load_explicit(&lp__cancel_used, memory_order_relaxed), 0))
+        cancel = lp__cancel_off();
     int n = R.unwinder ? R.unwinder(ips, max, R.unwinder_user) : lp__default_unwind(ips, max, NULL);
+    lp__cancel_restore(cancel);
+    errno = saved_errno;
     int first = 0;
     if (R.self_hi) {
         while (first < n && (uintptr_t)ips[first] >= R.self_lo && (uintptr_t)ips[first] < R.self_hi)
@@ -1258,24 +1341,21 @@ __attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
 
 /* ---- the event path -------------------------------------------------------------------------- */
 
-/* Takes the calling thread's buffer, or NULL if this thread cannot record now. Once the program
- * has used pthread_cancel, cancellation is off until lp__release (*cancel: what to restore). */
-static lp__thread *lp__acquire(int *cancel)
+/* Takes the calling thread's buffer, or NULL if this thread cannot record now. (*cancel: a
+ * cancellation state to restore in lp__release; none is changed here any more: the stretches that
+ * reach cancellation points or take shared locks turn it off themselves.) */
+LP__HOT lp__thread *lp__acquire(int *cancel)
 {
     *cancel = PTHREAD_CANCEL_DISABLE; /* nothing to restore */
-    if (__builtin_expect(atomic_load_explicit(&lp__cancel_used, memory_order_relaxed), 0))
-        *cancel = lp__cancel_off();
     lp__thread *th = lp__thread_get();
-    if (!th) {
-        lp__cancel_restore(*cancel);
+    if (!th)
         return NULL;
-    }
     lp__own(th); /* only the flusher contends, for the time of one write */
     return th;
 }
 
 /* Gives the buffer back, flushing it first when it is older than the flush interval. */
-static void lp__release(lp__thread *th, uint64_t now, int cancel)
+LP__HOT void lp__release(lp__thread *th, uint64_t now, int cancel)
 {
     if (th->len && now > th->first_time &&
         now - th->first_time >= (uint64_t)R.opts.flush_ms * 1000000ull)
@@ -1310,7 +1390,7 @@ void lp__record_alloc(const void *addr, size_t size, lp_device device)
     lp__release(th, now, cancel);
 }
 
-void lp__record_free_at(const void *addr, lp_device device, uint64_t when)
+LP__HOT void lp__free_at(const void *addr, lp_device device, uint64_t when)
 {
     if (!lp__recording())
         return;
@@ -1326,10 +1406,12 @@ void lp__record_free_at(const void *addr, lp_device device, uint64_t when)
     lp__release(th, now, cancel);
 }
 
-void lp__record_free(const void *addr, lp_device device)
+void lp__record_free_at(const void *addr, lp_device device, uint64_t when)
 {
-    lp__record_free_at(addr, device, 0);
+    lp__free_at(addr, device, when);
 }
+
+void lp__record_free(const void *addr, lp_device device) { lp__free_at(addr, device, 0); }
 
 void lp__record_tag(const void *addr, size_t size, lp_device device, const lp_tag *tag,
                     bool is_new)
@@ -1415,10 +1497,6 @@ void lp_flush(void)
             lp__own(th);
         } else {
             while (!lp__borrow(th)) {
-                int expected = LP__OWNER;
-                if (lp__thread_gone(th) &&
-                    atomic_compare_exchange_strong(&th->busy, &expected, LP__OTHER))
-                    break; /* held by a thread that is gone */
                 if (lp__now() > deadline)
                     goto next;
                 struct timespec nap = {0, 50000};

@@ -67,8 +67,9 @@ void lp__before_exit(void);
 /* Flushes what can be flushed from a signal handler (async-signal-safe: write(2) only). */
 void lp__flush_from_signal(void);
 
-/* Set by the preload library the first time the program calls pthread_cancel: from then on the
- * event path runs with cancellation disabled (before, only the recorder's writes do). */
+/* Set by the preload library the first time the program calls pthread_cancel: from then on stack
+ * unwinding runs with cancellation disabled too (the recorder's writes, file creation and locks
+ * always do). */
 extern atomic_bool lp__cancel_used;
 
 /* Warns on stderr, once per `key`, with the "gradprof: " prefix. Async-signal-safe. */

@@ -512,6 +512,11 @@ static void test_bad_files(void **state)
     /* a directory */
     expect_rc(gradprof("check ."), 2);
     one_line_error();
+    contains(err, "'.' is a directory");
+    /* a pipe is read by the reader, once */
+    expect_rc(gradprof("check /dev/stdin < " TRACE("mlp_grad")), 1);
+    expect_rc(sh("cat " TRACE("mlp_grad") " | '" GRADPROF_BIN "' check /dev/stdin"), 1);
+    contains(out, "FAIL /dev/stdin: 3 violations");
 }
 
 /* The damaged fixture (mlp_grad cut inside its last chunk): analysed up to the damage, with one

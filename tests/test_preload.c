@@ -916,7 +916,9 @@ static void test_cancelled_threads(void **state)
         const char *dir = make_dir();
         run_result r;
         run_exe(prog("cancel_alloc"), true, dir, extra, &r);
-        assert_true(exited_with(&r, 0));
+        if (!exited_with(&r, 0))
+            fail_msg("round %d: cancel_alloc ended with status 0x%x, stdout '%s'", round, r.status,
+                     r.out);
         unsigned long long allocs, frees;
         int cancelled;
         if (sscanf(r.out, "cancel_alloc: allocs %llu frees %llu cancelled %d", &allocs, &frees,

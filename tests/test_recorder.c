@@ -1,7 +1,9 @@
 /*
  * The recorder in-process (libprof.so linked, no interposer): every API event round-trips through
  * a real trace file with exact fields; deterministic stacks through a test unwinder; threads; the
- * tensor library's tags; fork; file creation rules; damage recovery on a real trace.
+ * tensor library's tags; fork; file creation rules; damage recovery on a real trace; the trace's
+ * descriptor out of the way and surviving the program's descriptor games; strictly increasing
+ * times.
  */
 #define _GNU_SOURCE
 #include <stdarg.h>
@@ -10,8 +12,11 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -494,6 +499,128 @@ static void test_module_map_follows_dlopen(void **state)
     dlclose(lib);
 }
 
+
+/* The descriptor /proc/self/fd says is open on `path`, or -1. */
+static int fd_of(const char *path)
+{
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    int found = -1;
+    struct dirent *e;
+    char real[4096];
+    assert_non_null(realpath(path, real));
+    while ((e = readdir(d)) != NULL) {
+        char link[300], target[4096];
+        snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
+        ssize_t n = readlink(link, target, sizeof target - 1);
+        if (n <= 0)
+            continue;
+        target[n] = '\0';
+        if (strcmp(target, real) == 0)
+            found = atoi(e->d_name);
+    }
+    closedir(d);
+    return found;
+}
+
+/* Counts the TAG events of op `op` (and checks the times of each thread strictly increase). */
+static int count_op(gp_trace *t, const char *op)
+{
+    gp_event ev;
+    int n = 0;
+    uint64_t last[64] = {0};
+    while (next(t, &ev) == 1) {
+        if (ev.thread < 64) {
+            if (last[ev.thread] != 0 && ev.time_ns <= last[ev.thread])
+                fail_msg("thread %u: time %llu after %llu", ev.thread,
+                         (unsigned long long)ev.time_ns, (unsigned long long)last[ev.thread]);
+            last[ev.thread] = ev.time_ns;
+        }
+        n += ev.kind == GP_EV_TAG && !strcmp(ev.op, op);
+    }
+    return n;
+}
+
+/* The trace's descriptor sits high (>= 1000, or 64 under a low RLIMIT_NOFILE), close-on-exec,
+ * out of the way of dup2(f, 3) and of the lowest free number. */
+static void test_descriptor_is_out_of_the_way(void **state)
+{
+    lp_options o;
+    start("fd_high.gptrace", &o);
+    int fd = fd_of(lp_output_path());
+    struct rlimit rl;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    long floor = rl.rlim_cur >= 1064 ? 1000 : (long)rl.rlim_cur - 64;
+    if (fd < floor)
+        fail_msg("the trace is on descriptor %d; want >= %ld", fd, floor);
+    assert_true(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+    char path[4096];
+    gp_trace_close(stop_and_open(path, sizeof path));
+}
+
+/* The program closes the trace's descriptor, then puts its own file on the number: the recorder
+ * notices before its next write (fstat: another inode), opens the trace again by path, loses
+ * nothing and writes nothing into the program's file. Also after a chdir (the path is kept
+ * absolute). */
+static void test_descriptor_closed_then_taken(void **state)
+{
+    lp_options o;
+    start("fd_games.gptrace", &o);
+    static char bufs[300][16] __attribute__((aligned(16)));
+    lp_tag tag = {LP_CAT_TEMPORARY, "game", "", NULL, false};
+    for (int i = 0; i < 100; i++)
+        lp_alloc(bufs[i], 16, LP_DEVICE_HOST, &tag);
+    int fd = fd_of(lp_output_path());
+    assert_true(fd >= 0);
+    assert_int_equal(close(fd), 0); /* a closefrom loop would do this */
+    char cwd[4096];
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    assert_int_equal(chdir("/"), 0);
+    for (int i = 100; i < 200; i++)
+        lp_alloc(bufs[i], 16, LP_DEVICE_HOST, &tag);
+    lp_flush(); /* reopens */
+    int again = fd_of(lp_output_path());
+    assert_true(again >= 0);
+    char own[600];
+    snprintf(own, sizeof own, "%s/own.txt", tmpdir);
+    int mine = open(own, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(mine >= 0);
+    assert_int_equal(dup2(mine, again), again); /* the program takes the trace's new number */
+    for (int i = 200; i < 300; i++)
+        lp_alloc(bufs[i], 16, LP_DEVICE_HOST, &tag);
+    lp_flush();
+    char path[4096];
+    gp_trace *t = stop_and_open(path, sizeof path);
+    assert_int_equal(chdir(cwd), 0);
+    assert_int_equal(count_op(t, "game"), 300);
+    assert_true(gp_trace_info_get(t)->clean_end);
+    assert_false(gp_trace_info_get(t)->damaged);
+    assert_string_equal(gp_trace_meta(t, "end_reason"), "exit");
+    gp_trace_close(t);
+    struct stat st;
+    assert_int_equal(stat(own, &st), 0);
+    assert_int_equal(st.st_size, 0); /* not one byte of trace in the program's file */
+    close(mine);
+    close(again);
+}
+
+/* Records made faster than the clock ticks still get strictly increasing times per thread. */
+static void test_times_strictly_increase(void **state)
+{
+    lp_options o;
+    start("times.gptrace", &o);
+    static char buf[16] __attribute__((aligned(16)));
+    lp_tag tag = {LP_CAT_TEMPORARY, "tick", "", NULL, false};
+    for (int i = 0; i < 20000; i++) {
+        lp_alloc(buf, 16, LP_DEVICE_HOST, &tag);
+        lp_free(buf, 16, LP_DEVICE_HOST, LP_CAT_TEMPORARY);
+    }
+    char path[4096];
+    gp_trace *t = stop_and_open(path, sizeof path);
+    assert_int_equal(count_op(t, "tick"), 20000);
+    gp_trace_close(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -506,6 +633,9 @@ int main(void)
         cmocka_unit_test(test_stack_sampling_keeps_every_event),
         cmocka_unit_test(test_truncated_real_trace_recovers_prefix),
         cmocka_unit_test(test_module_map_follows_dlopen),
+        cmocka_unit_test(test_descriptor_is_out_of_the_way),
+        cmocka_unit_test(test_descriptor_closed_then_taken),
+        cmocka_unit_test(test_times_strictly_increase),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -352,6 +352,9 @@ static uint32_t crc_bitwise(uint32_t crc, const uint8_t *p, size_t n)
     return ~crc;
 }
 
+/* The table-driven CRC, which gp_crc32c uses when the CPU has no crc32 instruction (codec.c). */
+uint32_t gp__crc32c_table(uint32_t crc, const void *data, size_t n);
+
 static void test_crc32c(void **state)
 {
     (void)state;
@@ -373,9 +376,12 @@ static void test_crc32c(void **state)
         buf[i] = (uint8_t)(x >> 16);
     }
     for (size_t start = 0; start < 9; start++)
-        for (size_t n = 0; n + start <= sizeof buf; n += 7)
+        for (size_t n = 0; n + start <= sizeof buf; n += 7) {
             assert_int_equal(gp_crc32c(0, buf + start, n), crc_bitwise(0, buf + start, n));
+            assert_int_equal(gp__crc32c_table(0, buf + start, n), crc_bitwise(0, buf + start, n));
+        }
     assert_int_equal(gp_crc32c(0x1234, buf, 100), crc_bitwise(0x1234, buf, 100));
+    assert_int_equal(gp__crc32c_table(0x1234, buf, 100), crc_bitwise(0x1234, buf, 100));
 }
 
 static void test_varint(void **state)

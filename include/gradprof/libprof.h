@@ -93,7 +93,11 @@ void lp_counters_reset_peak(void);
  * (libprof_preload.so, or link-time wrapping) is active, with call stacks, into a crash-safe
  * trace. Under LD_PRELOAD=libprof_preload.so it starts by itself, configured by the environment:
  *   GRADPROF_OUTPUT        trace path; %p is replaced by the pid (default gradprof.%p.gptrace);
- *                          an existing file is never overwritten: .1, .2, ... are tried instead
+ *                          an existing file is never overwritten: .1, .2, ... are tried instead.
+ *                          Empty or over 4000 bytes: the default name in the current directory,
+ *                          and the warning names that absolute path. A path over 4095 bytes once
+ *                          %p is expanded, or with a component over 255 bytes, is refused
+ *                          (ENAMETOOLONG, said in the warning): nothing is recorded
  *   GRADPROF_STACK_DEPTH   frames per stack, 0..256 (default 32); 0 records no stacks
  *   GRADPROF_MIN_STACK_SIZE  allocations smaller than this many bytes get no stack (default 0)
  *   GRADPROF_STACK_SAMPLE  mean bytes between stack captures, geometric sampling (default 0:
@@ -105,6 +109,19 @@ void lp_counters_reset_peak(void);
  * A bad value gives one warning line on stderr and the default. Setuid/setgid programs are not
  * profiled. If the trace cannot be written (disk full, bad path) recording stops with one warning
  * and the program runs on unchanged.
+ *
+ * The program's own doings do not disturb the trace: its descriptor sits at 1000 or above,
+ * close-on-exec, and is checked (device, inode) before each chunk is written; closed or replaced
+ * by the program (closefrom, close_range, dup2), it is reopened by path and nothing is lost.
+ * Cancelled threads (pthread_cancel) and thread-specific-data destructors that run after the
+ * recorder's own are recorded exactly. Per-thread times strictly increase, and a free (realloc's
+ * included) is stamped before any allocation that reuses its address (trace_format.h).
+ *
+ * Metadata besides the command ("command": the whole command line up to 1 MB, else cut there and
+ * "command_truncated" says so), pid, host, times and versions: "end_reason" says how the
+ * recording ended: "exit" (lp_stop, exit, _exit), "exec" (the image was replaced; the new one
+ * writes its own trace), "signal N" (a fatal signal N was caught, e.g. "signal 6" for abort).
+ * Absent: the process was killed (SIGKILL) or is still running.
  * ------------------------------------------------------------------------------------------- */
 
 /* Recording options; lp_options_default() fills the defaults above, lp_options_from_env() the
@@ -125,7 +142,7 @@ void lp_options_from_env(lp_options *o);
 /* Starts recording into o->output (NULL: defaults + environment). Returns 0, or -1 with a
  * message on stderr if the file cannot be created; calling it while recording returns -1. */
 int lp_start(const lp_options *o);
-/* Writes the end record, flushes and closes the trace. */
+/* Writes the end reason "exit" and the end record, flushes and closes the trace. */
 void lp_stop(void);
 /* Writes every thread's buffered events now. */
 void lp_flush(void);

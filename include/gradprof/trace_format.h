@@ -17,11 +17,17 @@
  * every chunk up to the first one that is short or fails its checksum, and says what it lost.
  *
  * Ordering. Every timed record carries a CLOCK_MONOTONIC time. Records inside a chunk, and the
- * chunks of one thread (in file order), are in that thread's order, and their times never
- * decrease; a chunk's base_time_ns is at or before its first record's time, its write_time_ns
- * at or after its last. A free is stamped before the memory is released and an allocation after
- * it was obtained, so a free is earlier than any allocation that reuses its address, on whatever
- * thread. Across threads the order is by time alone (equal times: by thread, then in the thread's
+ * chunks of one thread (in file order), are in that thread's order, and their times strictly
+ * increase, also across the OS threads that use one thread index in turn (libprof stamps a
+ * record that would not be later than its thread's previous one with that time + 1 ns); a
+ * chunk's base_time_ns is at or before its first record's time, its write_time_ns at or after
+ * its last. A free is stamped before the memory is released and an allocation after it was
+ * obtained, so a free is earlier than any allocation that reuses its address, on whatever
+ * thread. A realloc is a FREE of the old block stamped before the real realloc was called
+ * (written after it returned, only if it succeeded) and an ALLOC of the new one stamped after:
+ * another thread that gets the old address back records its ALLOC later than that FREE. (The
+ * one exception: when a signal handler records on the same thread during the realloc, the FREE
+ * goes after the handler's records, the +1 ns rule.) Across threads the order is by time alone (equal times: by thread, then in the thread's
  * order), and a chunk may reach the file arbitrarily late (its thread or the flusher was not
  * scheduled): a reader must not assume a bound on how late. gptrace indexes the chunks' base
  * times first and opens a chunk before delivering anything later than its base time. Thread-0

@@ -52,6 +52,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -63,6 +64,7 @@
 #define GPT_MAX_LOCAL_ID UINT32_MAX       /* STRING / STACK ids of one thread */
 #define GPT_MAX_GLOBAL (UINT32_MAX / 2)   /* global strings and stack nodes */
 #define GPT_SCAN_WINDOW ((size_t)4 << 20) /* the scan's read buffer; holds the largest chunk */
+#define GPT_STACK_PENDING 256             /* new stack nodes hashed in one batch */
 
 /* ---- small containers ------------------------------------------------------------------------ */
 
@@ -83,6 +85,23 @@ static int grow(void **p, size_t *cap, size_t need, size_t size)
     *p = q;
     *cap = n;
     return 0;
+}
+
+/* A block for a big table that is accessed at random: 2 MiB-aligned and marked for transparent
+ * huge pages when it is that large (fewer TLB misses); freed with free(). NULL when out of
+ * memory. */
+static void *huge_alloc(size_t bytes)
+{
+    const size_t huge = (size_t)2 << 20;
+    if (bytes < huge)
+        return malloc(bytes);
+    void *p = NULL;
+    if (posix_memalign(&p, huge, bytes) != 0)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    return p;
 }
 
 static uint64_t mix64(uint64_t x)
@@ -309,6 +328,25 @@ static void idtab_free(idtab *m)
     memset(m, 0, sizeof *m);
 }
 
+/* Empties m for the merge, keeping its array trimmed to the ids the scan defined there, so the
+ * merge fills it without growing it. */
+static void idtab_reset(idtab *m)
+{
+    size_t n = m->narr;
+    while (n > 0 && m->arr[n - 1] == 0)
+        n--;
+    if (n == 0) {
+        idtab_free(m);
+        return;
+    }
+    uint32_t *a = realloc(m->arr, n * sizeof *a);
+    m->arr = a ? a : m->arr;
+    m->narr = n;
+    memset(m->arr, 0, n * sizeof *m->arr);
+    idmap_free(&m->big);
+    m->n = 0;
+}
+
 static inline bool idtab_get(const idtab *m, uint64_t id, uint32_t *val)
 {
     if (id < m->narr && m->arr[id] != 0) {
@@ -369,9 +407,17 @@ typedef struct chunk_ref {
 
 typedef struct stack_node {
     uint32_t parent; /* global id, 0 = outermost */
-    uint32_t module;
+    uint32_t module; /* the module id (at most 2^16) | a fingerprint of its children's hashes */
     uint64_t offset;
 } stack_node;
+
+/* stack_node.module's high 15 bits: bit 17 + (h % 15) is set for each child with hash h, so a
+ * clear bit proves that no child with that hash exists (no hash lookup needed). */
+#define STACK_MODULE_MASK 0x1FFFFu
+static inline uint32_t stack_child_bit(uint32_t h)
+{
+    return 1u << (17 + h % 15);
+}
 
 enum { DEC_OK = 0, DEC_BAD = 1, DEC_OOM = 2 };
 
@@ -434,8 +480,14 @@ struct gp_trace {
 
     stack_node *stacks; /* global stack id - 1 */
     size_t nstacks, stacks_cap;
-    uint32_t *stack_slots; /* hash of stack nodes: global id, 0 = empty */
-    size_t nstack_slots;
+    uint32_t *stack_slots; /* the stack hash (see stack_table_build) */
+    size_t nstack_slots;   /* a power of two */
+    size_t stack_capacity; /* nodes it is sized for */
+    unsigned stack_id_bits;
+    uint64_t scan_stacks;  /* STACK records the scan saw: at most that many nodes */
+    uint64_t stack_pending[GPT_STACK_PENDING]; /* hash << 32 | id of nodes not yet hashed */
+    size_t stack_pending_n;
+    uint64_t stack_pending_slots[GPT_STACK_PENDING * 2]; /* the same, hashed; 0 = empty */
 
     wthread *threads;
     size_t nthreads, threads_cap;
@@ -752,45 +804,152 @@ static uint32_t stack_hash(uint32_t parent, uint32_t module, uint64_t offset)
     return (uint32_t)mix64(offset ^ mix64(((uint64_t)parent << 32) | module));
 }
 
-/* The global id of the node (parent, module, offset), added if new; 0 when out of memory. */
+/*
+ * The stack hash: open addressing over the node array. A 32-bit slot holds a node's id in its low
+ * `stack_id_bits` bits and the high bits of the node's hash above them (0 = empty), so a probe
+ * compares those bits before it touches the node array. Sized once from the scan's count of STACK
+ * records (which bounds the nodes), never rehashed in a well-formed read. New nodes wait in a
+ * small pending table (looked up as well) and enter the big one in batches, their slots
+ * prefetched ahead, which turns one cache miss per node into overlapping ones.
+ */
+static inline uint32_t stack_slot_of(const gp_trace *t, uint32_t h, uint32_t id)
+{
+    unsigned b = t->stack_id_bits;
+    return b >= 32 ? id : (h >> b << b) | id;
+}
+
+static inline bool stack_node_is(const stack_node *s, uint32_t parent, uint32_t module,
+                                 uint64_t offset)
+{
+    return s->parent == parent && (s->module & STACK_MODULE_MASK) == module && s->offset == offset;
+}
+
+/* The id of the node (parent, module, offset) with hash h in the big table, or 0. */
+static uint32_t stack_probe(const gp_trace *t, uint32_t h, uint32_t parent, uint32_t module,
+                            uint64_t offset)
+{
+    size_t mask = t->nstack_slots - 1;
+    uint32_t idmask = t->stack_id_bits >= 32 ? UINT32_MAX : (1u << t->stack_id_bits) - 1;
+    uint32_t tag = stack_slot_of(t, h, 0);
+    for (size_t i = h & mask; t->stack_slots[i] != 0; i = (i + 1) & mask) {
+        uint32_t slot = t->stack_slots[i];
+        if ((slot & ~idmask) == tag && stack_node_is(&t->stacks[(slot & idmask) - 1], parent,
+                                                     module, offset))
+            return slot & idmask;
+    }
+    return 0;
+}
+
+static inline void stack_slot_put(gp_trace *t, uint32_t h, uint32_t id)
+{
+    size_t mask = t->nstack_slots - 1, j = h & mask;
+    while (t->stack_slots[j] != 0)
+        j = (j + 1) & mask;
+    t->stack_slots[j] = stack_slot_of(t, h, id);
+}
+
+/* (Re)builds the big table for up to `nodes` nodes, with every node made so far hashed in
+ * (pending ones too). 0 or -1 (OOM). */
+static int stack_table_build(gp_trace *t, size_t nodes)
+{
+    size_t ns = 256;
+    while (ns / 4 * 3 < nodes)
+        ns *= 2;
+    if (nodes > t->stacks_cap) { /* exactly: the scan counted them */
+        stack_node *a = huge_alloc(nodes * sizeof *a);
+        if (!a)
+            return -1;
+        if (t->nstacks)
+            memcpy(a, t->stacks, t->nstacks * sizeof *a);
+        free(t->stacks);
+        t->stacks = a;
+        t->stacks_cap = nodes;
+    }
+    /* Written before it is read (a calloc'd mapping faults every page twice: read, then write),
+     * on huge pages where the system allows it: the probes land anywhere in it. */
+    uint32_t *slots = huge_alloc(ns * sizeof *slots);
+    if (!slots)
+        return -1;
+    memset(slots, 0, ns * sizeof *slots);
+    free(t->stack_slots);
+    t->stack_slots = slots;
+    t->nstack_slots = ns;
+    t->stack_capacity = nodes;
+    unsigned bits = 1;
+    while (bits < 32 && ((uint64_t)1 << bits) <= nodes)
+        bits++;
+    t->stack_id_bits = bits;
+    for (size_t i = 0; i < t->nstacks; i++) {
+        const stack_node *s = &t->stacks[i];
+        stack_slot_put(t, stack_hash(s->parent, s->module & STACK_MODULE_MASK, s->offset),
+                       (uint32_t)i + 1);
+    }
+    t->stack_pending_n = 0;
+    memset(t->stack_pending_slots, 0, sizeof t->stack_pending_slots);
+    return 0;
+}
+
+/* Moves the pending nodes into the big table. */
+static void stack_flush(gp_trace *t)
+{
+    size_t n = t->stack_pending_n, mask = t->nstack_slots - 1;
+    const uint64_t *pend = t->stack_pending;
+    for (size_t i = 0; i < n; i++) {
+        if (i + 16 < n)
+            __builtin_prefetch(&t->stack_slots[(uint32_t)(pend[i + 16] >> 32) & mask], 1);
+        stack_slot_put(t, (uint32_t)(pend[i] >> 32), (uint32_t)pend[i]);
+    }
+    t->stack_pending_n = 0;
+    memset(t->stack_pending_slots, 0, sizeof t->stack_pending_slots);
+}
+
+/* The pending node (parent, module, offset) with hash h, or 0. */
+static uint32_t stack_pending_find(const gp_trace *t, uint32_t h, uint32_t parent,
+                                   uint32_t module, uint64_t offset)
+{
+    size_t mask = GPT_STACK_PENDING * 2 - 1;
+    for (size_t i = h & mask; t->stack_pending_slots[i] != 0; i = (i + 1) & mask) {
+        uint64_t slot = t->stack_pending_slots[i];
+        if ((uint32_t)(slot >> 32) == h &&
+            stack_node_is(&t->stacks[(uint32_t)slot - 1], parent, module, offset))
+            return (uint32_t)slot;
+    }
+    return 0;
+}
+
+/* The global id of the node (parent, module, offset), added if new; 0 when out of memory or
+ * over the cap. A parent whose children's fingerprint lacks this hash's bit (every node below
+ * the first new one of a call chain has no children at all) cannot have this child: no lookup
+ * then. */
 static uint32_t stack_intern(gp_trace *t, uint32_t parent, uint32_t module, uint64_t offset)
 {
-    uint32_t h = stack_hash(parent, module, offset);
-    if (t->nstack_slots) {
-        size_t mask = t->nstack_slots - 1;
-        for (size_t i = h & mask; t->stack_slots[i] != 0; i = (i + 1) & mask) {
-            const stack_node *s = &t->stacks[t->stack_slots[i] - 1];
-            if (s->parent == parent && s->module == module && s->offset == offset)
-                return t->stack_slots[i];
-        }
+    uint32_t h = stack_hash(parent, module, offset), id;
+    if (!t->stack_slots && stack_table_build(t, 256) != 0)
+        return 0;
+    if (parent == 0 || (t->stacks[parent - 1].module & stack_child_bit(h)) != 0) {
+        if ((id = stack_probe(t, h, parent, module, offset)) != 0)
+            return id;
+        if (t->stack_pending_n && (id = stack_pending_find(t, h, parent, module, offset)) != 0)
+            return id;
     }
     if (t->nstacks >= GPT_MAX_GLOBAL)
         return 0;
-    if ((t->nstacks + 1) * 4 > t->nstack_slots * 3) {
-        size_t ns = t->nstack_slots ? t->nstack_slots * 2 : 256;
-        uint32_t *slots = calloc(ns, sizeof *slots);
-        if (!slots)
+    if (t->nstacks == t->stack_capacity) { /* more nodes than the scan counted: not expected */
+        if (stack_table_build(t, t->stack_capacity * 2 + 256) != 0)
             return 0;
-        for (size_t i = 0; i < t->nstacks; i++) {
-            const stack_node *s = &t->stacks[i];
-            size_t j = stack_hash(s->parent, s->module, s->offset) & (ns - 1);
-            while (slots[j] != 0)
-                j = (j + 1) & (ns - 1);
-            slots[j] = (uint32_t)i + 1;
-        }
-        free(t->stack_slots);
-        t->stack_slots = slots;
-        t->nstack_slots = ns;
+    } else if (t->stack_pending_n == GPT_STACK_PENDING) {
+        stack_flush(t);
     }
-    if (grow((void **)&t->stacks, &t->stacks_cap, t->nstacks + 1, sizeof *t->stacks) != 0)
-        return 0;
     t->stacks[t->nstacks++] = (stack_node){parent, module, offset};
-    uint32_t id = (uint32_t)t->nstacks;
-    size_t mask = t->nstack_slots - 1;
-    size_t j = h & mask;
-    while (t->stack_slots[j] != 0)
+    if (parent)
+        t->stacks[parent - 1].module |= stack_child_bit(h);
+    id = (uint32_t)t->nstacks;
+    uint64_t slot = (uint64_t)h << 32 | id;
+    t->stack_pending[t->stack_pending_n++] = slot;
+    size_t mask = GPT_STACK_PENDING * 2 - 1, j = h & mask;
+    while (t->stack_pending_slots[j] != 0)
         j = (j + 1) & mask;
-    t->stack_slots[j] = id;
+    t->stack_pending_slots[j] = slot;
     return id;
 }
 
@@ -810,7 +969,9 @@ static int dec_stack(decoder *d)
     if (r != DEC_OK)
         return r;
     uint32_t global = 0;
-    if (!d->scan && (global = stack_intern(d->t, parent, module, offset)) == 0)
+    if (d->scan)
+        d->t->scan_stacks++;
+    else if ((global = stack_intern(d->t, parent, module, offset)) == 0)
         return DEC_OOM;
     return idtab_put(&d->w->stacks, id, global) == 0 ? DEC_OK : DEC_OOM;
 }
@@ -1116,10 +1277,12 @@ static int scan(gp_trace *t, char *err, size_t err_size)
         }
         size_t slot = 0;
         bool had_events = false;
+        uint64_t stacks_before = t->scan_stacks;
         int r = scan_chunk(t, &d, h, n, &slot, &had_events);
         if (r == DEC_OOM)
             return fail(t, err, err_size, "out of memory reading %s", t->path);
         if (r == DEC_BAD) {
+            t->scan_stacks = stacks_before;
             damage(t, off, "bad record at payload byte %zu: %s", (size_t)(d.rec - d.start), d.why);
             break;
         }
@@ -1145,9 +1308,13 @@ static int scan(gp_trace *t, char *err, size_t err_size)
         t->win = NULL;
         t->win_cap = t->win_len = 0;
     }
+    if (t->scan_stacks > 0 &&
+        stack_table_build(t, t->scan_stacks < GPT_MAX_GLOBAL ? (size_t)t->scan_stacks
+                                                             : GPT_MAX_GLOBAL) != 0)
+        return fail(t, err, err_size, "out of memory reading %s", t->path);
     for (size_t i = 0; i < t->nthreads; i++) { /* the merge fills them again, with values */
-        idtab_free(&t->threads[i].strings);
-        idtab_free(&t->threads[i].stacks);
+        idtab_reset(&t->threads[i].strings);
+        idtab_reset(&t->threads[i].stacks);
     }
     bool sorted = true;
     for (size_t i = 1; i < t->nindex && sorted; i++)
@@ -1603,7 +1770,7 @@ int gp_trace_stack_frame(const gp_trace *t, uint32_t stack, uint32_t *module, ui
         return -1;
     const stack_node *s = &t->stacks[stack - 1];
     if (module)
-        *module = s->module;
+        *module = s->module & STACK_MODULE_MASK;
     if (offset)
         *offset = s->offset;
     if (parent)

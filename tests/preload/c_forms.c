@@ -1,5 +1,8 @@
 /* The C allocation functions of cxx_forms.h, in C: the same sizes and counts as cxx_forms.cpp's C
- * part. Knows nothing of gradprof. */
+ * part, each successful call checked to leave errno alone (as the allocators do), also on a new
+ * thread's first allocation. Knows nothing of gradprof. */
+#include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,16 +18,38 @@ static void use(void *p, size_t n)
         failures++;
         return;
     }
+    if (errno != EDOM) /* set before each call: a successful one leaves it */
+        failures++;
     memset(p, 0x5A, n);
     __asm__ volatile("" : : "r"(p) : "memory");
+    errno = EDOM;
+}
+
+static void *first_on_a_thread(void *arg)
+{
+    (void)arg;
+    errno = EDOM;
+    void *p = malloc(CF_MALLOC_SIZE + 1);
+    use(p, 1);
+    free(p);
+    return errno == EDOM ? NULL : (void *)1;
 }
 
 int main(void)
 {
+    errno = EDOM;
+    pthread_t th;
+    void *rc = (void *)1;
+    if (pthread_create(&th, NULL, first_on_a_thread, NULL) != 0 || pthread_join(th, &rc) != 0 ||
+        rc != NULL)
+        failures++;
+    errno = EDOM;
     for (int i = 0; i < CF_MALLOC_COUNT; i++) {
         void *p = malloc(CF_MALLOC_SIZE);
         use(p, CF_MALLOC_SIZE);
         free(p);
+        if (errno != EDOM)
+            failures++;
     }
     void *c = calloc(CF_CALLOC_N, CF_CALLOC_SIZE);
     use(c, 1);

@@ -1,10 +1,10 @@
 /*
  * Threads that allocate in a loop are cancelled (deferred cancellation, the default) at random
  * moments: CA_THREADS threads, CA_AT_ONCE at a time, each making malloc/free pairs of CA_SIZE
- * bytes and calling pthread_testcancel every CA_BATCH pairs. The only cancellation point of the
- * program's own is pthread_testcancel, so each thread's counts are exact; the recorder's writes
- * must not be cancellation points, or the cancel unwinds out of the recorder. Prints the counts.
- * Knows nothing of gradprof.
+ * bytes and sleeping CA_NAP_US after every CA_BATCH pairs. The program's own cancellation points
+ * (the sleep, pthread_testcancel) lie between whole iterations, so each thread's counts are
+ * exact; the recorder's writes must not be cancellation points, or the cancel unwinds out of the
+ * recorder. Prints the counts. Knows nothing of gradprof.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -36,6 +36,7 @@ static void *worker(void *arg)
             free(p);
             c->frees++;
         }
+        usleep(CA_NAP_US); /* a cancellation point */
         pthread_testcancel();
     }
     return NULL;

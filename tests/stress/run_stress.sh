@@ -132,13 +132,38 @@ long=$(head -c 5000 /dev/zero | tr '\0' a)
 out=$(cd "$work/env" && GRADPROF_OUTPUT="$long" GRADPROF_STACK_DEPTH="$long" GRADPROF_FLUSH_MS="1$long" \
       LD_PRELOAD="$preload" "$misc" work 1000 2>"$work/env.err"); rc=$?
 [ "$rc" = "$plain_rc" ] || fail "env: exit $rc"
-grep -q "GRADPROF_OUTPUT='a*\.\.\.' is too long" "$work/env.err" || fail "env: $(cat "$work/env.err")"
+grep -q "GRADPROF_OUTPUT='a*\.\.\.' is too long (5000 bytes; the limit is 4000); the trace goes to .*/env/gradprof\.[0-9]*\.gptrace instead" "$work/env.err" ||
+    fail "env: the refused GRADPROF_OUTPUT does not say where the trace goes: $(cat "$work/env.err")"
 grep -q "GRADPROF_STACK_DEPTH=.* is not a non-negative integer" "$work/env.err" || fail "env: $(cat "$work/env.err")"
 [ "$(grep -c '^gradprof: ' "$work/env.err")" = 3 ] || fail "env: want 3 warnings: $(cat "$work/env.err")"
 [ "$(awk '{ if (length($0) > m) m = length($0) } END { print m }' "$work/env.err")" -lt 300 ] ||
     fail "env: a warning quotes the whole value"
 ls "$work/env"/gradprof.*.gptrace >/dev/null 2>&1 || fail "env: no trace at the default path"
-echo "ok env: 5000-character values refused with one short warning each; default output used"
+echo "ok env: 5000-character values refused with one short warning each; the trace goes to the default, said where"
+
+# ---- the program's descriptor games while 8 threads allocate ---------------------------------------
+# close_range(3, ~0U), close loops and dup2(/dev/null) over 3..20, over and over, then files of the
+# program's own on the freed numbers: the trace is reopened each time, nothing is lost, nothing is
+# written anywhere else, not a word on stderr.
+out=$(GRADPROF_OUTPUT="$work/fdchurn.gptrace" preloaded 300 sh -c 'LD_PRELOAD=$GP_PRELOAD_LIB exec "$@"' sh \
+      "$misc" fdchurn 100000 2>"$work/fdchurn.err") || fail "fdchurn: exited $? (124 = hang): $out"
+[ -s "$work/fdchurn.err" ] && fail "fdchurn: stderr: $(cat "$work/fdchurn.err")"
+line=$("$check" "$work/fdchurn.gptrace") || fail "fdchurn: unreadable: $line"
+[ "$(field allocs "$line")" -ge 800000 ] && [ "$(field frees "$line")" -ge 800000 ] ||
+    fail "fdchurn: want 800000 allocations and frees at least: $line"
+[ "$(field damaged "$line")" = 0 ] && [ "$(field clean_end "$line")" = 1 ] && [ "$(field lost "$line")" = 0 ] ||
+    fail "fdchurn: $line"
+echo "ok fdchurn: $out; $line"
+
+# ---- threads cancelled while they allocate ---------------------------------------------------------
+out=$(GRADPROF_OUTPUT="$work/cancel.gptrace" GRADPROF_FLUSH_MS=1 preloaded 300 sh -c 'LD_PRELOAD=$GP_PRELOAD_LIB exec "$@"' sh \
+      "$misc" cancel 100 2>"$work/cancel.err") || fail "cancel: exited $? (124 = hang): $out"
+pairs=${out##* }
+line=$("$check" "$work/cancel.gptrace") || fail "cancel: unreadable: $line"
+[ "$(field frees "$line")" -ge "$pairs" ] && [ "$(field allocs "$line")" -ge "$pairs" ] ||
+    fail "cancel: the threads made $pairs pairs: $line"
+[ "$(field damaged "$line")" = 0 ] && [ "$(field clean_end "$line")" = 1 ] || fail "cancel: $line"
+echo "ok cancel: 400 threads cancelled, $pairs pairs; $line"
 
 # ---- setuid programs are not profiled ---------------------------------------------------------------
 # alloc_wrapped is linked with ld --wrap (LD_PRELOAD is ignored by the loader for setuid programs

@@ -9,7 +9,15 @@
  *   kill N      makes N allocations, prints "allocated N", flushes stdout, then sleeps until
  *               killed (the test sends SIGKILL after more than a flush interval).
  *   work N      deterministic work: N allocations, prints a checksum and exits with code 7.
+ *   fdchurn N   8 threads make N malloc/free pairs each while the main thread, all along, closes
+ *               every descriptor from 3 up (close_range, then a close loop), dup2s /dev/null over
+ *               3..20 and opens files that take the freed numbers; prints "fdchurn ok" and the
+ *               pairs made ("pairs 8N").
+ *   cancel N    N rounds of 4 allocating threads cancelled at random moments (deferred
+ *               cancellation; pthread_testcancel is the program's only cancellation point);
+ *               prints "cancel ok" and the pairs made.
  */
+#define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -17,9 +25,13 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static atomic_bool stop;
@@ -120,6 +132,101 @@ static int do_work(long n)
     return 7;
 }
 
+static atomic_int churn_done;
+
+static void *churn_worker(void *arg)
+{
+    long n = (long)(intptr_t)arg;
+    for (long k = 0; k < n; k++) {
+        void *p = malloc(16 + (size_t)(k % 900));
+        free(p);
+    }
+    atomic_fetch_add(&churn_done, 1);
+    return NULL;
+}
+
+static int do_fdchurn(long n)
+{
+    pthread_t th[8];
+    for (int i = 0; i < 8; i++)
+        if (pthread_create(&th[i], NULL, churn_worker, (void *)(intptr_t)n) != 0)
+            return 1;
+    struct rlimit rl;
+    getrlimit(RLIMIT_NOFILE, &rl);
+    rlim_t limit = rl.rlim_cur < 4096 ? rl.rlim_cur : 4096;
+    long games = 0;
+    while (atomic_load(&churn_done) < 8) {
+        switch (games++ % 3) {
+        case 0:
+            syscall(SYS_close_range, 3u, ~0u, 0u);
+            break;
+        case 1:
+            for (rlim_t fd = 3; fd < limit; fd++)
+                close((int)fd);
+            break;
+        default: {
+            int null = open("/dev/null", O_WRONLY);
+            for (int fd = 3; fd <= 20; fd++)
+                if (fd != null)
+                    dup2(null, fd);
+            break;
+        }
+        }
+        for (int k = 0; k < 8; k++) /* files of the program's own on the freed numbers */
+            open("/dev/null", O_RDONLY);
+        usleep(500);
+    }
+    for (int i = 0; i < 8; i++)
+        pthread_join(th[i], NULL);
+    printf("fdchurn ok pairs %ld games %s\n", 8 * n, games > 3 ? "many" : "few");
+    return 0;
+}
+
+typedef struct cancel_count {
+    volatile long pairs;
+} cancel_count;
+
+static void *cancel_worker(void *arg)
+{
+    cancel_count *c = arg;
+    for (;;) {
+        for (int i = 0; i < 1000; i++) {
+            void *p = malloc(24 + (size_t)(i % 200));
+            free(p);
+            c->pairs++;
+        }
+        pthread_testcancel();
+    }
+    return NULL;
+}
+
+static int do_cancel(long rounds)
+{
+    long pairs = 0;
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    for (long r = 0; r < rounds; r++) {
+        pthread_t th[4];
+        cancel_count counts[4] = {{0}};
+        for (int i = 0; i < 4; i++)
+            if (pthread_create(&th[i], NULL, cancel_worker, &counts[i]) != 0)
+                return 1;
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        struct timespec nap = {0, (long)(rng % 2000000)};
+        nanosleep(&nap, NULL);
+        for (int i = 0; i < 4; i++) {
+            void *rc;
+            if (pthread_cancel(th[i]) != 0 || pthread_join(th[i], &rc) != 0 ||
+                rc != PTHREAD_CANCELED)
+                return 1;
+            pairs += counts[i].pairs;
+        }
+    }
+    printf("cancel ok pairs %ld\n", pairs);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3)
@@ -133,5 +240,9 @@ int main(int argc, char **argv)
         do_kill(n);
     if (!strcmp(argv[1], "work"))
         return do_work(n);
+    if (!strcmp(argv[1], "fdchurn"))
+        return do_fdchurn(n);
+    if (!strcmp(argv[1], "cancel"))
+        return do_cancel(n);
     return 2;
 }

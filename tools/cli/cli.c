@@ -282,25 +282,25 @@ int gp_cli_probe_trace(const char *path, char *err, size_t err_size)
     int rc = gp_path_check(path, err, err_size);
     if (rc)
         return rc;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
         int e = errno;
         snprintf(err, err_size, "cannot open '%s': %s", path, strerror(e));
         return gp_error_from_errno(e);
     }
-    struct stat st;
-    unsigned char hdr[GP_FILE_HEADER_BYTES];
-    ssize_t got = 0;
-    rc = 0;
-    if (fstat(fd, &st) != 0) {
-        rc = gp_error_from_errno(errno);
-        snprintf(err, err_size, "cannot read '%s': %s", path, strerror(errno));
-    } else if (S_ISDIR(st.st_mode)) {
-        rc = GP_EISDIR;
+    if (S_ISDIR(st.st_mode)) {
         snprintf(err, err_size, "'%s' is a directory, not a gradprof trace", path);
-    } else if ((got = pread(fd, hdr, sizeof hdr, 0)) < 0) {
+        return GP_EISDIR;
+    }
+    if (!S_ISREG(st.st_mode)) /* a pipe or a device: read once, by the reader alone */
+        return 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    unsigned char hdr[GP_FILE_HEADER_BYTES];
+    ssize_t got = fd < 0 ? -1 : pread(fd, hdr, sizeof hdr, 0);
+    if (got < 0) {
         rc = gp_error_from_errno(errno);
-        snprintf(err, err_size, "cannot read '%s': %s", path, strerror(errno));
+        snprintf(err, err_size, "cannot %s '%s': %s", fd < 0 ? "open" : "read", path,
+                 strerror(errno));
     } else if (got == 0) {
         rc = GP_ENOTTRACE;
         snprintf(err, err_size, "'%s' is empty: not a gradprof trace", path);
@@ -316,7 +316,8 @@ int gp_cli_probe_trace(const char *path, char *err, size_t err_size)
                  path, (unsigned)(hdr[8] | hdr[9] << 8), (unsigned)(hdr[10] | hdr[11] << 8),
                  GP_VERSION_MAJOR);
     }
-    close(fd);
+    if (fd >= 0)
+        close(fd);
     return rc;
 }
 

@@ -80,8 +80,9 @@ int gp_cli_rules(const char *cmd, const char *value, const struct gp_rules **out
 
 /*
  * Checks that `path` can be read as a trace before the replay opens it: the path's length, that
- * it opens, is not a directory, starts with a gradprof file header and has a format version this
- * gradprof reads. Returns 0, or GP_ENAMETOOLONG, GP_ENOENT, GP_EACCES, GP_EISDIR, GP_ENOTTRACE
+ * it exists and is not a directory, and for a regular file that it opens, starts with a gradprof
+ * file header and has a format version this gradprof reads (a pipe or a device is left to the
+ * reader, which reads it once). Returns 0, or GP_ENAMETOOLONG, GP_ENOENT, GP_EACCES, GP_EISDIR, GP_ENOTTRACE
  * (empty, too short, bad magic), GP_EVERSION or GP_EIO (error.h) with a message naming the file
  * in err.
  */

@@ -24,6 +24,10 @@
 
 #define NONE UINT32_MAX
 
+/* The labels (op, module) of untagged buffers without a rule op: one pointer, since keys are
+ * told apart by their strings' addresses. */
+static const char empty_label[] = "";
+
 /* ---- small utilities ------------------------------------------------------------------------- */
 
 
@@ -71,18 +75,36 @@ typedef struct device_state {
     uint64_t live_by_cat[LP_CAT_COUNT];
 } device_state;
 
-/* Engine-side facts about a site, parallel to p->sites. */
-typedef struct site_rule {
-    lp_category rule_category;  /* what the frame rules say its untagged buffers are */
-    const char *rule_op;
-    uint32_t raw_tag_key, raw_module; /* the keys of its untagged buffers, once known */
-} site_rule;
+/* Engine-side facts about a site, parallel to p->sites (24 bytes: one per distinct stack). */
+typedef struct site_extra {
+    uint64_t cat_bytes;     /* bytes allocated here in category `cat` (see by_category) */
+    uint64_t raw_key_bytes; /* bytes that entered the site's raw tag key from it (top_site) */
+    uint32_t multi;         /* 1 + index into site_cats when a second category came, else 0 */
+    uint8_t cat;            /* the first category allocated here */
+    uint8_t flags;          /* SITE_RAW_SEEN */
+} site_extra;
+
+#define SITE_RAW_SEEN 1 /* an untagged buffer was made here (its rule labels were applied) */
 
 /* A graph tag key's live bytes at the marks (growth detector), parallel to p->tag_keys. */
 typedef struct key_growth {
     uint64_t first, prev, last; /* at the first mark after the warm-up, the previous and the last */
     uint32_t grew;              /* intervals after the warm-up in which it grew */
 } key_growth;
+
+/* The keys of the untagged buffers of one frame-rule class on one device. */
+typedef struct raw_keys {
+    uint32_t tag_key, module;
+} raw_keys;
+
+/* A frame (module, offset) of the trace, symbolized once: what the rules, the labels, the
+ * frames and the site keys need of it. */
+typedef struct frame_info {
+    const gp_symbol *sym; /* NULL when out of memory */
+    const char *text;     /* "function (file:line)", interned; NULL until asked */
+    uint32_t cls;         /* frame-rule class + 1; 0 until asked */
+    int8_t plumbing;      /* is_plumbing(sym): -1 until asked */
+} frame_info;
 
 typedef struct finding_acc {
     bool used;
@@ -98,11 +120,13 @@ struct gp__profile_internal {
     uint32_t free_object; /* free list through object.tag_key */
 
     gp_map tag_map, site_map, module_map, saved_map, region_map;
-    uint32_t *host_sites; /* host site index by stack id, NONE if none yet */
+    uint32_t *host_sites; /* host site index + 1 by stack id, 0 if none yet */
     size_t n_host_sites;
     size_t cap_tag_keys, cap_sites, cap_modules, cap_saved, cap_regions, cap_iterations, cap_spans;
-    site_rule *site_rules;
-    size_t cap_site_rules;
+    site_extra *extra; /* parallel to p->sites */
+    size_t cap_extra;
+    uint64_t (*site_cats)[LP_CAT_COUNT]; /* bytes per category of sites with more than one */
+    size_t n_site_cats, cap_site_cats;
     key_growth *key_growth; /* parallel to p->tag_keys, grown at the marks */
     size_t n_key_growth;
 
@@ -133,9 +157,24 @@ struct gp__profile_internal {
     char **owned_strings;
     size_t n_owned, cap_owned;
     gp_map strings_map; /* interned owned strings */
-    gp_map frame_memo, stack_memo; /* frame rules: function -> class, stack id -> class */
-    struct stack_class *frame_classes, *stack_classes;
-    size_t n_frame_classes, cap_frame_classes, n_stack_classes, cap_stack_classes;
+    /* Frame rules. A class is an interned (rule, category, op); a function's class is memoized
+     * by its interned name, a stack node's by its id (0 = not yet, else class + 1). */
+    struct stack_class *classes;
+    size_t n_classes, cap_classes;
+    gp_map class_map;     /* (rule, category, op) -> class */
+    gp_map function_memo; /* function name -> class */
+    uint16_t *stack_class; /* by stack id */
+    size_t n_stack_class;
+    uint32_t *path; /* stack_classify's walk */
+    size_t cap_path;
+    gp_map raw_key_map;   /* (class, device) -> index into raw_keys */
+    raw_keys *raw_keys;
+    size_t n_raw_keys, cap_raw_keys;
+    /* frames by (module, offset) */
+    gp_map frame_map;
+    frame_info *frames;
+    size_t n_frames, cap_frames;
+    const char **site_labels; /* by site index, filled on demand (gp__site_label_at) */
     uint32_t symbolized_modules;
 };
 
@@ -227,95 +266,176 @@ static uint32_t tag_key_get(gp_profile *p, lp_category cat, const char *op, cons
 }
 
 static void sync_modules(gp_profile *p);
+static frame_info *frame_get(gp_profile *p, uint32_t module, uint64_t offset);
 
 /* A stack node's classification by the frame rules, memoized per node of the calling-context
  * tree: a node combines its parent's with its own frame's (see gp_rules_match), so each node and
- * each distinct function is looked at once. */
+ * each distinct function is looked at once. Classes are interned, so a node's memo is a 16-bit
+ * class index. */
 typedef struct stack_class {
     int rule;
     lp_category category;
-    const char *op;
-    bool boundary; /* a frame's: a boundary rule matches it */
+    const char *op; /* interned (own) or empty_label */
+    bool boundary;  /* a frame's class: a boundary rule matches its function */
 } stack_class;
 
-static stack_class frame_class(gp_profile *p, uint32_t module, uint64_t offset)
+#define CLASS_NONE 0 /* class 0 is {-1, OTHER, ""}: nothing matched */
+
+/* The index of class c, interned; CLASS_NONE when out of memory. */
+static uint32_t class_intern(gp_profile *p, stack_class c)
 {
     engine *e = p->internal;
-    const gp_symbol *sym = gp_symbolize(p->symbolizer, module, offset);
-    stack_class c = {-1, LP_CAT_OTHER, "", false};
-    if (!sym || !sym->resolved)
-        return c;
-    struct gp_map_slot *s = gp__map_find(&e->frame_memo, (uintptr_t)sym->function, 0, 0);
+    uint64_t k1 = (uint64_t)(uint32_t)c.rule << 32 | (uint64_t)c.boundary << 16 |
+                  (uint32_t)c.category;
+    struct gp_map_slot *s = gp__map_find(&e->class_map, k1, (uintptr_t)c.op, 0);
     if (s)
-        return e->frame_classes[s->v];
-    gp_rule_match m;
-    gp_rules_match(e->opts->rules, sym->function, &m);
-    c = (stack_class){m.rule, m.category, m.op[0] ? own(p, m.op) : "", m.boundary};
-    stack_class *slot = gp__push((void **)&e->frame_classes, &e->n_frame_classes,
-                             &e->cap_frame_classes, sizeof *slot);
-    if (slot && gp__map_put(&e->frame_memo, (uintptr_t)sym->function, 0, 0,
-                        (uint32_t)(e->n_frame_classes - 1)))
-        *slot = c;
+        return s->v;
+    stack_class *slot =
+        gp__push((void **)&e->classes, &e->n_classes, &e->cap_classes, sizeof *slot);
+    if (!slot || !gp__map_put(&e->class_map, k1, (uintptr_t)c.op, 0,
+                              (uint32_t)(e->n_classes - 1))) {
+        e->oom = true;
+        if (slot)
+            e->n_classes--;
+        return CLASS_NONE;
+    }
+    *slot = c;
+    return (uint32_t)(e->n_classes - 1);
+}
+
+/* The class of a frame: what the rules say of its function (memoized by function). */
+static uint32_t frame_class(gp_profile *p, frame_info *f)
+{
+    engine *e = p->internal;
+    if (f->cls)
+        return f->cls - 1;
+    uint32_t c = CLASS_NONE;
+    const gp_symbol *sym = f->sym;
+    if (sym && sym->resolved) {
+        struct gp_map_slot *s = gp__map_find(&e->function_memo, (uintptr_t)sym->function, 0, 0);
+        if (s) {
+            c = s->v;
+        } else {
+            gp_rule_match m;
+            gp_rules_match(e->opts->rules, sym->function, &m);
+            c = class_intern(p, (stack_class){m.rule, m.category,
+                                              m.op[0] ? own(p, m.op) : empty_label, m.boundary});
+            if (!gp__map_put(&e->function_memo, (uintptr_t)sym->function, 0, 0, c))
+                e->oom = true;
+        }
+    }
+    f->cls = c + 1;
     return c;
 }
 
-static stack_class stack_classify(gp_profile *p, uint32_t stack)
+/* The memoized class of stack node `id` (class + 1), 0 if not known yet. */
+static uint32_t stack_class_memo(const engine *e, uint32_t id)
+{
+    return id < e->n_stack_class ? e->stack_class[id] : 0;
+}
+
+static void stack_class_set(gp_profile *p, uint32_t id, uint32_t c)
 {
     engine *e = p->internal;
-    stack_class none = {-1, LP_CAT_OTHER, "", false};
+    if (c + 1 > UINT16_MAX)
+        return; /* not memoized: computed again when asked (never with real rule sets) */
+    if (id >= e->n_stack_class) {
+        size_t n = gp_trace_stack_count(p->trace) + 1;
+        if (n < e->n_stack_class * 2)
+            n = e->n_stack_class * 2;
+        if (n <= id)
+            n = (size_t)id + 1;
+        uint16_t *a = realloc(e->stack_class, n * sizeof *a);
+        if (!a) {
+            e->oom = true;
+            return;
+        }
+        memset(a + e->n_stack_class, 0, (n - e->n_stack_class) * sizeof *a);
+        e->stack_class = a;
+        e->n_stack_class = n;
+    }
+    e->stack_class[id] = (uint16_t)(c + 1);
+}
+
+static uint32_t stack_classify(gp_profile *p, uint32_t stack)
+{
+    engine *e = p->internal;
     if (!stack)
-        return none;
-    struct gp_map_slot *s = gp__map_find(&e->stack_memo, stack, 0, 0);
-    if (s)
-        return e->stack_classes[s->v];
+        return CLASS_NONE;
+    uint32_t memo = stack_class_memo(e, stack);
+    if (memo)
+        return memo - 1;
     /* Walk up to the first memoized ancestor, then fill the path back down. */
-    uint32_t path[256];
     size_t n = 0;
     uint32_t id = stack;
-    stack_class above = none;
-    while (id && n < 256) {
-        if ((s = gp__map_find(&e->stack_memo, id, 0, 0))) {
-            above = e->stack_classes[s->v];
+    uint32_t above = CLASS_NONE;
+    while (id) {
+        if ((memo = stack_class_memo(e, id))) {
+            above = memo - 1;
             break;
         }
-        path[n++] = id;
+        uint32_t *slot = gp__push((void **)&e->path, &n, &e->cap_path, sizeof *slot);
+        if (!slot) {
+            e->oom = true;
+            return CLASS_NONE;
+        }
+        *slot = id;
         uint32_t module, parent;
         uint64_t offset;
         if (gp_trace_stack_frame(p->trace, id, &module, &offset, &parent) != 0)
             break;
         id = parent;
     }
-    stack_class c = above;
+    const uint32_t *path = e->path;
+    uint32_t ci = above;
     for (size_t i = n; i-- > 0;) {
         uint32_t module, parent;
         uint64_t offset;
         if (gp_trace_stack_frame(p->trace, path[i], &module, &offset, &parent) != 0)
             break;
-        stack_class f = frame_class(p, module, offset);
-        if (f.boundary) /* code called back from a library: the outer frames do not count */
-            c = none;
-        if (f.rule >= 0 && (c.rule < 0 || f.rule < c.rule)) {
-            c.rule = f.rule;
-            c.category = f.category;
+        frame_info *fr = frame_get(p, module, offset);
+        uint32_t fi = fr ? frame_class(p, fr) : CLASS_NONE;
+        if (fi != CLASS_NONE) {
+            stack_class c = e->classes[ci], f = e->classes[fi];
+            bool changed = false;
+            if (f.boundary) { /* code called back from a library: the outer frames do not count */
+                c = e->classes[CLASS_NONE];
+                changed = ci != CLASS_NONE;
+            }
+            if (f.rule >= 0 && (c.rule < 0 || f.rule < c.rule)) {
+                c.rule = f.rule;
+                c.category = f.category;
+                changed = true;
+            }
+            if (!*c.op && *f.op) { /* the outermost op wins: the parent's, if it has one */
+                c.op = f.op;
+                changed = true;
+            }
+            if (changed)
+                ci = class_intern(p, c);
         }
-        if (!*c.op) /* the outermost op wins: the parent's, if it has one */
-            c.op = f.op;
-        stack_class *slot = gp__push((void **)&e->stack_classes, &e->n_stack_classes,
-                                 &e->cap_stack_classes, sizeof *slot);
-        if (slot && gp__map_put(&e->stack_memo, path[i], 0, 0, (uint32_t)(e->n_stack_classes - 1)))
-            *slot = c;
+        stack_class_set(p, path[i], ci);
     }
-    return c;
+    return ci;
 }
 
-/* Runs the frame rules on a new site's stack. */
-static void classify_site(gp_profile *p, site_rule *g, uint32_t stack)
+/* The raw keys (tag key, module) of untagged buffers of class `cls` on `device`, made on first
+ * use; NULL when out of memory. */
+static raw_keys *raw_keys_get(gp_profile *p, uint32_t cls, int32_t device,
+                              void (*make)(gp_profile *, uint32_t, int32_t, raw_keys *))
 {
-    sync_modules(p);
-    stack_class c = stack_classify(p, stack);
-    if (c.rule >= 0)
-        g->rule_category = c.category;
-    g->rule_op = c.op;
+    engine *e = p->internal;
+    struct gp_map_slot *s = gp__map_find(&e->raw_key_map, cls, (uint32_t)device, 0);
+    if (s)
+        return &e->raw_keys[s->v];
+    raw_keys *k = gp__push((void **)&e->raw_keys, &e->n_raw_keys, &e->cap_raw_keys, sizeof *k);
+    if (!k || !gp__map_put(&e->raw_key_map, cls, (uint32_t)device, 0,
+                           (uint32_t)(e->n_raw_keys - 1))) {
+        e->oom = true;
+        return NULL;
+    }
+    make(p, cls, device, k);
+    return k;
 }
 
 static uint32_t site_get(gp_profile *p, uint32_t stack, int32_t device)
@@ -323,17 +443,17 @@ static uint32_t site_get(gp_profile *p, uint32_t stack, int32_t device)
     engine *e = p->internal;
     /* Host sites by stack id directly (ids are dense): the lookup every allocation makes. */
     bool host = device == LP_DEVICE_HOST;
-    if (host && stack < e->n_host_sites && e->host_sites[stack] != NONE)
-        return e->host_sites[stack];
+    if (host && stack < e->n_host_sites && e->host_sites[stack] != 0)
+        return e->host_sites[stack] - 1;
     struct gp_map_slot *s = host ? NULL : gp__map_find(&e->site_map, stack, (uint32_t)device, 0);
     if (s)
         return s->v;
     gp_site *site = gp__push((void **)&p->sites, &p->n_sites, &e->cap_sites, sizeof *site);
-    size_t n_rules = p->n_sites - 1; /* the rules run parallel to sites */
-    site_rule *g = gp__push((void **)&e->site_rules, &n_rules, &e->cap_site_rules, sizeof *g);
-    if (!site || !g ||
+    size_t n_extra = p->n_sites - 1; /* extra runs parallel to sites */
+    site_extra *x = gp__push((void **)&e->extra, &n_extra, &e->cap_extra, sizeof *x);
+    if (!site || !x ||
         (!host && !gp__map_put(&e->site_map, stack, (uint32_t)device, 0,
-                           (uint32_t)(p->n_sites - 1)))) {
+                               (uint32_t)(p->n_sites - 1)))) {
         e->oom = true;
         return 0;
     }
@@ -341,28 +461,60 @@ static uint32_t site_get(gp_profile *p, uint32_t stack, int32_t device)
     site->device = device;
     site->category = LP_CAT_OTHER;
     site->op = site->module = "";
-    g->rule_category = LP_CAT_OTHER;
-    g->rule_op = "";
-    g->raw_tag_key = g->raw_module = NONE;
-    if (e->opts->rules && stack)
-        classify_site(p, g, stack);
+    x->cat = LP_CAT_COUNT;
     uint32_t index = (uint32_t)(p->n_sites - 1);
     if (host) {
         if (stack >= e->n_host_sites) {
-            size_t n = stack + 1024 + e->n_host_sites;
+            size_t n = gp_trace_stack_count(p->trace) + 1;
+            if (n < e->n_host_sites * 2)
+                n = e->n_host_sites * 2;
+            if (n <= stack)
+                n = (size_t)stack + 1024;
             uint32_t *t = realloc(e->host_sites, n * sizeof *t);
             if (!t) {
                 e->oom = true;
                 return index;
             }
-            for (size_t i = e->n_host_sites; i < n; i++)
-                t[i] = NONE;
+            memset(t + e->n_host_sites, 0, (n - e->n_host_sites) * sizeof *t);
             e->host_sites = t;
             e->n_host_sites = n;
         }
-        e->host_sites[stack] = index;
+        e->host_sites[stack] = index + 1;
     }
     return index;
+}
+
+static uint32_t tag_key_get(gp_profile *p, lp_category cat, const char *op, const char *module,
+                            int32_t device);
+static uint32_t module_get(gp_profile *p, const char *module, int32_t device);
+
+/* The frame-rule class of a site's untagged buffers (CLASS_NONE without rules or stack). */
+static uint32_t site_class(gp_profile *p, uint32_t site)
+{
+    engine *e = p->internal;
+    uint32_t stack = p->sites[site].stack;
+    if (!e->opts->rules || !stack)
+        return CLASS_NONE;
+    uint32_t memo = stack_class_memo(e, stack);
+    if (memo)
+        return memo - 1;
+    sync_modules(p);
+    return stack_classify(p, stack);
+}
+
+/* The keys an untagged buffer of class `cls` gets (object_set_role with the class's labels). */
+static void raw_keys_make(gp_profile *p, uint32_t cls, int32_t device, raw_keys *k)
+{
+    const stack_class *c = &p->internal->classes[cls];
+    k->tag_key = tag_key_get(p, c->category, c->op, empty_label, device);
+    k->module = module_get(p, empty_label, device);
+}
+
+/* The raw tag key of a site that made untagged buffers (SITE_RAW_SEEN). */
+static uint32_t site_raw_key(gp_profile *p, uint32_t site)
+{
+    const raw_keys *k = raw_keys_get(p, site_class(p, site), p->sites[site].device, raw_keys_make);
+    return k ? k->tag_key : NONE;
 }
 
 static uint32_t module_get(gp_profile *p, const char *module, int32_t device)
@@ -546,10 +698,16 @@ static void object_delete(engine *e, uint32_t i)
 }
 
 /* Counts `size` bytes (negative: takes them back) as having entered tag key `key` from `site`:
- * gp_tag_key.top_site is chosen from these sums when the replay ends. */
-static void key_site_add(gp_profile *p, uint32_t key, uint32_t site, int64_t size)
+ * gp_tag_key.top_site is chosen from these sums when the replay ends. The bytes of untagged
+ * buffers (`raw`: their key is the site's raw key) are counted in the site, others in
+ * key_site_map; finish() adds the two up. */
+static void key_site_add(gp_profile *p, uint32_t key, uint32_t site, int64_t size, bool raw)
 {
     engine *e = p->internal;
+    if (raw) { /* an untagged buffer: key is the site's raw key */
+        e->extra[site].raw_key_bytes += (uint64_t)size;
+        return;
+    }
     struct gp_map_slot *s = gp__map_find(&e->key_site_map, key, site, 0);
     if (!s) {
         uint64_t *b = gp__push((void **)&e->key_site_bytes, &e->n_key_site, &e->cap_key_site,
@@ -564,6 +722,30 @@ static void key_site_add(gp_profile *p, uint32_t key, uint32_t site, int64_t siz
     e->key_site_bytes[s->v] += (uint64_t)size;
 }
 
+/* Adds `size` bytes (negative: takes them back) to what site `site` allocated in `cat`. */
+static void site_cat_add(gp_profile *p, uint32_t site, lp_category cat, int64_t size)
+{
+    engine *e = p->internal;
+    site_extra *x = &e->extra[site];
+    if (!x->multi) {
+        if (x->cat == LP_CAT_COUNT)
+            x->cat = (uint8_t)cat;
+        if (x->cat == cat) {
+            x->cat_bytes += (uint64_t)size;
+            return;
+        }
+        uint64_t(*c)[LP_CAT_COUNT] = gp__push((void **)&e->site_cats, &e->n_site_cats,
+                                               &e->cap_site_cats, sizeof *c);
+        if (!c) {
+            e->oom = true;
+            return;
+        }
+        (*c)[x->cat] = x->cat_bytes;
+        x->multi = (uint32_t)e->n_site_cats;
+    }
+    e->site_cats[x->multi - 1][cat] += (uint64_t)size;
+}
+
 /* Adds o's bytes to every key it belongs to. `count` also counts it as an allocation (or a
  * retag into) there; `count_site` does the same for its site, which counts only allocations. */
 static void object_enter(gp_profile *p, object *o, bool count, bool count_site)
@@ -572,11 +754,11 @@ static void object_enter(gp_profile *p, object *o, bool count, bool count_site)
     device_state *d = device_get(p, o->device);
     stats_add(&p->tag_keys[o->tag_key].stats, d, o->size, count);
     if (count)
-        key_site_add(p, o->tag_key, o->site, (int64_t)o->size);
+        key_site_add(p, o->tag_key, o->site, (int64_t)o->size, !o->tagged);
     gp_site *site = &p->sites[o->site];
     stats_add(&site->stats, d, o->size, count_site);
     if (count_site)
-        site->by_category[o->category] += o->size;
+        site_cat_add(p, o->site, o->category, (int64_t)o->size);
     gp_module_stats *m = &p->modules[o->module];
     stats_add(&m->stats, d, o->size, count);
     stats_add(&m->by_category[o->category], d, o->size, count);
@@ -1020,16 +1202,18 @@ static void on_alloc(gp_profile *p, thread_state *t, const gp_event *ev, bool ta
     if (tagged) {
         o->tagged = true;
         object_set_role(p, o, ev->category, ev->op, ev->module, ev->detail);
-    } else { /* untagged: what the frame rules say, if anything (keys cached per site) */
-        site_rule *g = &e->site_rules[o->site];
-        if (g->raw_tag_key == NONE || g->rule_category == LP_CAT_SAVED) {
-            object_set_role(p, o, g->rule_category, g->rule_op, "", "");
-            g->raw_tag_key = o->tag_key;
-            g->raw_module = o->module;
+    } else { /* untagged: what the frame rules say, if anything (keys cached per class) */
+        uint32_t cls = site_class(p, o->site);
+        const stack_class *c = &e->classes[cls];
+        site_extra *x = &e->extra[o->site];
+        if (!(x->flags & SITE_RAW_SEEN) || c->category == LP_CAT_SAVED) {
+            object_set_role(p, o, c->category, c->op, empty_label, empty_label);
+            x->flags |= SITE_RAW_SEEN;
         } else {
-            o->category = g->rule_category;
-            o->tag_key = g->raw_tag_key;
-            o->module = g->raw_module;
+            const raw_keys *k = raw_keys_get(p, cls, o->device, raw_keys_make);
+            o->category = c->category;
+            o->tag_key = k ? k->tag_key : 0;
+            o->module = k ? k->module : 0;
         }
     }
     if (!gp__map_put(&e->objects_map, ev->addr, (uint32_t)ev->device, 0, i)) {
@@ -1079,9 +1263,9 @@ static void on_tag(gp_profile *p, thread_state *t, const gp_event *ev)
             undo[i]->total_bytes -= o->size;
             undo[i]->frees--;
         }
-        key_site_add(p, o->tag_key, o->site, -(int64_t)o->size);
-        site->by_category[o->category] -= o->size;
-        site->by_category[ev->category] += o->size;
+        key_site_add(p, o->tag_key, o->site, -(int64_t)o->size, true);
+        site_cat_add(p, o->site, o->category, -(int64_t)o->size);
+        site_cat_add(p, o->site, ev->category, (int64_t)o->size);
         o->tagged = true;
     } else {
         p->retag_count++;
@@ -1168,6 +1352,44 @@ static void on_event(gp_profile *p, const gp_event *ev)
 
 /* ---- loading --------------------------------------------------------------------------------- */
 
+/* The category of the most bytes allocated at site i: the lowest such category, or OTHER when
+ * OTHER has as many as any. */
+static lp_category site_category(const engine *e, size_t i)
+{
+    const site_extra *x = &e->extra[i];
+    if (!x->multi)
+        return x->cat_bytes > 0 ? (lp_category)x->cat : LP_CAT_OTHER;
+    const uint64_t *by = e->site_cats[x->multi - 1];
+    lp_category best = LP_CAT_OTHER;
+    for (int c = 0; c < LP_CAT_COUNT; c++)
+        if (by[c] > by[best])
+            best = (lp_category)c;
+    return best;
+}
+
+uint64_t gp_site_allocated(const gp_profile *p, size_t site, lp_category c)
+{
+    const engine *e = p->internal;
+    if (site >= p->n_sites || (unsigned)c >= LP_CAT_COUNT)
+        return 0;
+    const site_extra *x = &e->extra[site];
+    if (x->multi)
+        return e->site_cats[x->multi - 1][c];
+    return x->cat == c ? x->cat_bytes : 0;
+}
+
+/* Makes `site` the top site of tag key `key` if `bytes` entered it from there is more than the
+ * best so far (ties to the lower site index). */
+static void top_site_consider(gp_profile *p, uint64_t *best, uint32_t key, uint32_t site,
+                              uint64_t bytes)
+{
+    gp_tag_key *k = &p->tag_keys[key];
+    if (bytes && (bytes > best[key] || (bytes == best[key] && site < k->top_site))) {
+        best[key] = bytes;
+        k->top_site = site;
+    }
+}
+
 static int finish(gp_profile *p)
 {
     engine *e = p->internal;
@@ -1177,11 +1399,7 @@ static int finish(gp_profile *p)
     for (size_t i = 0; i < p->n_sites; i++) {
         gp_site *s = &p->sites[i];
         stats_sync(&s->stats, device_get(p, s->device));
-        lp_category best = LP_CAT_OTHER;
-        for (int c = 0; c < LP_CAT_COUNT; c++)
-            if (s->by_category[c] > s->by_category[best])
-                best = (lp_category)c;
-        s->category = best;
+        s->category = site_category(e, i);
     }
     for (size_t i = 0; i < p->n_saved; i++)
         stats_sync(&p->saved[i].stats, device_get(p, p->saved[i].device));
@@ -1199,18 +1417,29 @@ static int finish(gp_profile *p)
     }
     for (size_t i = 0; i < p->n_tag_keys; i++)
         p->leaked_count += p->tag_keys[i].stats.live_count;
-    /* each tag key's top site: the most bytes entered from it, ties to the lower site index */
+    /* each tag key's top site: the most bytes entered from it, ties to the lower site index;
+     * a (key, site) pair's bytes are in key_site_map, plus the site's own count when the key is
+     * the site's raw key */
     uint64_t *best = calloc(p->n_tag_keys ? p->n_tag_keys : 1, sizeof *best);
     if (!best)
         return -1;
     for (size_t i = 0; i < e->key_site_map.cap; i++) {
         const struct gp_map_slot *s = &e->key_site_map.slots[i];
-        uint64_t bytes = s->v == GP_MAP_NONE ? 0 : e->key_site_bytes[s->v];
-        gp_tag_key *k = bytes ? &p->tag_keys[s->k1] : NULL;
-        if (k && (bytes > best[s->k1] || (bytes == best[s->k1] && s->k2 < k->top_site))) {
-            best[s->k1] = bytes;
-            k->top_site = (uint32_t)s->k2;
-        }
+        if (s->v == GP_MAP_NONE)
+            continue;
+        uint64_t bytes = e->key_site_bytes[s->v];
+        const site_extra *x = &e->extra[s->k2];
+        if (x->flags & SITE_RAW_SEEN && s->k1 == site_raw_key(p, (uint32_t)s->k2))
+            bytes += x->raw_key_bytes;
+        top_site_consider(p, best, (uint32_t)s->k1, (uint32_t)s->k2, bytes);
+    }
+    for (size_t i = 0; i < p->n_sites; i++) {
+        const site_extra *x = &e->extra[i];
+        if (!(x->flags & SITE_RAW_SEEN) || x->raw_key_bytes == 0)
+            continue;
+        uint32_t key = site_raw_key(p, (uint32_t)i);
+        if (key != NONE && !gp__map_find(&e->key_site_map, key, i, 0))
+            top_site_consider(p, best, key, (uint32_t)i, x->raw_key_bytes);
     }
     free(best);
     timeline_close_bucket(p);
@@ -1283,6 +1512,7 @@ int gp_profile_load(const char *path, const gp_analysis_options *opts, gp_profil
         gp_profile_free(p);
         return -1;
     }
+    class_intern(p, (stack_class){-1, LP_CAT_OTHER, empty_label, false}); /* CLASS_NONE */
     e->bucket_width = 1000; /* 1 µs, doubling as the run gets longer */
     e->bucket_end = e->bucket_width;
     device_get(p, LP_DEVICE_HOST);
@@ -1332,8 +1562,9 @@ void gp_profile_free(gp_profile *p)
         free(e->module_map.slots);
         free(e->saved_map.slots);
         free(e->region_map.slots);
-        free(e->site_rules);
         free(e->key_growth);
+        free(e->extra);
+        free(e->site_cats);
         free(e->host_sites);
         free(e->instances);
         free(e->threads);
@@ -1350,10 +1581,16 @@ void gp_profile_free(gp_profile *p)
             free(e->owned_strings[i]);
         free(e->owned_strings);
         free(e->strings_map.slots);
-        free(e->frame_memo.slots);
-        free(e->stack_memo.slots);
-        free(e->frame_classes);
-        free(e->stack_classes);
+        free(e->classes);
+        free(e->class_map.slots);
+        free(e->function_memo.slots);
+        free(e->stack_class);
+        free(e->path);
+        free(e->raw_key_map.slots);
+        free(e->raw_keys);
+        free(e->frame_map.slots);
+        free(e->frames);
+        free(e->site_labels);
         free(e);
     }
     for (size_t i = 0; i < p->n_findings; i++)
@@ -1440,9 +1677,8 @@ static bool is_plumbing(const gp_symbol *s)
     return !s->resolved && (!strncmp(base, "libc.so", 7) || !strncmp(base, "libc-", 5));
 }
 
-static const char *frame_text(gp_profile *p, const gp_symbol *s, char *buf, size_t size)
+static const char *frame_text(const gp_symbol *s, char *buf, size_t size)
 {
-    (void)p;
     if (s->file && s->line > 0) {
         const char *base = strrchr(s->file, '/');
         snprintf(buf, size, "%s (%s:%d)", s->function, base ? base + 1 : s->file, s->line);
@@ -1452,24 +1688,68 @@ static const char *frame_text(gp_profile *p, const gp_symbol *s, char *buf, size
     return buf;
 }
 
+/* The frame (module, offset), symbolized on first use; NULL when out of memory. The caller has
+ * registered the modules (sync_modules). */
+static frame_info *frame_get(gp_profile *p, uint32_t module, uint64_t offset)
+{
+    engine *e = p->internal;
+    struct gp_map_slot *s = gp__map_find(&e->frame_map, module, offset, 0);
+    if (s)
+        return &e->frames[s->v];
+    frame_info *f = gp__push((void **)&e->frames, &e->n_frames, &e->cap_frames, sizeof *f);
+    if (!f || !gp__map_put(&e->frame_map, module, offset, 0, (uint32_t)(e->n_frames - 1))) {
+        if (f)
+            e->n_frames--;
+        e->oom = true;
+        return NULL;
+    }
+    f->sym = gp_symbolize(p->symbolizer, module, offset);
+    f->plumbing = -1;
+    return f;
+}
+
+static bool frame_plumbing(frame_info *f)
+{
+    if (f->plumbing < 0)
+        f->plumbing = is_plumbing(f->sym);
+    return f->plumbing;
+}
+
+static const char *frame_label(gp_profile *p, frame_info *f)
+{
+    if (!f->text) {
+        char buf[512];
+        f->text = own(p, frame_text(f->sym, buf, sizeof buf));
+    }
+    return f->text;
+}
+
+/* The frame of stack node `id` and its parent; NULL at an unknown id or a frame that could not be
+ * symbolized. */
+static frame_info *stack_frame(gp_profile *p, uint32_t id, uint32_t *parent)
+{
+    uint32_t module;
+    uint64_t offset;
+    if (gp_trace_stack_frame(p->trace, id, &module, &offset, parent) != 0)
+        return NULL;
+    frame_info *f = frame_get(p, module, offset);
+    return f && f->sym ? f : NULL;
+}
+
 size_t gp_site_frames(gp_profile *p, uint32_t stack, const char **frames, size_t max)
 {
     sync_modules(p);
     size_t n = 0;
     bool leading = true; /* plumbing is skipped only at the innermost end */
-    uint32_t module, parent;
-    uint64_t offset;
+    uint32_t parent;
     for (uint32_t id = stack; id && n < max; id = parent) {
-        if (gp_trace_stack_frame(p->trace, id, &module, &offset, &parent) != 0)
+        frame_info *f = stack_frame(p, id, &parent);
+        if (!f)
             break;
-        const gp_symbol *s = gp_symbolize(p->symbolizer, module, offset);
-        if (!s)
-            break;
-        if (leading && is_plumbing(s))
+        if (leading && frame_plumbing(f))
             continue;
         leading = false;
-        char buf[512];
-        frames[n++] = own(p, frame_text(p, s, buf, sizeof buf));
+        frames[n++] = frame_label(p, f);
     }
     return n;
 }
@@ -1480,6 +1760,17 @@ const char *gp_site_label(gp_profile *p, uint32_t stack)
     if (!stack || gp_site_frames(p, stack, &frame, 1) == 0)
         return "[no stack]";
     return frame;
+}
+
+const char *gp__site_label_at(gp_profile *p, size_t site)
+{
+    engine *e = p->internal;
+    if (!e->site_labels && !(e->site_labels = calloc(p->n_sites ? p->n_sites : 1,
+                                                     sizeof *e->site_labels)))
+        return gp_site_label(p, p->sites[site].stack);
+    if (!e->site_labels[site])
+        e->site_labels[site] = gp_site_label(p, p->sites[site].stack);
+    return e->site_labels[site];
 }
 
 const char *gp_site_key(gp_profile *p, uint32_t stack)
@@ -1495,13 +1786,13 @@ const char *gp_site_key(gp_profile *p, uint32_t stack)
     for (uint32_t id = stack; id && n < 4; id = parent) {
         if (gp_trace_stack_frame(p->trace, id, &module, &offset, &parent) != 0)
             break;
-        const gp_symbol *s = gp_symbolize(p->symbolizer, module, offset);
-        if (!s || (leading && is_plumbing(s)))
+        frame_info *f = frame_get(p, module, offset);
+        if (!f || !f->sym || (leading && frame_plumbing(f)))
             continue;
         leading = false;
         /* Unresolved frames carry an offset that is the same across runs of the same binary. */
         used += (size_t)snprintf(key + used, sizeof key - used, "%s%s", n ? ";" : "",
-                                 s->function);
+                                 f->sym->function);
         if (used >= sizeof key)
             break;
         n++;

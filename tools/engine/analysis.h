@@ -60,7 +60,6 @@ typedef struct gp_site {
     const char *op, *module; /* the tag its buffers carried last ("" if never tagged) */
     int32_t device;
     gp_stats stats;
-    uint64_t by_category[LP_CAT_COUNT]; /* bytes allocated here, per category (to pick one) */
 } gp_site;
 
 typedef struct gp_module_stats {
@@ -263,6 +262,14 @@ const char *gp_site_label(gp_profile *p, uint32_t stack);
 /* The frames of a stack, innermost first, as "function (file:line)" strings owned by p, skipping
  * allocator/libprof frames. Returns the count written (<= max). */
 size_t gp_site_frames(gp_profile *p, uint32_t stack, const char **frames, size_t max);
+
+/* Bytes allocated at site `site` (an index in p->sites) in category c: the buffers born there,
+ * each under its first role (a raw buffer's first tag replaces its frame-rule category). */
+uint64_t gp_site_allocated(const gp_profile *p, size_t site, lp_category c);
+
+/* gp_site_label of site `site` (an index in p->sites), kept by the profile after the first call:
+ * for the renderers' orderings, which compare the labels of many sites. */
+const char *gp__site_label_at(gp_profile *p, size_t site);
 
 /* A key that identifies a site across runs (symbolized function names of up to 4 frames, joined
  * by ";"), owned by p. */

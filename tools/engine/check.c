@@ -110,9 +110,9 @@ int gp_check_classified(const gp_profile *p, uint64_t *unclassified, char *why, 
     for (size_t i = 0; i < p->n_sites; i++) {
         const gp_site *s = &p->sites[i];
         if (s->stack == 0)
-            bytes += s->by_category[LP_CAT_OTHER];
+            bytes += gp_site_allocated(p, i, LP_CAT_OTHER);
         for (int c = 0; c < LP_CAT_COUNT; c++)
-            total += s->by_category[c];
+            total += gp_site_allocated(p, i, (lp_category)c);
     }
     if (unclassified)
         *unclassified = bytes;
@@ -272,7 +272,8 @@ static void key_items(builder *b, const gp_profile *p, gp_check_violation *v, in
         if (*s->op || *s->module || (primary_only && s->device != p->primary_device))
             continue;
         uint64_t bytes =
-            m == M_TOTAL ? (cat >= 0 ? s->by_category[cat] : 0) : stats_value(&s->stats, m);
+            m == M_TOTAL ? (cat >= 0 ? gp_site_allocated(p, order[i], (lp_category)cat) : 0)
+                         : stats_value(&s->stats, m);
         if (bytes)
             list_add(b, &l,
                      (gp_finding_item){cat >= 0 ? (lp_category)cat : s->category, "", "", s->stack,

@@ -14,30 +14,26 @@
  *     total at the mark, the peak as an instant event "peak" with the bytes per category at the
  *     peak, and each finding as an instant event ("cat":"finding") at its first occurrence.
  * Times are microseconds with three decimals (exact nanoseconds). The pid is the traced
- * program's ("pid" metadata), else 1.
+ * program's ("pid" metadata), else 1. Written in the JSON writer's compact style (json.h), one
+ * event per line.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "json.h"
 #include "render_common.h"
-#include "render_html.h" /* gp__timeline_width, gp__timeline_start */
 
-/* Nanoseconds as microseconds with exactly three decimals. */
-static void json_us(FILE *out, uint64_t ns)
+/* Starts an event (one line): {"name":...,"ph":...,"pid":...,"tid":...,"ts":... with ts in
+ * microseconds with three decimals; the caller adds its fields and closes it (gp__jw_end). */
+static void event_begin(gp__jw *j, const char *name, const char *ph, long pid, uint32_t tid,
+                        uint64_t ts_ns)
 {
-    fprintf(out, "%llu.%03llu", (unsigned long long)(ns / 1000), (unsigned long long)(ns % 1000));
-}
-
-/* Starts an event: the separator, then {"name":...,"ph":...,"pid":...,"tid":...,"ts":... (open). */
-static void event_begin(FILE *out, bool *first, const char *name, const char *ph, long pid,
-                        uint32_t tid, uint64_t ts_ns)
-{
-    fputs(*first ? "\n" : ",\n", out);
-    *first = false;
-    fputs("{\"name\":", out);
-    gp__json_string(out, name);
-    fprintf(out, ",\"ph\":\"%s\",\"pid\":%ld,\"tid\":%u,\"ts\":", ph, pid, tid);
-    json_us(out, ts_ns);
+    gp__jw_object(j, NULL, true);
+    gp__jw_str(j, "name", name ? name : "");
+    gp__jw_str(j, "ph", ph);
+    gp__jw_i64(j, "pid", pid);
+    gp__jw_u64(j, "tid", tid);
+    gp__jw_decimal(j, "ts", ts_ns, 3);
 }
 
 /* The trace's pid metadata when it is a plain positive number, else 1. */
@@ -51,38 +47,16 @@ static long trace_pid(const gp_profile *p)
     return *end == '\0' && v > 0 ? v : 1;
 }
 
-/* The per-category counter arguments of one sample: {"parameter":N,...} for the used categories. */
-static void counter_args(FILE *out, const uint64_t *by_cat, const bool *used)
+/* Metadata: the process's name (after the traced command) and each thread's name and order. */
+static void metadata_events(gp__jw *j, const gp_profile *p, long pid, const char *command)
 {
-    fputs(",\"args\":{", out);
-    bool first = true;
-    for (int c = 0; c < LP_CAT_COUNT; c++) {
-        if (!used[c])
-            continue;
-        fprintf(out, "%s\"%s\":%llu", first ? "" : ",", lp_category_name((lp_category)c),
-                (unsigned long long)by_cat[c]);
-        first = false;
-    }
-    fputs("}}", out);
-}
-
-int gp_render_chrome(FILE *out, gp_profile *p, const gp_render_options *o)
-{
-    (void)o;
-    long pid = trace_pid(p);
-    bool first = true;
-    const char *command = p->trace != NULL ? gp_trace_meta(p->trace, "command") : NULL;
     char name[512];
-    char human[32];
-
-    fputs("{\"traceEvents\":[", out);
-
-    /* metadata: process and thread names */
     snprintf(name, sizeof name, "gradprof: %s", command ? command : p->path ? p->path : "trace");
-    event_begin(out, &first, "process_name", "M", pid, 0, 0);
-    fputs(",\"args\":{\"name\":", out);
-    gp__json_string(out, name);
-    fputs("}}", out);
+    event_begin(j, "process_name", "M", pid, 0, 0);
+    gp__jw_object(j, "args", true);
+    gp__jw_str(j, "name", name);
+    gp__jw_end(j);
+    gp__jw_end(j);
     uint32_t n_threads = p->trace != NULL ? gp_trace_thread_count(p->trace) : 0;
     for (uint32_t t = 1; t <= n_threads; t++) {
         const char *tn = gp_trace_thread_name(p->trace, t);
@@ -91,88 +65,142 @@ int gp_render_chrome(FILE *out, gp_profile *p, const gp_render_options *o)
             snprintf(fallback, sizeof fallback, "thread %u", t);
             tn = fallback;
         }
-        event_begin(out, &first, "thread_name", "M", pid, t, 0);
-        fputs(",\"args\":{\"name\":", out);
-        gp__json_string(out, tn);
-        fputs("}}", out);
-        event_begin(out, &first, "thread_sort_index", "M", pid, t, 0);
-        fprintf(out, ",\"args\":{\"sort_index\":%u}}", t);
+        event_begin(j, "thread_name", "M", pid, t, 0);
+        gp__jw_object(j, "args", true);
+        gp__jw_str(j, "name", tn);
+        gp__jw_end(j);
+        gp__jw_end(j);
+        event_begin(j, "thread_sort_index", "M", pid, t, 0);
+        gp__jw_object(j, "args", true);
+        gp__jw_u64(j, "sort_index", t);
+        gp__jw_end(j);
+        gp__jw_end(j);
     }
+}
 
-    /* counters: live bytes per category over time, and the per-bucket maximum of the total */
+/* One sample of the per-category counter: {"parameter":N,...} for the used categories. */
+static void counter_event(gp__jw *j, long pid, uint64_t ts_ns, const uint64_t *by_cat,
+                          const bool *used)
+{
+    event_begin(j, "live bytes", "C", pid, 0, ts_ns);
+    gp__jw_object(j, "args", true);
+    for (int c = 0; c < LP_CAT_COUNT; c++)
+        if (used[c])
+            gp__jw_u64(j, lp_category_name((lp_category)c), by_cat[c]);
+    gp__jw_end(j);
+    gp__jw_end(j);
+}
+
+/* One sample of the largest total in a bucket. */
+static void max_event(gp__jw *j, long pid, uint64_t ts_ns, uint64_t total)
+{
+    event_begin(j, "live bytes (max in sample)", "C", pid, 0, ts_ns);
+    gp__jw_object(j, "args", true);
+    gp__jw_u64(j, "total", total);
+    gp__jw_end(j);
+    gp__jw_end(j);
+}
+
+/* The counters: live bytes per category over time, and the per-bucket maximum of the total. */
+static void counter_events(gp__jw *j, const gp_profile *p, long pid)
+{
     bool used[LP_CAT_COUNT] = {false};
-    for (size_t i = 0; i < p->n_timeline; i++)
-        for (int c = 0; c < LP_CAT_COUNT; c++)
-            if (p->timeline[i].live_by_category[c] != 0)
-                used[c] = true;
-    if (p->n_timeline > 0) {
-        uint64_t zero[LP_CAT_COUNT] = {0};
-        uint64_t width = gp__timeline_width(p);
-        if (p->timeline[0].time_ns > 0 && gp__timeline_start(p, width, 0) > 0) {
-            event_begin(out, &first, "live bytes", "C", pid, 0, 0);
-            counter_args(out, zero, used);
-            event_begin(out, &first, "live bytes (max in sample)", "C", pid, 0, 0);
-            fputs(",\"args\":{\"total\":0}}", out);
-        }
-        for (size_t i = 0; i < p->n_timeline; i++) {
-            const gp_timeline_point *pt = &p->timeline[i];
-            uint64_t start = gp__timeline_start(p, width, i);
-            event_begin(out, &first, "live bytes", "C", pid, 0, start);
-            counter_args(out, pt->live_by_category, used);
-            event_begin(out, &first, "live bytes (max in sample)", "C", pid, 0, start);
-            fprintf(out, ",\"args\":{\"total\":%llu}}", (unsigned long long)pt->max_total);
-            if (pt->max_total != pt->live_total && pt->time_ns > start) {
-                event_begin(out, &first, "live bytes (max in sample)", "C", pid, 0, pt->time_ns);
-                fprintf(out, ",\"args\":{\"total\":%llu}}", (unsigned long long)pt->live_total);
-            }
-        }
+    gp__timeline_used_categories(p, used);
+    if (p->n_timeline == 0)
+        return;
+    uint64_t zero[LP_CAT_COUNT] = {0};
+    if (p->timeline[0].time_ns > 0 && gp__timeline_start(p, 0) > 0) {
+        counter_event(j, pid, 0, zero, used);
+        max_event(j, pid, 0, 0);
     }
+    for (size_t i = 0; i < p->n_timeline; i++) {
+        const gp_timeline_point *pt = &p->timeline[i];
+        uint64_t start = gp__timeline_start(p, i);
+        counter_event(j, pid, start, pt->live_by_category, used);
+        max_event(j, pid, start, pt->max_total);
+        if (pt->max_total != pt->live_total && pt->time_ns > start)
+            max_event(j, pid, pt->time_ns, pt->live_total);
+    }
+}
 
-    /* regions as slices */
+/* Regions as slices on their threads. */
+static void region_events(gp__jw *j, const gp_profile *p, long pid)
+{
     for (size_t i = 0; i < p->n_spans; i++) {
         const gp_region_span *s = &p->spans[i];
         uint64_t end = s->end_ns >= s->begin_ns ? s->end_ns : s->begin_ns;
-        event_begin(out, &first, s->name, "X", pid, s->thread, s->begin_ns);
-        fputs(",\"dur\":", out);
-        json_us(out, end - s->begin_ns);
-        fprintf(out, ",\"cat\":\"region\",\"args\":{\"depth\":%u}}", s->depth);
+        event_begin(j, s->name, "X", pid, s->thread, s->begin_ns);
+        gp__jw_decimal(j, "dur", end - s->begin_ns, 3);
+        gp__jw_str(j, "cat", "region");
+        gp__jw_object(j, "args", true);
+        gp__jw_u64(j, "depth", s->depth);
+        gp__jw_end(j);
+        gp__jw_end(j);
     }
+}
 
-    /* marks, the peak, findings as instant events */
+/* Marks, the peak and the findings as instant events. */
+static void instant_events(gp__jw *j, const gp_profile *p, long pid)
+{
     for (size_t i = 0; i < p->n_iterations; i++) {
         const gp_iteration *it = &p->iterations[i];
-        event_begin(out, &first, it->mark, "i", pid, 0, it->time_ns);
-        fprintf(out, ",\"s\":\"p\",\"cat\":\"mark\",\"args\":{\"live_bytes\":%llu}}",
-                (unsigned long long)it->live_bytes);
+        event_begin(j, it->mark, "i", pid, 0, it->time_ns);
+        gp__jw_str(j, "s", "p");
+        gp__jw_str(j, "cat", "mark");
+        gp__jw_object(j, "args", true);
+        gp__jw_u64(j, "live_bytes", it->live_bytes);
+        gp__jw_end(j);
+        gp__jw_end(j);
     }
     const gp_device_stats *dev = gp__primary_device(p);
+    char name[64], human[32];
     snprintf(name, sizeof name, "peak %s", gp_format_bytes(p->peak_bytes, human, sizeof human));
-    event_begin(out, &first, name, "i", pid, 0, p->peak_time_ns);
-    fprintf(out, ",\"s\":\"p\",\"cat\":\"peak\",\"args\":{\"peak_bytes\":%llu",
-            (unsigned long long)p->peak_bytes);
-    if (dev != NULL)
-        for (int c = 0; c < LP_CAT_COUNT; c++)
-            if (dev->by_category_at_peak[c] != 0)
-                fprintf(out, ",\"%s\":%llu", lp_category_name((lp_category)c),
-                        (unsigned long long)dev->by_category_at_peak[c]);
-    fputs("}}", out);
+    event_begin(j, name, "i", pid, 0, p->peak_time_ns);
+    gp__jw_str(j, "s", "p");
+    gp__jw_str(j, "cat", "peak");
+    gp__jw_object(j, "args", true);
+    gp__jw_u64(j, "peak_bytes", p->peak_bytes);
+    for (int c = 0; dev != NULL && c < LP_CAT_COUNT; c++)
+        if (dev->by_category_at_peak[c] != 0)
+            gp__jw_u64(j, lp_category_name((lp_category)c), dev->by_category_at_peak[c]);
+    gp__jw_end(j);
+    gp__jw_end(j);
     for (size_t i = 0; i < p->n_findings; i++) {
         const gp_finding *f = &p->findings[i];
-        event_begin(out, &first, gp_finding_kind_name(f->kind), "i", pid, 0, f->first_time_ns);
-        fputs(",\"s\":\"p\",\"cat\":\"finding\",\"args\":{\"message\":", out);
-        gp__json_string(out, gp__finding_text(f));
-        fputs(",\"region\":", out);
-        gp__json_string(out, f->region);
-        fprintf(out, ",\"bytes\":%llu,\"count\":%llu}}", (unsigned long long)f->bytes,
-                (unsigned long long)f->count);
+        event_begin(j, gp_finding_kind_name(f->kind), "i", pid, 0, f->first_time_ns);
+        gp__jw_str(j, "s", "p");
+        gp__jw_str(j, "cat", "finding");
+        gp__jw_object(j, "args", true);
+        gp__jw_str(j, "message", gp__finding_text(f));
+        gp__jw_str(j, "region", f->region ? f->region : "");
+        gp__jw_u64(j, "bytes", f->bytes);
+        gp__jw_u64(j, "count", f->count);
+        gp__jw_end(j);
+        gp__jw_end(j);
     }
+}
 
-    fputs("\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"generator\":\"gradprof\",\"command\":",
-          out);
-    gp__json_string(out, command);
-    fprintf(out, ",\"peak_bytes\":%llu,\"duration_ns\":%llu}}\n", (unsigned long long)p->peak_bytes,
-            (unsigned long long)p->duration_ns);
-    if (fflush(out) != 0 || ferror(out))
-        return -1;
-    return 0;
+int gp_render_chrome(FILE *out, gp_profile *p, const gp_render_options *o)
+{
+    (void)o;
+    long pid = trace_pid(p);
+    const char *command = p->trace != NULL ? gp_trace_meta(p->trace, "command") : NULL;
+    gp__jw j;
+    gp__jw_begin_compact(&j, out);
+    gp__jw_object(&j, NULL, true);
+    gp__jw_array(&j, "traceEvents", false); /* one event per line */
+    metadata_events(&j, p, pid, command);
+    counter_events(&j, p, pid);
+    region_events(&j, p, pid);
+    instant_events(&j, p, pid);
+    gp__jw_end(&j);
+    gp__jw_str(&j, "displayTimeUnit", "ms");
+    gp__jw_object(&j, "otherData", true);
+    gp__jw_str(&j, "generator", "gradprof");
+    gp__jw_str(&j, "command", command ? command : "");
+    gp__jw_u64(&j, "peak_bytes", p->peak_bytes);
+    gp__jw_u64(&j, "duration_ns", p->duration_ns);
+    gp__jw_end(&j);
+    gp__jw_end(&j);
+    return gp__jw_finish(&j);
 }

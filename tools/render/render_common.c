@@ -1,8 +1,8 @@
 /*
- * render_common — formatting, escaping, orderings and text tables shared by the renderers; see
- * render_common.h. Also defines render.h's gp_render_options_default and gp_format_bytes.
+ * render_common — formatting, escaping, the timeline's buckets and orderings shared by the
+ * renderers; see render_common.h (the text table is in render_table.c). Also defines render.h's
+ * gp_render_options_default and gp_format_bytes.
  */
-#define _GNU_SOURCE /* vasprintf */
 #include "render_common.h"
 
 #include <inttypes.h>
@@ -151,56 +151,6 @@ size_t gp__utf8_decode(const unsigned char *s, unsigned *cp)
     return n;
 }
 
-void gp__json_string(FILE *out, const char *s)
-{
-    fputc('"', out);
-    const unsigned char *p = (const unsigned char *)(s ? s : "");
-    while (*p) {
-        unsigned c = *p;
-        if (c == '"' || c == '\\') {
-            fputc('\\', out);
-            fputc((int)c, out);
-            p++;
-        } else if (c < 0x20 || c == 0x7f) {
-            switch (c) {
-            case '\n':
-                fputs("\\n", out);
-                break;
-            case '\r':
-                fputs("\\r", out);
-                break;
-            case '\t':
-                fputs("\\t", out);
-                break;
-            case '\b':
-                fputs("\\b", out);
-                break;
-            case '\f':
-                fputs("\\f", out);
-                break;
-            default:
-                fprintf(out, "\\u%04x", c);
-                break;
-            }
-            p++;
-        } else if (c < 0x80) {
-            fputc((int)c, out);
-            p++;
-        } else {
-            unsigned cp;
-            size_t n = gp__utf8_decode(p, &cp);
-            if (n == 0) {
-                fputs("\\ufffd", out); /* not UTF-8: keep the output valid */
-                p++;
-            } else {
-                fwrite(p, 1, n, out);
-                p += n;
-            }
-        }
-    }
-    fputc('"', out);
-}
-
 char *gp__sanitize_text(char *s, bool keep_newlines)
 {
     for (unsigned char *p = (unsigned char *)s; p && *p; p++)
@@ -233,6 +183,22 @@ void gp__html_escape(FILE *out, const char *s)
             break;
         }
     }
+}
+
+/* ---- the timeline's buckets ------------------------------------------------------------------ */
+
+uint64_t gp__timeline_start(const gp_profile *p, size_t i)
+{
+    uint64_t t = p->timeline[i].time_ns, floor = i > 0 ? p->timeline[i - 1].time_ns : 0;
+    return t - floor > p->timeline_bucket_ns ? t - p->timeline_bucket_ns : floor;
+}
+
+void gp__timeline_used_categories(const gp_profile *p, bool used[LP_CAT_COUNT])
+{
+    for (size_t i = 0; i < p->n_timeline; i++)
+        for (int c = 0; c < LP_CAT_COUNT; c++)
+            if (p->timeline[i].live_by_category[c] != 0)
+                used[c] = true;
 }
 
 /* ---- measures and orderings ------------------------------------------------------------------ */
@@ -282,16 +248,6 @@ uint64_t gp__stats_measure(const gp_stats *s, gp__measure m)
  * concurrently; see symbolize.h, the symbolizer is single-threaded too). */
 static const gp_profile *sort_profile;
 static gp__measure sort_measure;
-static gp_profile *sort_sites_profile; /* for labels, which symbolize */
-static const char **sort_labels;       /* site labels by site index, filled when a tie needs one */
-
-/* The label of site i, symbolized on first use: only ties pay for symbolization. */
-static const char *site_label(size_t i)
-{
-    if (!sort_labels[i])
-        sort_labels[i] = gp_site_label(sort_sites_profile, sort_sites_profile->sites[i].stack);
-    return sort_labels[i];
-}
 
 static int cmp_u64_desc(uint64_t a, uint64_t b)
 {
@@ -319,40 +275,252 @@ static size_t *index_array(size_t n)
     return ix;
 }
 
-static int cmp_sites(const void *pa, const void *pb)
+/*
+ * Sites: there can be one per distinct call stack (hundreds of thousands), and ties on the
+ * numbers are common (one allocation of 32 bytes...), so the order is made in passes on plain
+ * arrays instead of a qsort whose comparator reads the site and symbolizes its label: sort by
+ * (measure, total bytes, index); then, only for runs that tie on both numbers, look up the
+ * labels, rank the distinct labels by strcmp (equal strings share a rank) and sort each run by
+ * (rank, index). The result is the order of (measure desc, total desc, label, index).
+ */
+typedef struct site_key {
+    uint64_t measure, total;
+    uint32_t rank; /* of the label among the tied sites' labels; 0 for untied sites */
+    uint32_t index;
+} site_key;
+
+static inline bool site_key_before(const site_key *a, const site_key *b)
 {
-    size_t a = *(const size_t *)pa, b = *(const size_t *)pb;
-    const gp_site *sa = &sort_profile->sites[a], *sb = &sort_profile->sites[b];
-    int c = cmp_u64_desc(gp__stats_measure(&sa->stats, sort_measure),
-                         gp__stats_measure(&sb->stats, sort_measure));
-    if (!c)
-        c = cmp_u64_desc(sa->stats.total_bytes, sb->stats.total_bytes);
-    if (!c)
-        c = cmp_str(site_label(a), site_label(b));
-    if (!c)
-        c = cmp_index(a, b);
-    return c;
+    if (a->measure != b->measure)
+        return a->measure > b->measure;
+    if (a->total != b->total)
+        return a->total > b->total;
+    if (a->rank != b->rank)
+        return a->rank < b->rank;
+    return a->index < b->index;
+}
+
+static void site_key_swap(site_key *a, site_key *b)
+{
+    site_key t = *a;
+    *a = *b;
+    *b = t;
+}
+
+static void site_key_sift(site_key *v, size_t root, size_t n)
+{
+    for (;;) {
+        size_t c = 2 * root + 1;
+        if (c >= n)
+            return;
+        if (c + 1 < n && site_key_before(&v[c], &v[c + 1]))
+            c++;
+        if (!site_key_before(&v[root], &v[c]))
+            return;
+        site_key_swap(&v[root], &v[c]);
+        root = c;
+    }
+}
+
+/* Sorts v[0..n) in place by site_key_before: quicksort (median of three) down to short ranges,
+ * which insertion sort finishes; heapsort past a depth of 2 log2 n, so never quadratic. */
+static void sort_site_keys(site_key *v, size_t n)
+{
+    size_t depth = 0;
+    for (size_t m = n; m > 1; m >>= 1)
+        depth += 2;
+    while (n > 16) {
+        if (depth-- == 0) { /* heapsort */
+            for (size_t i = n / 2; i-- > 0;)
+                site_key_sift(v, i, n);
+            for (size_t i = n; i-- > 1;) {
+                site_key_swap(&v[0], &v[i]);
+                site_key_sift(v, 0, i);
+            }
+            return;
+        }
+        size_t mid = n / 2;
+        if (site_key_before(&v[mid], &v[0]))
+            site_key_swap(&v[mid], &v[0]);
+        if (site_key_before(&v[n - 1], &v[mid]))
+            site_key_swap(&v[n - 1], &v[mid]);
+        if (site_key_before(&v[mid], &v[0]))
+            site_key_swap(&v[mid], &v[0]);
+        site_key pivot = v[mid]; /* keys are distinct (the index) */
+        size_t i = 0, j = n - 1;
+        for (;;) {
+            while (site_key_before(&v[i], &pivot))
+                i++;
+            while (site_key_before(&pivot, &v[j]))
+                j--;
+            if (i >= j)
+                break;
+            site_key_swap(&v[i++], &v[j--]);
+        }
+        /* [0, j] before or at the pivot, [j + 1, n) after: recurse into the smaller part */
+        size_t left = j + 1;
+        if (left < n - left) {
+            sort_site_keys(v, left);
+            v += left;
+            n -= left;
+        } else {
+            sort_site_keys(v + left, n - left);
+            n = left;
+        }
+    }
+    for (size_t i = 1; i < n; i++) {
+        site_key x = v[i];
+        size_t j = i;
+        for (; j > 0 && site_key_before(&x, &v[j - 1]); j--)
+            v[j] = v[j - 1];
+        v[j] = x;
+    }
+}
+
+static inline bool same_numbers(const site_key *a, const site_key *b)
+{
+    return a->measure == b->measure && a->total == b->total;
+}
+
+/* The distinct labels of the tied sites: an open-addressing set of pointers (the profile interns
+ * labels, so there are few), each numbered in order of first sight. */
+typedef struct label_set {
+    const char **ptr; /* NULL = empty slot */
+    uint32_t *id;     /* the label's number, in order of first sight */
+    size_t cap, n;
+} label_set;
+
+/* The number of label s, added if new; UINT32_MAX when out of memory. */
+static uint32_t label_set_id(label_set *ls, const char *s)
+{
+    if ((ls->n + 1) * 2 > ls->cap) {
+        size_t cap = ls->cap ? ls->cap * 2 : 1024;
+        const char **ptr = calloc(cap, sizeof *ptr);
+        uint32_t *id = malloc(cap * sizeof *id);
+        if (!ptr || !id) {
+            free(ptr);
+            free(id);
+            return UINT32_MAX;
+        }
+        for (size_t i = 0; i < ls->cap; i++) {
+            if (!ls->ptr[i])
+                continue;
+            size_t j = ((uintptr_t)ls->ptr[i] >> 4) * 0x9E3779B97F4A7C15ull >> 20 & (cap - 1);
+            while (ptr[j])
+                j = (j + 1) & (cap - 1);
+            ptr[j] = ls->ptr[i];
+            id[j] = ls->id[i];
+        }
+        free(ls->ptr);
+        free(ls->id);
+        ls->ptr = ptr;
+        ls->id = id;
+        ls->cap = cap;
+    }
+    size_t j = ((uintptr_t)s >> 4) * 0x9E3779B97F4A7C15ull >> 20 & (ls->cap - 1);
+    while (ls->ptr[j]) {
+        if (ls->ptr[j] == s)
+            return ls->id[j];
+        j = (j + 1) & (ls->cap - 1);
+    }
+    ls->ptr[j] = s;
+    ls->id[j] = (uint32_t)ls->n;
+    return (uint32_t)ls->n++;
+}
+
+static int cmp_label_ptr(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Ranks the labels of the sites in tied runs of keys[0..n) (sorted by the numbers), then sorts
+ * each run by (rank, index). -1 when out of memory. */
+static int rank_ties(gp_profile *p, site_key *keys, size_t n)
+{
+    label_set ls = {0};
+    int rc = -1;
+    const char **by_id = NULL;
+    uint32_t *rank = NULL;
+    for (size_t i = 0; i < n; i++) { /* each tied site's label number, in .rank for now */
+        if ((i + 1 < n && same_numbers(&keys[i], &keys[i + 1])) ||
+            (i > 0 && same_numbers(&keys[i - 1], &keys[i]))) {
+            const char *label = gp__site_label_at(p, keys[i].index);
+            uint32_t id = label_set_id(&ls, label ? label : "");
+            if (id == UINT32_MAX)
+                goto out;
+            keys[i].rank = id;
+        }
+    }
+    if (ls.n == 0) {
+        rc = 0;
+        goto out;
+    }
+    /* rank the distinct labels by their strings (equal strings share a rank) */
+    const char **sorted = malloc(ls.n * sizeof *sorted);
+    by_id = malloc(ls.n * sizeof *by_id);
+    rank = malloc(ls.n * sizeof *rank);
+    if (!sorted || !by_id || !rank) {
+        free(sorted);
+        goto out;
+    }
+    for (size_t i = 0; i < ls.cap; i++)
+        if (ls.ptr[i])
+            by_id[ls.id[i]] = ls.ptr[i];
+    memcpy(sorted, by_id, ls.n * sizeof *sorted);
+    qsort(sorted, ls.n, sizeof *sorted, cmp_label_ptr);
+    for (size_t i = 0, r = 0; i < ls.n; i++) {
+        if (i > 0 && strcmp(sorted[i - 1], sorted[i]) != 0)
+            r++;
+        uint32_t id = label_set_id(&ls, sorted[i]); /* present: its number */
+        rank[id] = (uint32_t)r + 1;
+    }
+    free(sorted);
+    for (size_t lo = 0; lo < n;) {
+        size_t hi = lo + 1;
+        while (hi < n && same_numbers(&keys[lo], &keys[hi]))
+            hi++;
+        if (hi - lo > 1) {
+            for (size_t i = lo; i < hi; i++)
+                keys[i].rank = rank[keys[i].rank];
+            sort_site_keys(keys + lo, hi - lo);
+        }
+        lo = hi;
+    }
+    rc = 0;
+out:
+    free(ls.ptr);
+    free(ls.id);
+    free(by_id);
+    free(rank);
+    return rc;
 }
 
 size_t *gp__sorted_sites(gp_profile *p, gp__measure m, size_t *n)
 {
-    *n = p->n_sites;
-    size_t *ix = index_array(p->n_sites);
-    const char **labels = p->n_sites ? calloc(p->n_sites, sizeof *labels) : NULL;
-    if (!ix || !labels) {
-        free(ix);
-        free(labels);
-        *n = 0;
+    size_t ns = p->n_sites;
+    *n = 0;
+    if (ns == 0)
         return NULL;
+    size_t *ix = malloc(ns * sizeof *ix);
+    site_key *keys = malloc(ns * sizeof *keys);
+    if (!ix || !keys)
+        goto fail;
+    for (size_t i = 0; i < ns; i++) {
+        const gp_stats *st = &p->sites[i].stats;
+        keys[i] = (site_key){gp__stats_measure(st, m), st->total_bytes, 0, (uint32_t)i};
     }
-    sort_profile = p;
-    sort_sites_profile = p;
-    sort_measure = m;
-    sort_labels = labels;
-    qsort(ix, p->n_sites, sizeof *ix, cmp_sites);
-    sort_labels = NULL;
-    free(labels);
+    sort_site_keys(keys, ns);
+    if (rank_ties(p, keys, ns) != 0)
+        goto fail;
+    for (size_t i = 0; i < ns; i++)
+        ix[i] = keys[i].index;
+    free(keys);
+    *n = ns;
     return ix;
+fail:
+    free(ix);
+    free(keys);
+    return NULL;
 }
 
 static int cmp_tag_keys(const void *pa, const void *pb)
@@ -528,194 +696,4 @@ const gp_device_stats *gp__primary_device(const gp_profile *p)
         if (p->devices[i].device == p->primary_device)
             return &p->devices[i];
     return p->n_devices ? &p->devices[0] : NULL;
-}
-
-/* ---- text tables ----------------------------------------------------------------------------- */
-
-typedef struct table_line {
-    char **cells; /* ncols cells, or NULL for a note */
-    char *note;
-} table_line;
-
-struct gp__table {
-    size_t ncols;
-    char **headers;
-    char *align;
-    table_line *lines;
-    size_t n_lines, cap_lines;
-    size_t col; /* next cell's column in the current row */
-    bool failed;
-};
-
-gp__table *gp__table_new(size_t ncols, const char *const *headers, const char *align)
-{
-    gp__table *t = calloc(1, sizeof *t);
-    if (!t)
-        return NULL;
-    t->ncols = ncols;
-    t->headers = calloc(ncols, sizeof *t->headers);
-    t->align = calloc(ncols + 1, 1);
-    if (!t->headers || !t->align) {
-        gp__table_free(t);
-        return NULL;
-    }
-    for (size_t i = 0; i < ncols; i++) {
-        t->headers[i] = strdup(headers[i]);
-        t->align[i] = align && align[i] == 'r' ? 'r' : 'l';
-        if (!t->headers[i]) {
-            gp__table_free(t);
-            return NULL;
-        }
-    }
-    return t;
-}
-
-void gp__table_free(gp__table *t)
-{
-    if (!t)
-        return;
-    for (size_t i = 0; i < t->n_lines; i++) {
-        if (t->lines[i].cells)
-            for (size_t c = 0; c < t->ncols; c++)
-                free(t->lines[i].cells[c]);
-        free(t->lines[i].cells);
-        free(t->lines[i].note);
-    }
-    free(t->lines);
-    if (t->headers)
-        for (size_t i = 0; i < t->ncols; i++)
-            free(t->headers[i]);
-    free(t->headers);
-    free(t->align);
-    free(t);
-}
-
-static table_line *table_push(gp__table *t)
-{
-    if (t->n_lines == t->cap_lines) {
-        size_t cap = t->cap_lines ? 2 * t->cap_lines : 16;
-        table_line *l = realloc(t->lines, cap * sizeof *l);
-        if (!l)
-            return NULL;
-        t->lines = l;
-        t->cap_lines = cap;
-    }
-    table_line *l = &t->lines[t->n_lines++];
-    l->cells = NULL;
-    l->note = NULL;
-    return l;
-}
-
-void gp__table_cell(gp__table *t, const char *fmt, ...)
-{
-    if (!t || t->failed)
-        return;
-    if (t->col == 0) {
-        table_line *l = table_push(t);
-        if (!l || !(l->cells = calloc(t->ncols, sizeof *l->cells))) {
-            if (l)
-                t->n_lines--;
-            t->failed = true;
-            return;
-        }
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    char *s = NULL;
-    if (vasprintf(&s, fmt, ap) < 0) {
-        s = NULL;
-        t->failed = true;
-    }
-    va_end(ap);
-    gp__sanitize_text(s, false);
-    t->lines[t->n_lines - 1].cells[t->col] = s;
-    t->col = (t->col + 1) % t->ncols;
-}
-
-void gp__table_note(gp__table *t, const char *fmt, ...)
-{
-    if (!t || t->failed)
-        return;
-    table_line *l = table_push(t);
-    if (!l) {
-        t->failed = true;
-        return;
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    if (vasprintf(&l->note, fmt, ap) < 0) {
-        l->note = NULL;
-        t->failed = true;
-    }
-    va_end(ap);
-    gp__sanitize_text(l->note, false);
-    t->col = 0;
-}
-
-size_t gp__table_rows(const gp__table *t)
-{
-    size_t n = 0;
-    for (size_t i = 0; t && i < t->n_lines; i++)
-        n += t->lines[i].cells != NULL;
-    return n;
-}
-
-/* Display width of a UTF-8 string: code points, not bytes (labels may hold non-ASCII names). */
-static size_t text_width(const char *s)
-{
-    size_t w = 0;
-    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++)
-        w += (*p & 0xc0) != 0x80;
-    return w;
-}
-
-static void print_cell(FILE *out, const char *s, size_t width, char align, bool last)
-{
-    size_t w = text_width(s), pad = width > w ? width - w : 0;
-    if (align == 'r')
-        fprintf(out, "%*s", (int)pad, "");
-    fputs(s ? s : "", out);
-    if (align == 'l' && !last)
-        fprintf(out, "%*s", (int)pad, "");
-}
-
-static void print_row(FILE *out, const gp__table *t, char *const *cells, const size_t *width,
-                      const char *indent)
-{
-    fputs(indent, out);
-    for (size_t c = 0; c < t->ncols; c++) {
-        if (c)
-            fputs("  ", out);
-        print_cell(out, cells[c], width[c], t->align[c], c + 1 == t->ncols);
-    }
-    fputc('\n', out);
-}
-
-int gp__table_print(FILE *out, const gp__table *t, const char *indent)
-{
-    if (!t || t->failed)
-        return -1;
-    size_t *width = calloc(t->ncols, sizeof *width);
-    if (!width)
-        return -1;
-    for (size_t c = 0; c < t->ncols; c++)
-        width[c] = text_width(t->headers[c]);
-    for (size_t i = 0; i < t->n_lines; i++) {
-        if (!t->lines[i].cells)
-            continue;
-        for (size_t c = 0; c < t->ncols; c++) {
-            size_t w = text_width(t->lines[i].cells[c]);
-            if (w > width[c])
-                width[c] = w;
-        }
-    }
-    print_row(out, t, t->headers, width, indent);
-    for (size_t i = 0; i < t->n_lines; i++) {
-        if (t->lines[i].cells)
-            print_row(out, t, t->lines[i].cells, width, indent);
-        else
-            fprintf(out, "%s%s\n", indent, t->lines[i].note ? t->lines[i].note : "");
-    }
-    free(width);
-    return ferror(out) ? -1 : 0;
 }

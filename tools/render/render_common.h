@@ -1,7 +1,8 @@
 /*
  * Helpers shared by the renderers (text, JSON, HTML, folded, Chrome, diff): number and time
- * formatting, JSON string escaping, deterministic orderings of the profile's tables, and an
- * aligned text table. Internal to tools/ (gp__ prefix); the public renderer API is render.h.
+ * formatting, text and HTML escaping (JSON has its writer, json.h), the timeline's buckets,
+ * deterministic orderings of the profile's tables, and an aligned text table. Internal to tools/
+ * (gp__ prefix); the public renderer API is render.h.
  *
  * Orderings: every sort here breaks ties by name (label, category, op, module, ...) and last by
  * index, so output is byte-for-byte stable across runs and machines (golden files rely on it).
@@ -42,11 +43,6 @@ const char *gp__device_name(int32_t device, char *buf, size_t size);
  * bytes there are not one (overlong forms, surrogates, code points above U+10FFFF). */
 size_t gp__utf8_decode(const unsigned char *s, unsigned *cp);
 
-/* Writes s as a JSON string literal (with the quotes): quotes, backslashes and control characters
- * escaped (\n, \t, \uXXXX ...), bytes >= 0x80 passed through when they form valid UTF-8 and
- * replaced by U+FFFD otherwise, so the output is always valid JSON. NULL writes "". */
-void gp__json_string(FILE *out, const char *s);
-
 /* Replaces control characters (below 0x20, and 0x7f) in s with '?', keeping '\n' when
  * keep_newlines: strings from a trace must not move the cursor or send escape sequences to a
  * terminal. Returns s. */
@@ -54,6 +50,20 @@ char *gp__sanitize_text(char *s, bool keep_newlines);
 
 /* Writes s HTML-escaped (& < > " '). NULL writes nothing. */
 void gp__html_escape(FILE *out, const char *s);
+
+/*
+ * The timeline's buckets, derived from the profile alone (analysis.h publishes the points and
+ * timeline_bucket_ns, the bucket width when the replay ended): gp_timeline_point i is what was
+ * live at the end of a bucket of events that ended at its time_ns; buckets without events have
+ * no point. gp__timeline_start is that bucket's start: time_ns - timeline_bucket_ns, not before
+ * point i-1's time_ns (nor 0). It is exact, except for a point the engine made by merging two
+ * buckets that a quiet stretch kept apart: its start then falls inside that stretch. i must be
+ * below p->n_timeline. The HTML chart and the Chrome trace's counters draw each point from there.
+ */
+uint64_t gp__timeline_start(const gp_profile *p, size_t i);
+/* Sets used[c] for each category that was live at some point of the timeline (others are left
+ * as they are, so two profiles can be merged into one set). */
+void gp__timeline_used_categories(const gp_profile *p, bool used[LP_CAT_COUNT]);
 
 /* Measures for the ranked tables; gp__measure_parse accepts "peak", "total", "count", "leaked"
  * (and NULL = peak). Returns 0, or -1 for an unknown name. */
@@ -92,7 +102,7 @@ const char *gp__finding_text(const gp_finding *f);
 const gp_device_stats *gp__primary_device(const gp_profile *p);
 
 /*
- * An aligned text table: columns with a header and an alignment ('l' or 'r'); cells added left to
+ * An aligned text table (render_table.c): columns with a header and an alignment ('l' or 'r'); cells added left to
  * right with printf formats, a row ends after the last column. The last column is not padded.
  * Cells are sanitized (gp__sanitize_text). Allocation failures are remembered and make
  * gp__table_print return -1.

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "diff.h"
+#include "json.h"
 #include "render_common.h"
 
 /* ---- text ------------------------------------------------------------------------------- */
@@ -143,8 +144,7 @@ static int held_table(FILE *out, const char *title, const char *what, const gp_d
         totals_add(&all, r);
         if (r->held_bytes > 0 && shown < limit) {
             gp__table_cell(t, "%s", short_label(r->label, lb, sizeof lb));
-            cells_abdh(t, r->a_bytes, r->b_bytes, r->delta, r->held_bytes,
-                       r->saved_inferred_bytes);
+            cells_abdh(t, r->a_bytes, r->b_bytes, r->delta, r->held_bytes, r->saved_inferred_bytes);
             cell_lifetime(t, r);
             shown++;
         } else {
@@ -197,40 +197,33 @@ static void headline(FILE *out, const gp_diff *d)
             x, y, z, pct, s);
     fprintf(out, "Own peaks: A %s, B %s: A peaks %s %s\n",
             gp_format_bytes(d->a.peak_bytes, x, sizeof x),
-            gp_format_bytes(d->b.peak_bytes, y, sizeof y), magnitude(d->peak_delta, own, sizeof own),
-            d->peak_delta >= 0 ? "higher" : "lower");
+            gp_format_bytes(d->b.peak_bytes, y, sizeof y),
+            magnitude(d->peak_delta, own, sizeof own), d->peak_delta >= 0 ? "higher" : "lower");
 }
 
-int gp_render_diff_text(FILE *out, const gp_diff *d, const gp_render_options *o)
+/* The runs (path, device, own peak, command) and their difference. */
+static int runs_table(FILE *out, const gp_diff *d)
 {
-    size_t top = o ? o->top : 10;
     char x[32], y[32];
-    int rc = 0;
-    headline(out, d);
-
-    /* The runs. */
-    fputc('\n', out);
-    {
-        const char *h[] = {"", "trace", "device", "peak", "bytes", "peak at", "command"};
-        gp__table *t = gp__table_new(7, h, "lllrrrl");
-        run_line(t, "A", &d->a);
-        run_line(t, "B", &d->b);
-        uint64_t mag =
-            d->peak_delta < 0 ? (uint64_t)0 - (uint64_t)d->peak_delta : (uint64_t)d->peak_delta;
-        gp__table_cell(t, "A-B");
-        gp__table_cell(t, "%s", "");
-        gp__table_cell(t, "%s", "");
-        gp__table_cell(t, "%s", gp__format_delta(d->peak_delta, x, sizeof x));
-        gp__table_cell(t, "%s%s B",
-                       d->peak_delta > 0   ? "+"
-                       : d->peak_delta < 0 ? "-"
-                                           : "",
-                       gp__format_count(mag, y, sizeof y));
-        gp__table_cell(t, "%s", "");
-        gp__table_cell(t, "%s", "");
-        rc |= table_print(out, t);
-        gp__table_free(t);
-    }
+    const char *h[] = {"", "trace", "device", "peak", "bytes", "peak at", "command"};
+    gp__table *t = gp__table_new(7, h, "lllrrrl");
+    run_line(t, "A", &d->a);
+    run_line(t, "B", &d->b);
+    uint64_t mag =
+        d->peak_delta < 0 ? (uint64_t)0 - (uint64_t)d->peak_delta : (uint64_t)d->peak_delta;
+    gp__table_cell(t, "A-B");
+    gp__table_cell(t, "%s", "");
+    gp__table_cell(t, "%s", "");
+    gp__table_cell(t, "%s", gp__format_delta(d->peak_delta, x, sizeof x));
+    gp__table_cell(t, "%s%s B",
+                   d->peak_delta > 0   ? "+"
+                   : d->peak_delta < 0 ? "-"
+                                       : "",
+                   gp__format_count(mag, y, sizeof y));
+    gp__table_cell(t, "%s", "");
+    gp__table_cell(t, "%s", "");
+    int rc = table_print(out, t);
+    gp__table_free(t);
     for (int s = 0; s < 2; s++) {
         const gp_diff_run *r = s ? &d->b : &d->a;
         if (r->damaged) {
@@ -241,92 +234,88 @@ int gp_render_diff_text(FILE *out, const gp_diff *d, const gp_render_options *o)
                 s ? "B" : "A", info ? info->damage_reason : "?", info ? info->damage_offset : 0);
         }
     }
-
     if (d->diverged)
         fprintf(out, "  warning: the runs do not align: %s\n", d->diverged_why);
-    /* By category. */
+    return rc;
+}
+
+/* By category, at A's peak and B's corresponding instant, with each category's delta that is in
+ * no tag key. */
+static int category_table(FILE *out, const gp_diff *d)
+{
+    char x[32];
     fprintf(out, "\nBy category, at A's peak and B's corresponding instant\n");
-    {
-        const char *h[] = {"category", "A", "B", "delta", "held", "saved"};
-        gp__table *t = gp__table_new(6, h, "lrrrrr");
-        totals all = {0};
-        for (int c = 0; c < LP_CAT_COUNT; c++) {
-            const gp_diff_row *r = &d->by_category[c];
-            totals_add(&all, r);
-            if (r->a_bytes == 0 && r->b_bytes == 0 && r->held_bytes == 0 &&
-                d->remainder.keys_by_category[c] == 0)
-                continue;
-            gp__table_cell(t, "%s", r->label);
-            cells_abdh(t, r->a_bytes, r->b_bytes, r->delta, r->held_bytes,
-                       r->saved_inferred_bytes);
-            if (d->remainder.keys_by_category[c] != 0)
-                gp__table_note(t,
-                               "    (unexplained remainder: %s of %s's delta is in no tag "
-                               "key)",
-                               gp__format_delta(d->remainder.keys_by_category[c], x, sizeof x),
-                               r->label);
-        }
-        gp__table_cell(t, "total");
-        cells_abdh(t, all.a, all.b, all.delta, all.held, all.saved);
-        remainder_row(t, d->remainder.categories, 0);
-        rc |= table_print(out, t);
-        gp__table_free(t);
+    const char *h[] = {"category", "A", "B", "delta", "held", "saved"};
+    gp__table *t = gp__table_new(6, h, "lrrrrr");
+    totals all = {0};
+    for (int c = 0; c < LP_CAT_COUNT; c++) {
+        const gp_diff_row *r = &d->by_category[c];
+        totals_add(&all, r);
+        if (r->a_bytes == 0 && r->b_bytes == 0 && r->held_bytes == 0 &&
+            d->remainder.keys_by_category[c] == 0)
+            continue;
+        gp__table_cell(t, "%s", r->label);
+        cells_abdh(t, r->a_bytes, r->b_bytes, r->delta, r->held_bytes, r->saved_inferred_bytes);
+        if (d->remainder.keys_by_category[c] != 0)
+            gp__table_note(t,
+                           "    (unexplained remainder: %s of %s's delta is in no tag "
+                           "key)",
+                           gp__format_delta(d->remainder.keys_by_category[c], x, sizeof x),
+                           r->label);
     }
+    gp__table_cell(t, "total");
+    cells_abdh(t, all.a, all.b, all.delta, all.held, all.saved);
+    remainder_row(t, d->remainder.categories, 0);
+    int rc = table_print(out, t);
+    gp__table_free(t);
+    return rc;
+}
 
-    rc |= held_table(out, "Held by graph construction, by module", "module", d->modules,
-                     d->n_modules, top, d->remainder.keys);
-    rc |= held_table(out, "Held by graph construction, by op", "op @ module", d->ops, d->n_ops, top,
-                     d->remainder.keys);
-    rc |= held_table(out, "Held by graph construction, by call site", "call site", d->call_sites,
-                     d->n_call_sites, top, d->remainder.call_sites);
-    /* Per layer. */
-    if (d->n_layers) {
-        fprintf(out, "\nPer layer (graph = saved + autograd + gradient)\n");
-        const char *h[] = {"layer", "A", "B", "delta", "held", "saved", "graph A", "graph B"};
-        gp__table *t = gp__table_new(8, h, "lrrrrrrr");
-        totals all = {0};
-        uint64_t ga = 0, gb = 0;
-        char lb[LABEL_MAX + 8];
-        int min_depth = -1; /* indent relative to the shallowest module path */
-        for (size_t i = 0; i < d->n_layers; i++)
-            if (*d->layers[i].module && (min_depth < 0 || d->layers[i].depth < min_depth))
-                min_depth = d->layers[i].depth;
-        for (size_t i = 0; i < d->n_layers; i++) {
-            const gp_diff_row *r = &d->layers[i];
-            totals_add(&all, r);
-            ga += r->a_graph_bytes;
-            gb += r->b_graph_bytes;
-            gp__table_cell(t, "%*s%s", 2 * (*r->module ? r->depth - min_depth : 0), "",
-                           short_label(r->label, lb, sizeof lb));
-            cells_abdh(t, r->a_bytes, r->b_bytes, r->delta, r->held_bytes,
-                       r->saved_inferred_bytes);
-            gp__table_cell(t, "%s", gp_format_bytes(r->a_graph_bytes, x, sizeof x));
-            gp__table_cell(t, "%s", gp_format_bytes(r->b_graph_bytes, x, sizeof x));
-        }
-        gp__table_cell(t, "total");
-        cells_abdh(t, all.a, all.b, all.delta, all.held, all.saved);
-        gp__table_cell(t, "%s", gp_format_bytes(ga, x, sizeof x));
-        gp__table_cell(t, "%s", gp_format_bytes(gb, x, sizeof x));
-        if (d->remainder.layers) {
-            gp__table_cell(t, "(unexplained remainder)");
-            gp__table_cell(t, "%s", "");
-            gp__table_cell(t, "%s", "");
-            gp__table_cell(t, "%s", gp__format_delta(d->remainder.layers, x, sizeof x));
-            gp__table_cell(t, "%s", "");
-            gp__table_cell(t, "%s", "");
-            gp__table_cell(t, "%s", "");
-            gp__table_cell(t, "%s", "");
-        }
-        rc |= table_print(out, t);
-        gp__table_free(t);
+/* Per layer, in model order, indented by depth below the shallowest module path. */
+static int layer_table(FILE *out, const gp_diff *d)
+{
+    char x[32];
+    if (!d->n_layers)
+        return 0;
+    fprintf(out, "\nPer layer (graph = saved + autograd + gradient)\n");
+    const char *h[] = {"layer", "A", "B", "delta", "held", "saved", "graph A", "graph B"};
+    gp__table *t = gp__table_new(8, h, "lrrrrrrr");
+    totals all = {0};
+    uint64_t ga = 0, gb = 0;
+    char lb[LABEL_MAX + 8];
+    int min_depth = -1;
+    for (size_t i = 0; i < d->n_layers; i++)
+        if (*d->layers[i].module && (min_depth < 0 || d->layers[i].depth < min_depth))
+            min_depth = d->layers[i].depth;
+    for (size_t i = 0; i < d->n_layers; i++) {
+        const gp_diff_row *r = &d->layers[i];
+        totals_add(&all, r);
+        ga += r->a_graph_bytes;
+        gb += r->b_graph_bytes;
+        gp__table_cell(t, "%*s%s", 2 * (*r->module ? r->depth - min_depth : 0), "",
+                       short_label(r->label, lb, sizeof lb));
+        cells_abdh(t, r->a_bytes, r->b_bytes, r->delta, r->held_bytes, r->saved_inferred_bytes);
+        gp__table_cell(t, "%s", gp_format_bytes(r->a_graph_bytes, x, sizeof x));
+        gp__table_cell(t, "%s", gp_format_bytes(r->b_graph_bytes, x, sizeof x));
     }
+    gp__table_cell(t, "total");
+    cells_abdh(t, all.a, all.b, all.delta, all.held, all.saved);
+    gp__table_cell(t, "%s", gp_format_bytes(ga, x, sizeof x));
+    gp__table_cell(t, "%s", gp_format_bytes(gb, x, sizeof x));
+    remainder_row(t, d->remainder.layers, 3);
+    int rc = table_print(out, t);
+    gp__table_free(t);
+    return rc;
+}
 
-    /* The arithmetic, in one line. */
+/* The arithmetic, in one line. */
+static void sums_line(FILE *out, const gp_diff *d)
+{
     const gp_diff_remainder *rm = &d->remainder;
     bool clean = rm->categories == 0 && rm->keys == 0 && rm->call_sites == 0 && rm->layers == 0;
     for (int c = 0; c < LP_CAT_COUNT; c++)
         clean = clean && rm->keys_by_category[c] == 0;
-    char h[32], bm[32], un[32];
+    char x[32], h[32], bm[32], un[32];
     fprintf(out,
             "\nSums: A's peak - B at that instant = %s = held %s - b_more %s + unaligned %s "
             "(twin not made by B yet)",
@@ -341,146 +330,194 @@ int gp_render_diff_text(FILE *out, const gp_diff *d, const gp_render_options *o)
                 "; the tables do not all add up to it: remainders categories %" PRId64
                 " B, tag keys %" PRId64 " B, call sites %" PRId64 " B, layers %" PRId64 " B.\n",
                 rm->categories, rm->keys, rm->call_sites, rm->layers);
+}
+
+int gp_render_diff_text(FILE *out, const gp_diff *d, const gp_render_options *o)
+{
+    size_t top = o ? o->top : 10;
+    headline(out, d);
+    fputc('\n', out);
+    int rc = runs_table(out, d);
+    rc |= category_table(out, d);
+    rc |= held_table(out, "Held by graph construction, by module", "module", d->modules,
+                     d->n_modules, top, d->remainder.keys);
+    rc |= held_table(out, "Held by graph construction, by op", "op @ module", d->ops, d->n_ops, top,
+                     d->remainder.keys);
+    rc |= held_table(out, "Held by graph construction, by call site", "call site", d->call_sites,
+                     d->n_call_sites, top, d->remainder.call_sites);
+    rc |= layer_table(out, d);
+    sums_line(out, d);
     return rc || ferror(out) ? -1 : 0;
 }
 
 /* ---- JSON ------------------------------------------------------------------------------- */
 
-static void json_run(FILE *out, const gp_diff_run *r)
+/* A string member; NULL is written "" (every key is always present). */
+static void json_str(gp__jw *j, const char *key, const char *v)
 {
-    char dev[32];
-    fputs("{\"path\": ", out);
-    gp__json_string(out, r->path);
-    fputs(", \"command\": ", out);
-    gp__json_string(out, r->command);
-    fprintf(out,
-            ", \"device\": \"%s\", \"peak_bytes\": %" PRIu64 ", \"peak_time_ns\": %" PRIu64
-            ", \"instant_bytes\": %" PRIu64 ", \"instant_time_ns\": %" PRIu64
-            ", \"allocations\": %" PRIu64 ", \"damaged\": %s}",
-            gp__device_name(r->device, dev, sizeof dev), r->peak_bytes, r->peak_time_ns,
-            r->instant_bytes, r->instant_time_ns, r->allocations, r->damaged ? "true" : "false");
+    gp__jw_str(j, key, v ? v : "");
 }
 
-static void json_numbers(FILE *out, const gp_diff_row *r)
+static void json_run(gp__jw *j, const char *key, const gp_diff_run *r)
 {
-    fprintf(out,
-            "\"a_bytes\": %" PRIu64 ", \"b_bytes\": %" PRIu64 ", \"delta\": %" PRId64
-            ", \"held_bytes\": %" PRIu64 ", \"b_more_bytes\": %" PRIu64
-            ", \"unaligned_bytes\": %" PRIu64 ", \"saved_inferred_bytes\": %" PRIu64,
-            r->a_bytes, r->b_bytes, r->delta, r->held_bytes, r->b_more_bytes, r->unaligned_bytes,
-            r->saved_inferred_bytes);
-    if (r->freed_bytes)
-        fprintf(out,
-                ", \"lifetime\": {\"freed_bytes\": %" PRIu64 ", \"a_ns\": %.0f, \"b_ns\": %.0f"
-                ", \"a_allocations\": %.0f, \"b_allocations\": %.0f}",
-                r->freed_bytes, r->a_life_ns, r->b_life_ns, r->a_life_allocs, r->b_life_allocs);
+    char dev[32];
+    gp__jw_object(j, key, true);
+    json_str(j, "path", r->path);
+    json_str(j, "command", r->command);
+    gp__jw_str(j, "device", gp__device_name(r->device, dev, sizeof dev));
+    gp__jw_u64(j, "peak_bytes", r->peak_bytes);
+    gp__jw_u64(j, "peak_time_ns", r->peak_time_ns);
+    gp__jw_u64(j, "instant_bytes", r->instant_bytes);
+    gp__jw_u64(j, "instant_time_ns", r->instant_time_ns);
+    gp__jw_u64(j, "allocations", r->allocations);
+    gp__jw_bool(j, "damaged", r->damaged);
+    gp__jw_end(j);
+}
+
+/* The numbers every row carries, and its lifetime when some held buffers have twins. */
+static void json_numbers(gp__jw *j, const gp_diff_row *r)
+{
+    gp__jw_u64(j, "a_bytes", r->a_bytes);
+    gp__jw_u64(j, "b_bytes", r->b_bytes);
+    gp__jw_i64(j, "delta", r->delta);
+    gp__jw_u64(j, "held_bytes", r->held_bytes);
+    gp__jw_u64(j, "b_more_bytes", r->b_more_bytes);
+    gp__jw_u64(j, "unaligned_bytes", r->unaligned_bytes);
+    gp__jw_u64(j, "saved_inferred_bytes", r->saved_inferred_bytes);
+    if (!r->freed_bytes)
+        return;
+    gp__jw_object(j, "lifetime", true);
+    gp__jw_u64(j, "freed_bytes", r->freed_bytes);
+    gp__jw_f64(j, "a_ns", r->a_life_ns, 0);
+    gp__jw_f64(j, "b_ns", r->b_life_ns, 0);
+    gp__jw_f64(j, "a_allocations", r->a_life_allocs, 0);
+    gp__jw_f64(j, "b_allocations", r->b_life_allocs, 0);
+    gp__jw_end(j);
+}
+
+/* The totals, the alignment and the per-category rows. */
+static void json_summary(gp__jw *j, const gp_diff *d)
+{
+    gp__jw_object(j, "peak_bytes", true);
+    gp__jw_u64(j, "a", d->a.peak_bytes);
+    gp__jw_u64(j, "b", d->b.peak_bytes);
+    gp__jw_i64(j, "delta", d->peak_delta);
+    gp__jw_end(j);
+    gp__jw_object(j, "own_peak_by_category", true);
+    for (int c = 0; c < LP_CAT_COUNT; c++) {
+        gp__jw_object(j, lp_category_name((lp_category)c), true);
+        gp__jw_u64(j, "a", d->own_by_category[c][0]);
+        gp__jw_u64(j, "b", d->own_by_category[c][1]);
+        gp__jw_end(j);
+    }
+    gp__jw_end(j);
+    gp__jw_i64(j, "aligned_delta_bytes", d->aligned_delta);
+    gp__jw_u64(j, "held_by_graph_bytes", d->held_bytes);
+    gp__jw_u64(j, "b_more_bytes", d->b_more_bytes);
+    gp__jw_u64(j, "unaligned_bytes", d->unaligned_bytes);
+    gp__jw_u64(j, "saved_inferred_bytes", d->saved_inferred_bytes);
+    gp__jw_object(j, "alignment", true);
+    gp__jw_u64(j, "twinned_bytes", d->twinned_bytes);
+    gp__jw_u64(j, "twinnable_bytes", d->twinnable_bytes);
+    gp__jw_bool(j, "diverged", d->diverged);
+    json_str(j, "why", d->diverged ? d->diverged_why : "");
+    gp__jw_end(j);
+    gp__jw_object(j, "by_category", false);
+    for (int c = 0; c < LP_CAT_COUNT; c++) {
+        gp__jw_object(j, lp_category_name((lp_category)c), true);
+        json_numbers(j, &d->by_category[c]);
+        gp__jw_end(j);
+    }
+    gp__jw_end(j);
+    gp__jw_object(j, "held_by_category", true);
+    for (int c = 0; c < LP_CAT_COUNT; c++)
+        gp__jw_u64(j, lp_category_name((lp_category)c), d->by_category[c].held_bytes);
+    gp__jw_end(j);
+}
+
+/* The row tables: tag keys ("sites"), ops, modules, call sites, layers; one row per line. */
+static void json_rows(gp__jw *j, const gp_diff *d)
+{
+    gp__jw_array(j, "sites", false);
+    for (size_t i = 0; i < d->n_keys; i++) {
+        const gp_diff_row *r = &d->keys[i];
+        gp__jw_object(j, NULL, true);
+        json_str(j, "op", r->op);
+        json_str(j, "module", r->module);
+        gp__jw_str(j, "category", lp_category_name(r->category));
+        json_str(j, "label", r->label);
+        json_numbers(j, r);
+        gp__jw_end(j);
+    }
+    gp__jw_end(j);
+    gp__jw_array(j, "ops", false);
+    for (size_t i = 0; i < d->n_ops; i++) {
+        gp__jw_object(j, NULL, true);
+        json_str(j, "op", d->ops[i].op);
+        json_str(j, "module", d->ops[i].module);
+        json_numbers(j, &d->ops[i]);
+        gp__jw_end(j);
+    }
+    gp__jw_end(j);
+    gp__jw_array(j, "modules", false);
+    for (size_t i = 0; i < d->n_modules; i++) {
+        gp__jw_object(j, NULL, true);
+        json_str(j, "module", d->modules[i].module);
+        json_numbers(j, &d->modules[i]);
+        gp__jw_end(j);
+    }
+    gp__jw_end(j);
+    /* Call sites that neither changed nor hold anything for the graph are left out (a PyTorch
+     * program has 10^5 of them); the deltas of the rows written still add up. */
+    gp__jw_array(j, "call_sites", false);
+    for (size_t i = 0; i < d->n_call_sites; i++) {
+        const gp_diff_row *r = &d->call_sites[i];
+        if (r->delta == 0 && r->held_bytes == 0 && r->saved_inferred_bytes == 0)
+            continue;
+        gp__jw_object(j, NULL, true);
+        json_str(j, "label", r->label);
+        json_str(j, "key", r->key);
+        json_numbers(j, r);
+        gp__jw_end(j);
+    }
+    gp__jw_end(j);
+    gp__jw_array(j, "layers", false);
+    for (size_t i = 0; i < d->n_layers; i++) {
+        const gp_diff_row *r = &d->layers[i];
+        gp__jw_object(j, NULL, true);
+        json_str(j, "module", r->module);
+        gp__jw_i64(j, "depth", r->depth);
+        json_numbers(j, r);
+        gp__jw_u64(j, "a_graph_bytes", r->a_graph_bytes);
+        gp__jw_u64(j, "b_graph_bytes", r->b_graph_bytes);
+        gp__jw_end(j);
+    }
+    gp__jw_end(j);
 }
 
 int gp_render_diff_json(FILE *out, const gp_diff *d, const gp_render_options *o)
 {
     (void)o;
-    fputs("{\n  \"schema\": \"gradprof-diff/2\",\n  \"a\": ", out);
-    json_run(out, &d->a);
-    fputs(",\n  \"b\": ", out);
-    json_run(out, &d->b);
-    fprintf(out,
-            ",\n  \"peak_bytes\": {\"a\": %" PRIu64 ", \"b\": %" PRIu64 ", \"delta\": %" PRId64
-            "},\n",
-            d->a.peak_bytes, d->b.peak_bytes, d->peak_delta);
-    fputs("  \"own_peak_by_category\": {", out);
-    for (int c = 0; c < LP_CAT_COUNT; c++)
-        fprintf(out, "%s\"%s\": {\"a\": %" PRIu64 ", \"b\": %" PRIu64 "}", c ? ", " : "",
-                lp_category_name((lp_category)c), d->own_by_category[c][0],
-                d->own_by_category[c][1]);
-    fprintf(out,
-            "},\n  \"aligned_delta_bytes\": %" PRId64 ",\n  \"held_by_graph_bytes\": %" PRIu64
-            ",\n  \"b_more_bytes\": %" PRIu64 ",\n  \"unaligned_bytes\": %" PRIu64
-            ",\n  \"saved_inferred_bytes\": %" PRIu64 ",\n  \"alignment\": {\"twinned_bytes\": "
-            "%" PRIu64 ", \"twinnable_bytes\": %" PRIu64 ", \"diverged\": %s, \"why\": ",
-            d->aligned_delta, d->held_bytes, d->b_more_bytes, d->unaligned_bytes,
-            d->saved_inferred_bytes, d->twinned_bytes, d->twinnable_bytes,
-            d->diverged ? "true" : "false");
-    gp__json_string(out, d->diverged ? d->diverged_why : "");
-    fputs("},\n  \"by_category\": {", out);
-    for (int c = 0; c < LP_CAT_COUNT; c++) {
-        const gp_diff_row *r = &d->by_category[c];
-        fprintf(out, "%s\n    \"%s\": {", c ? "," : "", lp_category_name((lp_category)c));
-        json_numbers(out, r);
-        fputc('}', out);
-    }
-    fputs("\n  },\n  \"held_by_category\": {", out);
-    for (int c = 0; c < LP_CAT_COUNT; c++)
-        fprintf(out, "%s\"%s\": %" PRIu64, c ? ", " : "", lp_category_name((lp_category)c),
-                d->by_category[c].held_bytes);
-    fputs("},\n  \"sites\": [", out);
-    for (size_t i = 0; i < d->n_keys; i++) {
-        const gp_diff_row *r = &d->keys[i];
-        fprintf(out, "%s\n    {\"op\": ", i ? "," : "");
-        gp__json_string(out, r->op);
-        fputs(", \"module\": ", out);
-        gp__json_string(out, r->module);
-        fprintf(out, ", \"category\": \"%s\", \"label\": ", lp_category_name(r->category));
-        gp__json_string(out, r->label);
-        fputs(", ", out);
-        json_numbers(out, r);
-        fputc('}', out);
-    }
-    fputs(d->n_keys ? "\n  ],\n  \"ops\": [" : "],\n  \"ops\": [", out);
-    for (size_t i = 0; i < d->n_ops; i++) {
-        const gp_diff_row *r = &d->ops[i];
-        fprintf(out, "%s\n    {\"op\": ", i ? "," : "");
-        gp__json_string(out, r->op);
-        fputs(", \"module\": ", out);
-        gp__json_string(out, r->module);
-        fputs(", ", out);
-        json_numbers(out, r);
-        fputc('}', out);
-    }
-    fputs(d->n_ops ? "\n  ],\n  \"modules\": [" : "],\n  \"modules\": [", out);
-    for (size_t i = 0; i < d->n_modules; i++) {
-        const gp_diff_row *r = &d->modules[i];
-        fprintf(out, "%s\n    {\"module\": ", i ? "," : "");
-        gp__json_string(out, r->module);
-        fputs(", ", out);
-        json_numbers(out, r);
-        fputc('}', out);
-    }
-    fputs(d->n_modules ? "\n  ],\n  \"call_sites\": [" : "],\n  \"call_sites\": [", out);
-    /* Call sites that neither changed nor hold anything for the graph are left out (a PyTorch
-     * program has 10^5 of them); the deltas of the rows written still add up. */
-    size_t written = 0;
-    for (size_t i = 0; i < d->n_call_sites; i++) {
-        const gp_diff_row *r = &d->call_sites[i];
-        if (r->delta == 0 && r->held_bytes == 0 && r->saved_inferred_bytes == 0)
-            continue;
-        fprintf(out, "%s\n    {\"label\": ", written++ ? "," : "");
-        gp__json_string(out, r->label);
-        fputs(", \"key\": ", out);
-        gp__json_string(out, r->key);
-        fputs(", ", out);
-        json_numbers(out, r);
-        fputc('}', out);
-    }
-    fputs(written ? "\n  ],\n  \"layers\": [" : "],\n  \"layers\": [", out);
-    for (size_t i = 0; i < d->n_layers; i++) {
-        const gp_diff_row *r = &d->layers[i];
-        fprintf(out, "%s\n    {\"module\": ", i ? "," : "");
-        gp__json_string(out, r->module);
-        fprintf(out, ", \"depth\": %d, ", r->depth);
-        json_numbers(out, r);
-        fprintf(out, ", \"a_graph_bytes\": %" PRIu64 ", \"b_graph_bytes\": %" PRIu64 "}",
-                r->a_graph_bytes, r->b_graph_bytes);
-    }
     const gp_diff_remainder *rm = &d->remainder;
-    fprintf(out,
-            "%s,\n  \"remainder_bytes\": %" PRId64 ",\n  \"remainders\": {\"categories\": %" PRId64
-            ", \"sites\": %" PRId64 ", \"call_sites\": %" PRId64 ", \"layers\": %" PRId64
-            ", \"sites_by_category\": {",
-            d->n_layers ? "\n  ]" : "]", rm->keys, rm->categories, rm->keys, rm->call_sites,
-            rm->layers);
+    gp__jw j;
+    gp__jw_begin(&j, out);
+    gp__jw_object(&j, NULL, false);
+    gp__jw_str(&j, "schema", "gradprof-diff/2");
+    json_run(&j, "a", &d->a);
+    json_run(&j, "b", &d->b);
+    json_summary(&j, d);
+    json_rows(&j, d);
+    gp__jw_i64(&j, "remainder_bytes", rm->keys);
+    gp__jw_object(&j, "remainders", true);
+    gp__jw_i64(&j, "categories", rm->categories);
+    gp__jw_i64(&j, "sites", rm->keys);
+    gp__jw_i64(&j, "call_sites", rm->call_sites);
+    gp__jw_i64(&j, "layers", rm->layers);
+    gp__jw_object(&j, "sites_by_category", true);
     for (int c = 0; c < LP_CAT_COUNT; c++)
-        fprintf(out, "%s\"%s\": %" PRId64, c ? ", " : "", lp_category_name((lp_category)c),
-                rm->keys_by_category[c]);
-    fputs("}}\n}\n", out);
-    return ferror(out) ? -1 : 0;
+        gp__jw_i64(&j, lp_category_name((lp_category)c), rm->keys_by_category[c]);
+    gp__jw_end(&j);
+    gp__jw_end(&j);
+    gp__jw_end(&j);
+    return gp__jw_finish(&j);
 }

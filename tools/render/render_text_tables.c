@@ -1,0 +1,417 @@
+/*
+ * The text report's tables (render_text_common.h): the ranked tables by the chosen measure (tag
+ * keys, sites, temporaries, leaks with their stacks), regions, iterations, tensors saved for
+ * backward and the findings with the rows behind them. Ranked tables skip rows whose value is 0
+ * and show c->top rows.
+ */
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "render_common.h"
+#include "render_text_common.h"
+
+#define LEAK_FRAMES 4 /* frames printed per leaking site */
+
+static uint64_t device_peak(const gp_profile *p, int32_t device)
+{
+    for (size_t i = 0; i < p->n_devices; i++)
+        if (p->devices[i].device == device)
+            return p->devices[i].peak_bytes;
+    return 0;
+}
+
+/* ---- ranked tables --------------------------------------------------------------------------- */
+
+static const char *measure_title(gp__measure m)
+{
+    switch (m) {
+    case GP__MEASURE_TOTAL:
+        return "bytes allocated";
+    case GP__MEASURE_COUNT:
+        return "allocations";
+    case GP__MEASURE_LEAKED:
+        return "bytes live at exit";
+    default:
+        return "bytes at peak";
+    }
+}
+
+/* Counts the rows of an ordering whose measure is non-zero (the ranked tables skip zeros). */
+static size_t nonzero_sites(const gp_profile *p, const size_t *ix, size_t n, gp__measure m)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += gp__stats_measure(&p->sites[ix[i]].stats, m) != 0;
+    return k;
+}
+
+void gp__text_tag_keys(gp__text_ctx *c)
+{
+    gp_profile *p = c->p;
+    size_t n = 0;
+    size_t *ix = gp__sorted_tag_keys(p, c->measure, &n);
+    if (n && !ix) {
+        c->oom = true;
+        return;
+    }
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += gp__stats_measure(&p->tag_keys[ix[i]].stats, c->measure) != 0;
+    gp__text_title(c, "Top tags by %s (category, op, module)", measure_title(c->measure));
+    if (!total) {
+        fprintf(c->out, GP__TEXT_INDENT "none\n");
+        free(ix);
+        return;
+    }
+    bool multi = p->n_devices > 1;
+    static const char *const h[] = {"#",      "at peak",  "% of peak", "allocated", "count",
+                                    "device", "category", "op",        "module"};
+    static const char *const h1[] = {"#",     "at peak",  "% of peak", "allocated",
+                                     "count", "category", "op",        "module"};
+    gp__table *t = multi ? gp__table_new(9, h, "rrrrrllll") : gp__table_new(8, h1, "rrrrrlll");
+    size_t shown = 0;
+    for (size_t i = 0; i < n && shown < c->top; i++) {
+        const gp_tag_key *k = &p->tag_keys[ix[i]];
+        if (!gp__stats_measure(&k->stats, c->measure))
+            continue;
+        char b1[32], b2[32], n1[32], pc[16], dev[16];
+        gp__table_cell(t, "%zu", ++shown);
+        gp__table_cell(t, "%s", gp_format_bytes(k->stats.peak_bytes, b1, sizeof b1));
+        gp__table_cell(
+            t, "%s",
+            gp__format_percent(k->stats.peak_bytes, device_peak(p, k->device), pc, sizeof pc));
+        gp__table_cell(t, "%s", gp_format_bytes(k->stats.total_bytes, b2, sizeof b2));
+        gp__table_cell(t, "%s", gp__format_count(k->stats.count, n1, sizeof n1));
+        if (multi)
+            gp__table_cell(t, "%s", gp__device_name(k->device, dev, sizeof dev));
+        gp__table_cell(t, "%s", lp_category_name(k->category));
+        gp__table_cell(t, "%s", gp__text_dash(k->op));
+        gp__table_cell(t, "%s", gp__text_dash(k->module));
+    }
+    gp__text_table_end(c, t, shown, total);
+    free(ix);
+}
+
+void gp__text_sites(gp__text_ctx *c)
+{
+    gp_profile *p = c->p;
+    size_t n = 0;
+    size_t *ix = gp__sorted_sites(p, c->measure, &n);
+    if (n && !ix) {
+        c->oom = true;
+        return;
+    }
+    size_t total = nonzero_sites(p, ix, n, c->measure);
+    gp__text_title(c, "Top sites by %s", measure_title(c->measure));
+    if (!total) {
+        fprintf(c->out, GP__TEXT_INDENT "none\n");
+        free(ix);
+        return;
+    }
+    /* op: the op whose buffers this call stack made last (a stack is the same for every layer
+     * that runs the same code, so no module is shown here; the tag tables have them). */
+    bool multi = p->n_devices > 1;
+    static const char *const h[] = {"#",      "at peak",  "% of peak", "allocated", "count",
+                                    "device", "category", "op",        "site"};
+    static const char *const h1[] = {"#",     "at peak",  "% of peak", "allocated",
+                                     "count", "category", "op",        "site"};
+    gp__table *t = multi ? gp__table_new(9, h, "rrrrrllll") : gp__table_new(8, h1, "rrrrrlll");
+    size_t shown = 0;
+    for (size_t i = 0; i < n && shown < c->top; i++) {
+        const gp_site *s = &p->sites[ix[i]];
+        if (!gp__stats_measure(&s->stats, c->measure))
+            continue;
+        char b1[32], b2[32], n1[32], pc[16], dev[16];
+        gp__table_cell(t, "%zu", ++shown);
+        gp__table_cell(t, "%s", gp_format_bytes(s->stats.peak_bytes, b1, sizeof b1));
+        gp__table_cell(
+            t, "%s",
+            gp__format_percent(s->stats.peak_bytes, device_peak(p, s->device), pc, sizeof pc));
+        gp__table_cell(t, "%s", gp_format_bytes(s->stats.total_bytes, b2, sizeof b2));
+        gp__table_cell(t, "%s", gp__format_count(s->stats.count, n1, sizeof n1));
+        if (multi)
+            gp__table_cell(t, "%s", gp__device_name(s->device, dev, sizeof dev));
+        gp__table_cell(t, "%s", lp_category_name(s->category));
+        gp__table_cell(t, "%s", gp__text_dash(s->op));
+        gp__table_cell(t, "%s", gp_site_label(p, s->stack));
+    }
+    gp__text_table_end(c, t, shown, total);
+    free(ix);
+}
+
+void gp__text_temporaries(gp__text_ctx *c)
+{
+    gp_profile *p = c->p;
+    char n1[32];
+    gp__text_title(c, "Temporaries: %s allocation%s freed before their thread's next allocation",
+                   gp__format_count(p->temporary_count, n1, sizeof n1),
+                   p->temporary_count == 1 ? "" : "s");
+    size_t n = 0;
+    size_t *ix = gp__sorted_sites(p, GP__MEASURE_TEMPORARIES, &n);
+    if (n && !ix) {
+        c->oom = true;
+        return;
+    }
+    size_t total = nonzero_sites(p, ix, n, GP__MEASURE_TEMPORARIES);
+    if (!total) {
+        fprintf(c->out, GP__TEXT_INDENT "none\n");
+        free(ix);
+        return;
+    }
+    static const char *const h[] = {"#", "temporaries", "of allocations", "allocated", "site"};
+    gp__table *t = gp__table_new(5, h, "rrrrl");
+    size_t shown = 0;
+    for (size_t i = 0; i < n && shown < c->top; i++) {
+        const gp_site *s = &p->sites[ix[i]];
+        if (!s->stats.temporaries)
+            continue;
+        char b1[32], n2[32], pc[16];
+        gp__table_cell(t, "%zu", ++shown);
+        gp__table_cell(t, "%s", gp__format_count(s->stats.temporaries, n2, sizeof n2));
+        gp__table_cell(t, "%s",
+                       gp__format_percent(s->stats.temporaries, s->stats.count, pc, sizeof pc));
+        gp__table_cell(t, "%s", gp_format_bytes(s->stats.total_bytes, b1, sizeof b1));
+        gp__table_cell(t, "%s", gp_site_label(p, s->stack));
+    }
+    gp__text_table_end(c, t, shown, total);
+    free(ix);
+}
+
+void gp__text_leaks(gp__text_ctx *c)
+{
+    gp_profile *p = c->p;
+    char x1[64], n1[32];
+    if (gp__text_ended_cleanly(p))
+        gp__text_title(c, "Live at exit (leaks): %s in %s allocation%s",
+                       gp__format_bytes_exact(p->leaked_bytes, x1, sizeof x1),
+                       gp__format_count(p->leaked_count, n1, sizeof n1),
+                       p->leaked_count == 1 ? "" : "s");
+    else
+        gp__text_title(c,
+                       "Live at the end of the trace: %s in %s allocation%s (the recording stopped "
+                       "early, so not all are leaks)",
+                       gp__format_bytes_exact(p->leaked_bytes, x1, sizeof x1),
+                       gp__format_count(p->leaked_count, n1, sizeof n1),
+                       p->leaked_count == 1 ? "" : "s");
+    size_t n = 0;
+    size_t *ix = gp__sorted_sites(p, GP__MEASURE_LEAKED, &n);
+    if (n && !ix) {
+        c->oom = true;
+        return;
+    }
+    size_t total = nonzero_sites(p, ix, n, GP__MEASURE_LEAKED);
+    if (!total) {
+        fprintf(c->out, GP__TEXT_INDENT "none\n");
+        free(ix);
+        return;
+    }
+    size_t shown = 0;
+    for (size_t i = 0; i < n && shown < c->top; i++) {
+        const gp_site *s = &p->sites[ix[i]];
+        if (!s->stats.live_bytes)
+            continue;
+        char dev[16];
+        fprintf(c->out, GP__TEXT_INDENT "%zu. %s in %s allocation%s, %s", ++shown,
+                gp__format_bytes_exact(s->stats.live_bytes, x1, sizeof x1),
+                gp__format_count(s->stats.live_count, n1, sizeof n1),
+                s->stats.live_count == 1 ? "" : "s", lp_category_name(s->category));
+        if (p->n_devices > 1)
+            fprintf(c->out, ", %s", gp__device_name(s->device, dev, sizeof dev));
+        fputc('\n', c->out);
+        const char *frames[64];
+        size_t nf = gp_site_frames(p, s->stack, frames, 64);
+        if (nf == 0) {
+            gp__text_put(c, GP__TEXT_INDENT "     at %s", gp_site_label(p, s->stack));
+            fputc('\n', c->out);
+        }
+        for (size_t f = 0; f < nf && f < LEAK_FRAMES; f++) {
+            gp__text_put(c, GP__TEXT_INDENT "     %s %s", f ? "  " : "at", frames[f]);
+            fputc('\n', c->out);
+        }
+        if (nf > LEAK_FRAMES)
+            fprintf(c->out, GP__TEXT_INDENT "        (%zu more frame%s)\n", nf - LEAK_FRAMES,
+                    nf - LEAK_FRAMES == 1 ? "" : "s");
+    }
+    if (total > shown)
+        fprintf(c->out, GP__TEXT_INDENT "(%zu more; --top 0 shows all)\n", total - shown);
+    free(ix);
+}
+
+/* ---- regions, iterations, saved tensors ------------------------------------------------------ */
+
+void gp__text_regions(gp__text_ctx *c)
+{
+    gp_profile *p = c->p;
+    gp__text_title(c, "Regions (graph = saved + autograd + gradient)");
+    size_t n = 0;
+    size_t *ix = gp__sorted_regions(p, &n);
+    if (n && !ix) {
+        c->oom = true;
+        return;
+    }
+    if (!n) {
+        fprintf(c->out, GP__TEXT_INDENT "none (the program marked no regions)\n");
+        return;
+    }
+    static const char *const h[] = {"region",   "entries",  "allocated",
+                                    "max live", "retained", "graph allocated"};
+    gp__table *t = gp__table_new(6, h, "lrrrrr");
+    size_t shown = 0;
+    for (size_t i = 0; i < n && shown < c->top; i++, shown++) {
+        const gp_region_stats *r = &p->regions[ix[i]];
+        char b1[32], b2[32], b3[32], b4[32], n1[32];
+        gp__table_cell(t, "%s", gp__text_dash(r->name));
+        gp__table_cell(t, "%s", gp__format_count(r->entries, n1, sizeof n1));
+        gp__table_cell(t, "%s", gp_format_bytes(r->allocated_bytes, b1, sizeof b1));
+        gp__table_cell(t, "%s", gp_format_bytes(r->max_live_bytes, b2, sizeof b2));
+        gp__table_cell(t, "%s", gp_format_bytes(r->retained_bytes, b3, sizeof b3));
+        gp__table_cell(t, "%s", gp_format_bytes(r->graph_bytes, b4, sizeof b4));
+    }
+    gp__text_table_end(c, t, shown, n);
+    free(ix);
+}
+
+static uint64_t graph_bytes(const uint64_t *by_category)
+{
+    uint64_t sum = 0;
+    for (int c = 0; c < LP_CAT_COUNT; c++)
+        sum += lp_category_is_graph((lp_category)c) ? by_category[c] : 0;
+    return sum;
+}
+
+static void iteration_row(gp__text_ctx *c, gp__table *t, size_t i)
+{
+    const gp_iteration *it = &c->p->iterations[i];
+    char t1[32], b1[32], b2[32], b3[32];
+    gp__table_cell(t, "%s", gp__text_dash(it->mark));
+    gp__table_cell(t, "%s", gp__format_ns(it->time_ns, t1, sizeof t1));
+    gp__table_cell(t, "%s", gp_format_bytes(it->live_bytes, b1, sizeof b1));
+    if (i == 0) {
+        gp__table_cell(t, "-");
+    } else {
+        int64_t d = (int64_t)(it->live_bytes - c->p->iterations[i - 1].live_bytes);
+        gp__table_cell(t, "%s", gp__format_delta(d, b2, sizeof b2));
+    }
+    gp__table_cell(t, "%s", gp_format_bytes(graph_bytes(it->live_by_category), b3, sizeof b3));
+}
+
+void gp__text_iterations(gp__text_ctx *c)
+{
+    gp_profile *p = c->p;
+    size_t n = p->n_iterations;
+    if (!n) {
+        gp__text_title(c, "Iterations");
+        fprintf(c->out, GP__TEXT_INDENT "none (the program made no marks)\n");
+        return;
+    }
+    const gp_iteration *first = &p->iterations[0], *last = &p->iterations[n - 1];
+    char b1[32], b2[32], b3[32];
+    gp__text_title(
+        c, "Iterations: %zu mark%s, live %s at '%s', %s at '%s' (%s)", n, n == 1 ? "" : "s",
+        gp_format_bytes(first->live_bytes, b1, sizeof b1), gp__text_dash(first->mark),
+        gp_format_bytes(last->live_bytes, b2, sizeof b2), gp__text_dash(last->mark),
+        gp__format_delta((int64_t)(last->live_bytes - first->live_bytes), b3, sizeof b3));
+    static const char *const h[] = {"mark", "at", "live", "change", "graph live"};
+    gp__table *t = gp__table_new(5, h, "lrrrr");
+    if (n <= c->top) {
+        for (size_t i = 0; i < n; i++)
+            iteration_row(c, t, i);
+        gp__text_table_end(c, t, n, n);
+        return;
+    }
+    /* Truncated: the first top - 1 marks, then the last one (growth shows at the end). */
+    size_t head = c->top - 1;
+    for (size_t i = 0; i < head; i++)
+        iteration_row(c, t, i);
+    gp__table_note(t, "(%zu more; --top 0 shows all)", n - head - 1);
+    iteration_row(c, t, n - 1);
+    gp__text_table_end(c, t, n, n); /* the note is already in */
+}
+
+void gp__text_saved(gp__text_ctx *c)
+{
+    gp_profile *p = c->p;
+    gp__text_title(c, "Tensors saved for backward");
+    size_t n = 0;
+    size_t *ix = gp__sorted_saved(p, &n);
+    if (n && !ix) {
+        c->oom = true;
+        return;
+    }
+    if (!n) {
+        fprintf(c->out, GP__TEXT_INDENT "none (no op saved a tensor for backward)\n");
+        return;
+    }
+    static const char *const h[] = {"#",      "at peak", "saved", "times", "max live",
+                                    "at end", "module",  "op",    "shape"};
+    gp__table *t = gp__table_new(9, h, "rrrrrrlll");
+    size_t shown = 0;
+    for (size_t i = 0; i < n && shown < c->top; i++) {
+        const gp_saved_tensor *s = &p->saved[ix[i]];
+        char b1[32], b2[32], b3[32], b4[32], n1[32];
+        gp__table_cell(t, "%zu", ++shown);
+        gp__table_cell(t, "%s", gp_format_bytes(s->stats.peak_bytes, b1, sizeof b1));
+        gp__table_cell(t, "%s", gp_format_bytes(s->stats.total_bytes, b2, sizeof b2));
+        gp__table_cell(t, "%s", gp__format_count(s->stats.count, n1, sizeof n1));
+        gp__table_cell(t, "%s", gp_format_bytes(s->stats.max_live_bytes, b3, sizeof b3));
+        gp__table_cell(t, "%s", gp_format_bytes(s->stats.live_bytes, b4, sizeof b4));
+        gp__table_cell(t, "%s", gp__text_dash(s->module));
+        gp__table_cell(t, "%s", gp__text_dash(s->op));
+        gp__table_cell(t, "%s", gp__text_dash(s->shape));
+    }
+    gp__text_table_end(c, t, shown, n);
+    free(ix);
+}
+
+/* ---- findings -------------------------------------------------------------------------------- */
+
+void gp__text_findings(gp__text_ctx *c)
+{
+    gp_profile *p = c->p;
+    if (!p->n_findings) {
+        gp__text_title(c, "Findings");
+        fprintf(c->out, GP__TEXT_INDENT "No gradient-leak findings.\n");
+        return;
+    }
+    gp__text_title(c, "Findings: %zu gradient-leak finding%s", p->n_findings,
+                   p->n_findings == 1 ? "" : "s");
+    for (size_t i = 0; i < p->n_findings; i++) {
+        const gp_finding *f = &p->findings[i];
+        char x1[64], c1[32], t1[32];
+        gp__text_put(c, "%s%zu. [%s] %s", GP__TEXT_INDENT, i + 1, gp_finding_kind_name(f->kind),
+                     gp__finding_text(f));
+        fputc('\n', c->out);
+        fprintf(c->out, "%s   ", GP__TEXT_INDENT);
+        if (f->region && *f->region)
+            gp__text_put(c, "region '%s'; ", f->region);
+        fprintf(c->out, "%s, %s event%s, first at %s\n",
+                gp__format_bytes_exact(f->bytes, x1, sizeof x1),
+                gp__format_count(f->count, c1, sizeof c1), f->count == 1 ? "" : "s",
+                gp__format_ns(f->first_time_ns, t1, sizeof t1));
+        if (!f->n_items)
+            continue;
+        size_t *ix = gp__sorted_finding_items(f);
+        if (!ix) {
+            c->oom = true;
+            continue;
+        }
+        static const char *const h[] = {"bytes", "count", "category", "op", "module", "site"};
+        gp__table *t = gp__table_new(6, h, "rrllll");
+        size_t shown = 0;
+        for (size_t k = 0; k < f->n_items && shown < c->top; k++, shown++) {
+            const gp_finding_item *it = &f->items[ix[k]];
+            char b2[32], n2[32];
+            gp__table_cell(t, "%s", gp_format_bytes(it->bytes, b2, sizeof b2));
+            gp__table_cell(t, "%s", gp__format_count(it->count, n2, sizeof n2));
+            gp__table_cell(t, "%s", lp_category_name(it->category));
+            gp__table_cell(t, "%s", gp__text_dash(it->op));
+            gp__table_cell(t, "%s", gp__text_dash(it->module));
+            gp__table_cell(t, "%s", it->stack ? gp_site_label(p, it->stack) : "-");
+        }
+        gp__text_table_end_at(c, t, shown, f->n_items, GP__TEXT_INDENT "     ");
+        free(ix);
+    }
+}
