@@ -551,6 +551,14 @@ static uint32_t saved_get(gp_profile *p, const char *module, const char *op, con
     t->module = module;
     t->op = op;
     t->shape = shape;
+    t->where = empty_label;
+    const char *at = strstr(shape, " at ");
+    if (at) { /* "[64,512] at model.py:88 (forward)": the shape, then where */
+        char *prefix = strndup(shape, (size_t)(at - shape));
+        t->shape = prefix ? own(p, prefix) : shape;
+        t->where = own(p, at + 4);
+        free(prefix);
+    }
     t->device = device;
     return (uint32_t)(p->n_saved - 1);
 }

@@ -69,9 +69,11 @@ typedef struct gp_module_stats {
     gp_stats by_category[LP_CAT_COUNT];
 } gp_module_stats;
 
-/* A tensor saved for backward: SAVED retags aggregated by (module, op, detail=shape). */
+/* A tensor saved for backward: SAVED retags aggregated by (module, op, detail). A tag's detail is
+ * the shape, then optionally " at " and where the program was when it was saved (the PyTorch
+ * helper: "model.py:88 (forward) < eval.py:36 (main)"): `shape` and `where` ("" if none). */
 typedef struct gp_saved_tensor {
-    const char *module, *op, *shape;
+    const char *module, *op, *shape, *where;
     int32_t device;
     /* stats.count: times saved; total_bytes: bytes saved over the run; peak_bytes: of these live
      * at the device's peak; live_bytes: still saved at the end */

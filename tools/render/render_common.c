@@ -570,6 +570,8 @@ static int cmp_saved(const void *pa, const void *pb)
     if (!c)
         c = cmp_str(sa->shape, sb->shape);
     if (!c)
+        c = cmp_str(sa->where, sb->where);
+    if (!c)
         c = sa->device < sb->device ? -1 : sa->device > sb->device;
     if (!c)
         c = cmp_index(a, b);

@@ -229,11 +229,13 @@ static int report_saved(FILE *out, gp_profile *p, const gp_render_options *o)
         return rc;
     }
     fputs("<p class=\"note\">Activations an op kept alive for a backward pass, by module, op and "
-          "shape.</p>\n",
+          "shape, and where the program was when they were saved (as the PyTorch helper saw "
+          "it).</p>\n",
           out);
-    static const char *const cols[] = {"module",       "op",       "shape",     "#times saved",
-                                       "#bytes saved", "#at peak", "#max live", "#live at end"};
-    gp__html_table_begin(out, "sortable", cols, 8);
+    static const char *const cols[] = {"module",    "op",        "shape",        "where",
+                                       "#times saved", "#bytes saved", "#at peak", "#max live",
+                                       "#live at end"};
+    gp__html_table_begin(out, "sortable", cols, 9);
     size_t shown = gp__html_limit_rows(n, o);
     for (size_t i = 0; i < shown; i++) {
         const gp_saved_tensor *s = &p->saved[idx[i]];
@@ -242,6 +244,8 @@ static int report_saved(FILE *out, gp_profile *p, const gp_render_options *o)
         gp__html_td_text(out, s->op);
         fputs("<td class=\"mono\">", out);
         gp__html_escape(out, s->shape);
+        fputs("</td><td class=\"mono\">", out);
+        gp__html_escape(out, s->where);
         fputs("</td>", out);
         gp__html_td_count(out, s->stats.count);
         gp__html_td_bytes(out, s->stats.total_bytes);

@@ -235,6 +235,7 @@ static void saved_tensors(gp__jw *j, const gp_profile *p, size_t top)
         j_str(j, "module", s->module);
         j_str(j, "op", s->op);
         j_str(j, "shape", s->shape);
+        j_str(j, "where", s->where);
         j_device(j, "device", s->device);
         gp__jw_u64(j, "count", s->stats.count);
         gp__jw_u64(j, "bytes", s->stats.total_bytes);

@@ -346,8 +346,8 @@ void gp__text_saved(gp__text_ctx *c)
         return;
     }
     static const char *const h[] = {"#",      "at peak", "saved", "times", "max live",
-                                    "at end", "module",  "op",    "shape"};
-    gp__table *t = gp__table_new(9, h, "rrrrrrlll");
+                                    "at end", "module",  "op",    "shape", "where"};
+    gp__table *t = gp__table_new(10, h, "rrrrrrllll");
     size_t shown = 0;
     for (size_t i = 0; i < n && shown < c->top; i++) {
         const gp_saved_tensor *s = &p->saved[ix[i]];
@@ -361,6 +361,7 @@ void gp__text_saved(gp__text_ctx *c)
         gp__table_cell(t, "%s", gp__text_dash(s->module));
         gp__table_cell(t, "%s", gp__text_dash(s->op));
         gp__table_cell(t, "%s", gp__text_dash(s->shape));
+        gp__table_cell(t, "%s", gp__text_dash(s->where));
     }
     gp__text_table_end(c, t, shown, n);
     free(ix);
