@@ -101,12 +101,14 @@ bool tn__input_needs_grad(const tn_node *node, int i)
 
 /* ---- saving for backward -------------------------------------------------------------------- */
 
+/* A saved storage's tag: the op that produced it and the module of the node that saves it (the
+ * two questions "what is this tensor?" and "who keeps it?"), with its shape. */
 static void tn__saved_retag(tn_node *node, const tn_saved *slot, lp_category from, lp_category to)
 {
     tn_storage *s = slot->storage;
     char detail[96];
     tn__shape_fmt(slot->ndim, slot->shape, detail, sizeof detail);
-    lp_tag tag = {.category = to, .op = node->kind->name, .module = node->module,
+    lp_tag tag = {.category = to, .op = slot->made_by, .module = node->module,
                   .detail = detail, .grad_enabled = tn_is_grad_enabled()};
     lp_retag(s->data, s->nbytes, LP_DEVICE_HOST, from, &tag);
     s->category = to;
@@ -127,6 +129,7 @@ int tn__save(tn_node *node, tn_tensor *t)
                          node->kind->name, TN_MAX_SAVED);
     tn_saved *slot = &node->saved[node->n_saved];
     slot->storage = t->storage;
+    slot->made_by = t->grad_fn ? t->grad_fn->kind->name : "leaf";
     tn__storage_retain(t->storage);
     slot->ndim = t->ndim;
     memcpy(slot->shape, t->shape, sizeof t->shape);

@@ -161,6 +161,7 @@ typedef struct tn_node_kind {
  * itself, so saving an op's own output makes no reference cycle). */
 typedef struct tn_saved {
     tn_storage *storage;
+    const char *made_by; /* the op that produced the tensor ("leaf" for one without a node) */
     int ndim;
     int64_t shape[TN_MAX_DIMS];
     int64_t strides[TN_MAX_DIMS];

@@ -117,7 +117,7 @@ static void test_builtin_pytorch_rules(void **state)
                             "_PyEval_EvalFrameDefault"};
     assert_true(gp_rules_classify(r, linear, 7, &c, op, sizeof op));
     assert_int_equal(c, LP_CAT_ACTIVATION);
-    assert_string_equal(op, "linear");
+    assert_string_equal(op, "aten::linear");
     /* a parameter's gradient accumulator, made when a graph is built */
     const char *acc[] = {"torch::autograd::impl::grad_accumulator(at::Tensor const&)",
                          "torch::autograd::impl::gradient_edge(at::Tensor const&)",
@@ -126,7 +126,7 @@ static void test_builtin_pytorch_rules(void **state)
                          "at::_ops::linear::call(at::Tensor const&, at::Tensor const&)"};
     assert_true(gp_rules_classify(r, acc, 5, &c, op, sizeof op));
     assert_int_equal(c, LP_CAT_AUTOGRAD);
-    assert_string_equal(op, "linear");
+    assert_string_equal(op, "aten::linear");
     /* a Python saved-tensor hook that autograd calls while it saves a tensor: what the hook's
      * Python code allocates is not graph construction (the eval loop is a boundary) */
     const char *hook[] = {"PyDict_SetDefault", "_PyEval_EvalFrameDefault",
@@ -138,7 +138,21 @@ static void test_builtin_pytorch_rules(void **state)
     /* without the boundary the same frames say autograd, relu */
     assert_true(gp_rules_classify(r, hook + 2, 3, &c, op, sizeof op));
     assert_int_equal(c, LP_CAT_AUTOGRAD);
-    assert_string_equal(op, "relu");
+    assert_string_equal(op, "aten::relu");
+    /* ATen struct names: the overload apart, operators whose names hold '_' kept whole */
+    static const char *const ops[][2] = {
+        {"at::_ops::softmax_int::call(at::Tensor const&, long)", "aten::softmax"},
+        {"at::_ops::add_Tensor::call(at::Tensor const&)", "aten::add"},
+        {"at::_ops::lstm_input::call(at::Tensor const&)", "aten::lstm"},
+        {"at::_ops::flatten_using_ints::call(at::Tensor const&)", "aten::flatten"},
+        {"at::_ops::max_pool2d_with_indices::call(at::Tensor const&)",
+         "aten::max_pool2d_with_indices"},
+        {"at::_ops::dense_dim::call(at::Tensor const&)", "aten::dense_dim"},
+        {"at::_ops::no_such_operator_x::call()", "aten::no_such_operator_x"}};
+    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
+        assert_true(gp_rules_classify(r, &ops[i][0], 1, &c, op, sizeof op));
+        assert_string_equal(op, ops[i][1]);
+    }
     /* nothing torch-like */
     const char *plain[] = {"PyDict_SetDefault", "_PyEval_EvalFrameDefault"};
     assert_false(gp_rules_classify(r, plain, 2, &c, op, sizeof op));

@@ -130,9 +130,11 @@ def test_unmodified(E):
         check_json(E, t["mlpgrad"]), check_json(E, t["mlpnograd"]),
         check_json(E, t["cnngrad"]), check_json(E, t["cnnnograd"])])
 
-    for name, d, good, first in (("mlp", d_mlp, ("relu", "linear", "addmm"), ("relu", "linear")),
-                                 ("cnn", d_cnn, ("conv", "batch_norm", "max_pool", "relu"),
-                                  ("conv", "batch_norm", "max_pool"))):
+    for name, d, good, first in (("mlp", d_mlp, ("aten::relu", "aten::linear", "aten::addmm"),
+                                  ("aten::relu", "aten::linear")),
+                                 ("cnn", d_cnn, ("aten::conv", "aten::batch_norm",
+                                                 "aten::max_pool", "aten::relu"),
+                                  ("aten::conv", "aten::batch_norm", "aten::max_pool"))):
         held = d["held_by_graph_bytes"]
         ops = sorted(d["ops"], key=lambda r: -r["held_bytes"])
         top = [r["op"] for r in ops[:3]]
@@ -149,7 +151,7 @@ def test_unmodified(E):
         expect(named >= 0.9 * saved_inf, "%s: ops %s hold %d of %d B saved (inferred, >= 90%%)"
                % (name, "/".join(good), named, saved_inf))
         expect(d["remainder_bytes"] == 0, "%s: no unexplained remainder" % name)
-    relu = sum(r["held_bytes"] for r in d_mlp["ops"] if r["op"] == "relu")
+    relu = sum(r["held_bytes"] for r in d_mlp["ops"] if r["op"] == "aten::relu")
     expect(relu >= 4 * 128 * 512 * 4, "mlp: relu holds at least one graph's 4 ReLU outputs "
            "(%d >= %d B)" % (relu, 4 * 128 * 512 * 4))
     expect(any("conv" in o["op"] for o in sorted(d_cnn["ops"], key=lambda r: -r["held_bytes"])[:3]),
@@ -227,8 +229,9 @@ def test_instrumented(E):
         expect(rc_n == 0 and cn["passed"], "%s: check passes the no_grad run" % name)
 
     # The report of an instrumented run: module paths and saved tensors with shapes
-    for name, r, row in (("mlp", r_mlp, ("MLP.body.1", "relu", "[128,512]")),
-                         ("cnn", r_cnn, ("CNN.features.1", "convolution", "[16,16,32,32]"))):
+    for name, r, row in (("mlp", r_mlp, ("MLP.body.1", "aten::relu", "[128,512]")),
+                         ("cnn", r_cnn, ("CNN.features.1", "aten::convolution",
+                                         "[16,16,32,32]"))):
         mods = {m["module"] for m in r["modules"]}
         rows = {(x["module"], x["op"], x["shape"]) for x in r["saved_tensors"]}
         log("%s report: modules %s; saved_tensors %s" % (name, sorted(mods), sorted(rows)[:6]))
@@ -258,7 +261,7 @@ def test_accumulate(E):
                                                            i["module"] or "-", i["bytes"])
                                       for i in items[:4]))
         top = items[0] if items else {}
-        expect(top.get("category") == "saved" and top.get("op") == "relu" and
+        expect(top.get("category") == "saved" and top.get("op") == "aten::relu" and
                top.get("module", "").startswith("model."),
                "the site that grows most is the saved ReLU outputs of the model")
         expect(growth[0]["bytes"] > 6 * 2 * 64 * 256 * 4 * 0.9,
@@ -377,7 +380,7 @@ def check_helper_trace(E, where, r, prog_out):
     expect(g0 + g2 == pb, "%s: .grad tagged gradient once per parameter (%d of %d B)"
            % (where, g0 + g2, pb))
     sv = [x for x in r["saved_tensors"] if x["module"] == "net.1"]
-    expect(len(sv) == 1 and sv[0]["op"] == "relu" and sv[0]["shape"] == "[8,32]" and
+    expect(len(sv) == 1 and sv[0]["op"] == "aten::relu" and sv[0]["shape"] == "[8,32]" and
            sv[0]["count"] == 6 and sv[0]["live_at_end"] == 0,
            "%s: ReLU output saved as one storage in each of 6 graphs, none left (%s)"
            % (where, sv))

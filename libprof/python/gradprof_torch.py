@@ -37,10 +37,11 @@ What it records:
   ``buffer``, module = its owner's path, detail = its name) at instrument time, and new ones at
   each forward;
 * **tensors saved for backward** (``torch.autograd.graph.saved_tensors_hooks``, active during the
-  model's forward): the saved tensor's storage is retagged ``saved`` with op = the name of its
-  ``grad_fn`` in lower case without ``Backward0`` (``relu``, ``addmm``, ``convolution``; ``leaf``
-  for a tensor without one, such as max-pool indices), module = the innermost module running,
-  detail = the shape (``[64,512]``). A storage saved several times is retagged once and goes back
+  model's forward): the saved tensor's storage is retagged ``saved`` with op = the ATen operator
+  that made it, from its ``grad_fn`` (``aten::relu``, ``aten::addmm``, ``aten::convolution``;
+  ``leaf`` for a tensor without one, such as max-pool indices), module = the innermost module
+  running (the module that saves it), detail = the shape and the program's own lines at that
+  moment (``[64,512] at model.py:88 (forward) < eval.py:36 (main)``). A storage saved several times is retagged once and goes back
   to ``activation`` when the last saver lets go (after backward, or when the output that owns the
   graph dies). Parameters, buffers, the model's positional inputs and leaves that require grad are
   never retagged: only activations become ``saved`` (as in the C tensor library);
@@ -588,11 +589,15 @@ class _State:
 
 _S = _State()
 _OP_RE = re.compile(r"Backward\d*$")
+_WORD_RE = re.compile(r"(?<=[a-z0-9])(?=[A-Z][a-z])|(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
 
 def _op_name(fn):
+    """The ATen operator that made a tensor, from its grad_fn's class, as PyTorch prints it:
+    AddmmBackward0 -> aten::addmm, MaxPool2DWithIndicesBackward0 ->
+    aten::max_pool2d_with_indices, NativeBatchNormBackward0 -> aten::native_batch_norm."""
     name = _OP_RE.sub("", type(fn).__name__)
-    return name.lower() or "unknown"
+    return "aten::" + _WORD_RE.sub("_", name).lower() if name else "unknown"
 
 
 def _user_lines(f, limit=4):

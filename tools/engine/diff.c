@@ -21,15 +21,18 @@ static char *dup_str(const char *s)
     return d;
 }
 
-/* "op @ module" or "op @ module (category)"; "(no op)" / "(no module)" for empty names. */
+/* "op @ module", "op @ module (category)", or for a saved tensor, whose op made it and whose
+ * module saves it, "op, saved by module"; "(no op)" / "(no module)" for empty names. */
 static char *dup_label(const char *op, const char *module, const char *category)
 {
     op = *op ? op : "(no op)";
     module = *module ? module : "(no module)";
-    size_t n = strlen(op) + strlen(module) + (category ? strlen(category) + 3 : 0) + 4;
+    size_t n = strlen(op) + strlen(module) + (category ? strlen(category) + 12 : 0) + 4;
     char *d = malloc(n);
     if (d) {
-        if (category)
+        if (category && !strcmp(category, lp_category_name(LP_CAT_SAVED)))
+            snprintf(d, n, "%s, saved by %s", op, module);
+        else if (category)
             snprintf(d, n, "%s @ %s (%s)", op, module, category);
         else
             snprintf(d, n, "%s @ %s", op, module);

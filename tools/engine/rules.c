@@ -8,6 +8,7 @@
 
 typedef struct rule {
     bool is_op;           /* an "op" rule */
+    bool aten;            /* an op rule whose capture is an ATen operator's (struct) name */
     bool is_boundary;     /* a "boundary" rule; neither: a category rule */
     lp_category category;
     char *pattern;
@@ -87,11 +88,12 @@ gp_rules *gp_rules_parse(const char *text, const char *origin, char *err, size_t
         char *hash = strchr(buf, '#');
         if (hash)
             *hash = '\0';
-        char word[64], pattern[1024], extra[8];
-        int fields = sscanf(buf, "%63s %1023s %7s", word, pattern, extra);
+        char word[64], pattern[1024], extra[8], more[8];
+        int fields = sscanf(buf, "%63s %1023s %7s %7s", word, pattern, extra, more);
         if (fields <= 0)
             continue; /* blank or comment */
-        if (fields != 2) {
+        bool aten = fields == 3 && !strcmp(word, "op") && !strcmp(extra, "aten");
+        if (fields != 2 && !aten) {
             snprintf(err, err_size,
                      "%s:%zu: expected 'CATEGORY PATTERN', 'op PATTERN' or 'boundary PATTERN', "
                      "got '%s'",
@@ -99,7 +101,8 @@ gp_rules *gp_rules_parse(const char *text, const char *origin, char *err, size_t
             gp_rules_free(r);
             return NULL;
         }
-        rule item = {.is_op = !strcmp(word, "op"), .is_boundary = !strcmp(word, "boundary")};
+        rule item = {.is_op = !strcmp(word, "op"), .aten = aten,
+                     .is_boundary = !strcmp(word, "boundary")};
         if (!item.is_op && !item.is_boundary && lp_category_parse(word, &item.category) != 0) {
             snprintf(err, err_size,
                      "%s:%zu: unknown category '%s' (expected op, boundary or one of parameter, "
@@ -211,6 +214,66 @@ static void capture(const char *pattern, const char *name, char *out, size_t siz
     out[n] = '\0';
 }
 
+extern const char gp__aten_ops[]; /* tools/rules/aten_ops.txt: one operator name per line */
+
+static const char **aten_ops; /* sorted; made at first use */
+static size_t n_aten_ops;
+
+static int cmp_cstr(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Loads the operator names once; false when out of memory (names then stay as captured). */
+static bool aten_ops_load(void)
+{
+    static char *text;
+    if (aten_ops)
+        return true;
+    if (!(text = strdup(gp__aten_ops)))
+        return false;
+    size_t cap = 1;
+    for (const char *c = text; *c; c++)
+        cap += *c == '\n';
+    aten_ops = malloc(cap * sizeof *aten_ops);
+    if (!aten_ops) {
+        free(text);
+        text = NULL;
+        return false;
+    }
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
+        if (*line && *line != '#')
+            aten_ops[n_aten_ops++] = line;
+    qsort(aten_ops, n_aten_ops, sizeof *aten_ops, cmp_cstr);
+    return true;
+}
+
+/* An ATen operator's struct name (at::_ops::softmax_int) into the operator's name as PyTorch
+ * prints it (aten::softmax): the longest operator name that is the whole struct name or followed
+ * by '_' and the overload; the struct name itself when no operator name fits. */
+static void aten_name(char *op, size_t size)
+{
+    char name[128];
+    snprintf(name, sizeof name, "%s", op);
+    size_t len = strlen(name);
+    if (aten_ops_load()) {
+        for (size_t n = len; n > 0; n--) {
+            if (name[n] != '\0' && name[n] != '_')
+                continue;
+            char saved = name[n];
+            name[n] = '\0';
+            const char *key = name;
+            bool known = bsearch(&key, aten_ops, n_aten_ops, sizeof *aten_ops, cmp_cstr) != NULL;
+            name[n] = saved;
+            if (known) {
+                len = n;
+                break;
+            }
+        }
+    }
+    snprintf(op, size, "aten::%.*s", (int)len, name);
+}
+
 void gp_rules_match(const gp_rules *r, const char *function, gp_rule_match *m)
 {
     m->rule = -1;
@@ -224,8 +287,11 @@ void gp_rules_match(const gp_rules *r, const char *function, gp_rule_match *m)
     for (size_t k = 0; k < r->n; k++) {
         const rule *it = &r->items[k];
         if (it->is_op) {
-            if (!m->op[0] && gp__glob(it->pattern, name))
+            if (!m->op[0] && gp__glob(it->pattern, name)) {
                 capture(it->pattern, name, m->op, sizeof m->op);
+                if (it->aten)
+                    aten_name(m->op, sizeof m->op);
+            }
         } else if (it->is_boundary) {
             m->boundary = m->boundary || gp__glob(it->pattern, name);
         } else if (m->rule < 0 && gp__glob(it->pattern, name)) {

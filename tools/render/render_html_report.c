@@ -228,13 +228,13 @@ static int report_saved(FILE *out, gp_profile *p, const gp_render_options *o)
         free(idx);
         return rc;
     }
-    fputs("<p class=\"note\">Activations an op kept alive for a backward pass, by module, op and "
-          "shape, and where the program was when they were saved (as the PyTorch helper saw "
-          "it).</p>\n",
+    fputs("<p class=\"note\">Activations kept alive for a backward pass: the module that saved "
+          "each, the op that made it, its shape, and where the program was when it was saved (as "
+          "the PyTorch helper saw it).</p>\n",
           out);
-    static const char *const cols[] = {"module",    "op",        "shape",        "where",
-                                       "#times saved", "#bytes saved", "#at peak", "#max live",
-                                       "#live at end"};
+    static const char *const cols[] = {"saved by", "made by",      "shape",
+                                       "where",    "#times saved", "#bytes saved",
+                                       "#at peak", "#max live",    "#live at end"};
     gp__html_table_begin(out, "sortable", cols, 9);
     size_t shown = gp__html_limit_rows(n, o);
     for (size_t i = 0; i < shown; i++) {

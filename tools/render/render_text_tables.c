@@ -345,8 +345,8 @@ void gp__text_saved(gp__text_ctx *c)
         fprintf(c->out, GP__TEXT_INDENT "none (no op saved a tensor for backward)\n");
         return;
     }
-    static const char *const h[] = {"#",      "at peak", "saved", "times", "max live",
-                                    "at end", "module",  "op",    "shape", "where"};
+    static const char *const h[] = {"#",      "at peak",  "saved",   "times", "max live",
+                                    "at end", "saved by", "made by", "shape", "where"};
     gp__table *t = gp__table_new(10, h, "rrrrrrllll");
     size_t shown = 0;
     for (size_t i = 0; i < n && shown < c->top; i++) {
