@@ -280,12 +280,19 @@ class _SavedEntry:
 
 
 class _Packed:
-    """What the graph keeps for a saved tensor: the tensor (detached) and, if retagged, the
-    storage key whose save count drops when the graph lets go of it."""
-    __slots__ = ("t", "key", "__weakref__")
+    """What the graph keeps for a saved tensor: the tensor (detached), what PyTorch's own
+    SavedVariable would check when backward unpacks it (its version, and how to name it), and, if
+    retagged, the storage key whose save count drops when the graph lets go of it."""
+    __slots__ = ("t", "key", "version", "what", "__weakref__")
 
-    def __init__(self, t, key):
+    def __init__(self, t, key, orig):
         self.t, self.key = t, key
+        self.version = orig._version
+        fn = orig.grad_fn
+        self.what = "[%s [%s]]%s" % (orig.type(), ", ".join(str(d) for d in orig.shape),
+                                     ", which is output %d of %s," % (orig.output_nr,
+                                                                      type(fn).__name__)
+                                     if fn is not None else "")
 
     def __del__(self):
         if self.key is not None:
@@ -519,18 +526,18 @@ class _State:
         fn = t.grad_fn
         info = self.storage_of(t) if self.on else None
         if info is None:
-            return _Packed(t.detach() if fn is not None else t, None)
+            return _Packed(t.detach() if fn is not None else t, None, t)
         ptr, n = info
         if ptr in self.param_keys or ptr in self.input_keys or (fn is None and t.requires_grad):
             # parameters, buffers, the model's inputs, leaves: held by the program anyway
-            return _Packed(t.detach() if fn is not None else t, None)
+            return _Packed(t.detach() if fn is not None else t, None, t)
         mods = self.tls.modules
         module = mods[-1] if mods else ""
         with self.lock:
             e = self.saved.get(ptr)
             if e is not None:
                 e.count += 1
-                return _Packed(t.detach() if fn is not None else t, ptr)
+                return _Packed(t.detach() if fn is not None else t, ptr, t)
             op = "leaf" if fn is None else _op_name(fn)
             detail = "[%s]" % ",".join(str(d) for d in t.shape)
             where = _user_lines(sys._getframe(2))
@@ -558,7 +565,7 @@ class _State:
                 self.lib.tag_new(ptr, n, SAVED, op, module, detail, True)
         except Exception:
             pass
-        return _Packed(t.detach() if fn is not None else t, ptr)
+        return _Packed(t.detach() if fn is not None else t, ptr, t)
 
     def saved_release(self, ptr):
         with self.lock:
@@ -614,7 +621,18 @@ def _user_lines(f, limit=4):
 
 
 def _unpack(p):
-    return p.t if isinstance(p, _Packed) else p
+    """What backward gets back. PyTorch does not check the versions of tensors saved through
+    saved_tensors_hooks, so the helper does what its SavedVariable would: a tensor changed in
+    place since it was saved raises the same error, instead of a silently wrong gradient."""
+    if not isinstance(p, _Packed):
+        return p
+    if p.t._version != p.version:
+        raise RuntimeError(
+            "one of the variables needed for gradient computation has been modified by an "
+            "inplace operation: %s is at version %d; expected version %d instead. Hint: enable "
+            "anomaly detection to find the operation that failed to compute its gradient, with "
+            "torch.autograd.set_detect_anomaly(True)." % (p.what, p.t._version, p.version))
+    return p.t
 
 
 class _Model:
@@ -662,6 +680,12 @@ def _tensors_in(args):
                     yield b
 
 
+def _tracing():
+    """True while torch.jit traces: the tracer records every op the helper's hooks would run."""
+    import torch
+    return torch._C._get_tracing_state() is not None
+
+
 def _enter_module(s, mod, path, root, args, frame):
     """A forward of `mod` (dotted `path`) begins; `root` is its _Model when this is the root
     module's call, else None. Pushes its region; a root's call also tags new parameters, installs
@@ -704,7 +728,7 @@ def _make_hooks(m, mod, path, is_root):
     """The forward hooks of one module of an instrumented model."""
     def pre(module, args):
         try:
-            if _S.on:
+            if _S.on and not _tracing():
                 _enter_module(_S, module, path, m if is_root else None, args, sys._getframe(1))
         except Exception:
             pass
@@ -712,7 +736,7 @@ def _make_hooks(m, mod, path, is_root):
 
     def post(module, args, output):
         try:
-            if _S.on:
+            if _S.on and not _tracing():
                 _exit_module(_S, module)
         except Exception:
             pass
@@ -774,7 +798,7 @@ def _enter_attached_root(s, mod, root):
 def _global_pre(module, args):
     s = _S
     try:
-        if not s.on or id(module) in s.explicit:
+        if not s.on or id(module) in s.explicit or _tracing():
             return None
         tls = s.tls
         if not tls.modules:  # outside any module on this thread: a model's call
@@ -797,7 +821,7 @@ def _global_pre(module, args):
 def _global_post(module, args, output):
     s = _S
     try:
-        if not s.on or id(module) in s.explicit:
+        if not s.on or id(module) in s.explicit or _tracing():
             return None
         _exit_module(s, module)
         tls = s.tls
@@ -1086,6 +1110,63 @@ def _wrap_user_hooks(cls):
     _patch(cls, "__exit__", __exit__)
 
 
+_VERSION_RE = re.compile(r"\[torch\.\w+ \[([\d, ]*)\]\], which is output \d+ of (\w+),")
+
+
+def _note_autograd_error(e, module=None):
+    """Notes an error autograd raised ("autograd_error": kind, the message's first line, the op
+    and module of the tensor concerned and the program's lines), once per exception. Kinds:
+    inplace (a tensor saved for backward changed in place: PyTorch's version-counter error),
+    inference_tensor (an inference_mode tensor where autograd needs one)."""
+    s = _S
+    if not s.on or getattr(s, "noted_error", None) is e:
+        return
+    msg = str(e)
+    if "modified by an inplace operation" in msg:
+        kind = "inplace"
+    elif "Inference tensors cannot be saved for backward" in msg:
+        kind = "inference_tensor"
+    else:
+        return
+    s.noted_error = e
+    op = mod = where = ""
+    m = _VERSION_RE.search(msg)
+    if m:  # find the saved storage: its shape and the op that made it
+        shape = "[%s]" % m.group(1).replace(" ", "")
+        op = _op_name(type(m.group(2), (), {})())
+        with s.lock:
+            for entry in s.saved.values():
+                if entry.op == op and entry.detail.split(" at ")[0] == shape:
+                    mod = entry.module
+                    where = entry.detail.partition(" at ")[2]
+                    break
+    if module is not None and not mod:
+        mod = next((e2.name for e2 in reversed(s.tls.stack) if e2.kind == "module"), "")
+    if not where:
+        tb = e.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        where = _user_lines(tb.tb_frame if tb is not None else sys._getframe(1))
+    note = getattr(s.lib.lib, "lp_note", None)
+    if note is not None:
+        note(b"autograd_error", _b("%s\t%s\t%s\t%s\t%s" % (
+            kind, msg.splitlines()[0][:300], op, mod, where)))
+
+
+def _wrap_module_call(orig):
+    @functools.wraps(orig)
+    def __call__(self, *a, **k):
+        try:
+            return orig(self, *a, **k)
+        except RuntimeError as e:
+            try:
+                _note_autograd_error(e, self)
+            except Exception:
+                pass
+            raise
+    return __call__
+
+
 def _wrap_backward(orig):
     @functools.wraps(orig)
     def backward(*a, **k):
@@ -1099,6 +1180,12 @@ def _wrap_backward(orig):
         s.push(REGION_BACKWARD, id(key), REGION_BACKWARD)
         try:
             return orig(*a, **k)
+        except RuntimeError as e:
+            try:
+                _note_autograd_error(e)
+            except Exception:
+                pass
+            raise
         finally:
             try:
                 s.tag_grads()  # inside the region: backward made them
@@ -1119,6 +1206,8 @@ def _install_globals():
     _wrap_set_grad_enabled(torch.set_grad_enabled)
     _wrap_user_hooks(graph.saved_tensors_hooks)
     _patch(torch.Tensor, "backward", _wrap_backward(torch.Tensor.backward))
+    _patch(torch.nn.Module, "__call__", _wrap_module_call(torch.nn.Module.__call__))
+    _wrap_ctx(torch.autocast, "autocast")
     _patch(torch.autograd, "backward", _wrap_backward(torch.autograd.backward))
 
 
