@@ -319,6 +319,9 @@ typedef struct idtab {
     size_t narr;
     size_t n;  /* definitions made */
     idmap big; /* ids that were past the array when defined */
+    /* While every definition so far defined the next id as itself (1 -> 1, 2 -> 2, ...: a
+     * single thread's stacks, which become the global ones), nothing is stored: ids 1..ident. */
+    uint32_t ident;
 } idtab;
 
 static void idtab_free(idtab *m)
@@ -345,10 +348,15 @@ static void idtab_reset(idtab *m)
     memset(m->arr, 0, n * sizeof *m->arr);
     idmap_free(&m->big);
     m->n = 0;
+    m->ident = 0;
 }
 
 static inline bool idtab_get(const idtab *m, uint64_t id, uint32_t *val)
 {
+    if (id - 1 < m->ident) {
+        *val = (uint32_t)id;
+        return true;
+    }
     if (id < m->narr && m->arr[id] != 0) {
         *val = m->arr[id] - 1;
         return true;
@@ -356,10 +364,10 @@ static inline bool idtab_get(const idtab *m, uint64_t id, uint32_t *val)
     return m->big.n != 0 && idmap_get(&m->big, id, val);
 }
 
-/* Defines or redefines id. 0, or -1 when out of memory. */
-static int idtab_put(idtab *m, uint64_t id, uint32_t val)
+/* Stores id -> val in the array or the map (m->n already counts it). 0, or -1 when out of
+ * memory. */
+static int idtab_store(idtab *m, uint64_t id, uint32_t val)
 {
-    m->n++;
     if (id >= m->narr && id < 1024 + 32 * (uint64_t)m->n) {
         size_t ncap = m->narr ? m->narr : 64;
         while (ncap <= id)
@@ -376,6 +384,25 @@ static int idtab_put(idtab *m, uint64_t id, uint32_t val)
         return 0;
     }
     return idmap_put(&m->big, id, val);
+}
+
+/* Defines or redefines id. 0, or -1 when out of memory. */
+static int idtab_put(idtab *m, uint64_t id, uint32_t val)
+{
+    m->n++;
+    if (m->narr == 0 && m->big.n == 0) {
+        if (id == (uint64_t)m->ident + 1 && val == id && m->ident < UINT32_MAX - 1) {
+            m->ident++;
+            return 0;
+        }
+        /* the run of ids defined as themselves ends: store it like any other */
+        uint32_t run = m->ident;
+        m->ident = 0;
+        for (uint32_t k = 1; k <= run; k++)
+            if (idtab_store(m, k, k) != 0)
+                return -1;
+    }
+    return idtab_store(m, id, val);
 }
 
 /* ---- the reader ------------------------------------------------------------------------------ */
@@ -451,6 +478,7 @@ struct gp_trace {
     bool regular;   /* a regular file: read with pread up to `limit` */
     uint64_t limit; /* its size at gp_trace_open */
     bool scanned;
+    bool released; /* the stream ended: release_decoding ran */
     bool failed; /* an I/O error or out of memory: every later call fails the same way */
     char fail_msg[256];
     gp_trace_info info;
@@ -968,7 +996,7 @@ static int dec_stack(decoder *d)
         r = get_varint(d, &offset);
     if (r != DEC_OK)
         return r;
-    uint32_t global = 0;
+    uint32_t global = id; /* the scan only notes the id as defined */
     if (d->scan)
         d->t->scan_stacks++;
     else if ((global = stack_intern(d->t, parent, module, offset)) == 0)
@@ -1545,6 +1573,36 @@ static int chunk_open(gp_trace *t, char *err, size_t err_size)
     return 0;
 }
 
+/* At the end of the stream: frees what only decoding needed (the stack hash, the per-thread id
+ * tables, the chunk buffers and the index); the tables the accessors read stay. */
+static void release_decoding(gp_trace *t)
+{
+    if (t->released)
+        return;
+    t->released = true;
+    free(t->stack_slots);
+    t->stack_slots = NULL;
+    t->nstack_slots = 0;
+    for (size_t i = 0; i < t->nthreads; i++) {
+        idtab_free(&t->threads[i].strings);
+        idtab_free(&t->threads[i].stacks);
+        free(t->threads[i].waiting);
+        t->threads[i].waiting = NULL;
+        t->threads[i].nwaiting = t->threads[i].waiting_head = t->threads[i].waiting_cap = 0;
+    }
+    for (size_t i = 0; i < t->ncursors; i++) {
+        free(t->cursors[i]->buf);
+        t->cursors[i]->buf = NULL;
+        t->cursors[i]->cap = 0;
+    }
+    free(t->index);
+    t->index = NULL;
+    t->nindex = t->index_cap = t->next_chunk = 0;
+    free(t->win); /* a pipe's bytes, kept for the merge */
+    t->win = NULL;
+    t->win_cap = t->win_len = 0;
+}
+
 /* ---- the API --------------------------------------------------------------------------------- */
 
 /* Reads up to n bytes at the start of the file; the count, or -1 (errno set). */
@@ -1694,8 +1752,10 @@ int gp_trace_next(gp_trace *t, gp_event *ev, char *err, size_t err_size)
         if (chunk_open(t, err, err_size) != 0)
             return -1;
     }
-    if (t->nheap == 0)
+    if (t->nheap == 0) {
+        release_decoding(t);
         return 0;
+    }
     cursor *c = t->heap[0];
     unsigned type = c->head_byte & GP_REC_TYPE_MASK;
     event_clear(ev, type, c->head_time, c->head_thread);
