@@ -1226,7 +1226,8 @@ static void observe(gp_profile *p, void (*fn)(void *, gp_profile *, const gp_buf
     const gp_tag_key *k = &p->tag_keys[o->tag_key];
     gp_buffer_event b = {.seq = o->seq, .allocs = p->alloc_count, .time_ns = e->now,
                          .thread = thread, .device = o->device, .size = o->size,
-                         .stack = p->sites[o->site].stack, .category = o->category, .op = k->op,
+                         .stack = p->sites[o->site].stack, .site = o->site,
+                         .category = o->category, .op = k->op,
                          .module = k->module, .scope = "", .first_tag = first_tag};
     uint32_t i = o->instance;
     while (i != NONE && e->instances[i].scope != SCOPE_NONE)

@@ -169,6 +169,7 @@ typedef struct gp_buffer_event {
     int32_t device;
     uint64_t size;
     uint32_t stack;       /* the allocating stack (0 = none) */
+    uint32_t site;        /* its site: an index in p->sites (the stack on the device) */
     lp_category category; /* the buffer's role now (after the event) */
     const char *op, *module; /* interned by the profile, "" if none */
     /* The innermost region open at its birth that is not a grad-mode scope (a module's forward,
