@@ -1025,7 +1025,7 @@ static int dec_definition(decoder *d, unsigned type)
 
 static bool is_event_type(unsigned type)
 {
-    return type >= GP_REC_ALLOC && type <= GP_REC_END;
+    return type >= GP_REC_ALLOC && type <= GP_REC_NOTE;
 }
 
 static const gp_event_kind event_kinds[] = {
@@ -1038,6 +1038,7 @@ static const gp_event_kind event_kinds[] = {
     [GP_REC_GRAD_MODE] = GP_EV_GRAD_MODE,
     [GP_REC_LOST] = GP_EV_LOST,
     [GP_REC_END] = GP_EV_END,
+    [GP_REC_NOTE] = GP_EV_NOTE,
 };
 
 /* The fields of an event record after its dt, into ev (already cleared to the defaults). */
@@ -1074,6 +1075,13 @@ static int dec_event_fields(decoder *d, unsigned type, uint8_t flags, gp_event *
         return DEC_OK;
     case GP_REC_LOST:
         return get_varint(d, &ev->count);
+    case GP_REC_NOTE: { /* key, value (interned like every string: the trace owns it) */
+        uint32_t value = 0;
+        if ((r = get_string_ref(d, &ev->name)) != DEC_OK || (r = get_str(d, &value)) != DEC_OK)
+            return r;
+        ev->detail = string_at(d->t, value);
+        return DEC_OK;
+    }
     default: /* REGION_POP, END */
         return DEC_OK;
     }

@@ -220,6 +220,7 @@ struct gp__profile_internal {
     uint32_t *host_sites; /* host site index + 1 by stack id, 0 if none yet */
     size_t n_host_sites;
     size_t cap_tag_keys, cap_sites, cap_modules, cap_saved, cap_regions, cap_iterations, cap_spans;
+    size_t cap_notes;
     site_extra *extra; /* parallel to p->sites */
     size_t cap_extra;
     site_side *site_sides; /* of the sites that are not pure */
@@ -1387,6 +1388,20 @@ static void on_free(gp_profile *p, thread_state *t, const gp_event *ev)
     object_delete(e, i);
 }
 
+/* Keeps a note (the first GP_MAX_NOTES; the rest are counted). */
+static void note_add(gp_profile *p, const gp_event *ev)
+{
+    engine *e = p->internal;
+    gp_note *n = p->n_notes < GP_MAX_NOTES ? gp__push((void **)&p->notes, &p->n_notes,
+                                                      &e->cap_notes, sizeof *n)
+                                           : NULL;
+    if (!n) {
+        p->notes_dropped++;
+        return;
+    }
+    *n = (gp_note){ev->time_ns, ev->thread, ev->name, ev->detail};
+}
+
 /* Starts loading what replaying ev will read first. */
 static void prefetch_event(const engine *e, const gp_event *ev)
 {
@@ -1423,6 +1438,9 @@ static void on_event(gp_profile *p, const gp_event *ev)
         break;
     case GP_EV_GRAD_MODE:
         t->grad_disabled = !ev->grad_enabled;
+        break;
+    case GP_EV_NOTE:
+        note_add(p, ev);
         break;
     case GP_EV_LOST:
     case GP_EV_END:
@@ -1731,6 +1749,7 @@ void gp_profile_free(gp_profile *p)
     free(p->iterations);
     free(p->timeline);
     free(p->spans);
+    free(p->notes);
     gp_symbolizer_free(p->symbolizer);
     gp_trace_close(p->trace);
     free(p);

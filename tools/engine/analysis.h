@@ -113,6 +113,14 @@ typedef struct gp_region_span { /* a region instance on a thread, for the timeli
     uint64_t begin_ns, end_ns;
 } gp_region_span;
 
+/* A timed note (lp_note): a fact a tagging source learned about no one buffer. */
+typedef struct gp_note {
+    uint64_t time_ns;
+    uint32_t thread;
+    const char *key, *value; /* owned by the trace (p->trace) */
+} gp_note;
+#define GP_MAX_NOTES 10000
+
 typedef enum gp_finding_kind {
     GP_FIND_GRAPH_WITHOUT_GRAD,  /* graph memory allocated where grad should be off */
     GP_FIND_FORGOT_NO_GRAD,      /* grad on inside a region marked as inference */
@@ -245,6 +253,9 @@ struct gp_profile {
     size_t n_spans;
     gp_finding *findings;
     size_t n_findings;
+    gp_note *notes; /* in time order, the first GP_MAX_NOTES */
+    size_t n_notes;
+    uint64_t notes_dropped; /* notes past the cap */
 
     gp_symbolizer *symbolizer; /* owned: the trace's modules, symbolized on demand */
     struct gp__profile_internal *internal;
