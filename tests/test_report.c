@@ -597,8 +597,8 @@ static void test_usage_errors(void **state)
         {"report '%s/mlp_grad.gptrace' --measure bytes", "unknown --measure 'bytes'"},
         {"report '%s/mlp_grad.gptrace' --bogus", "--bogus"},
         {"report '%s/mlp_grad.gptrace' --format", "--format"},
-        {"report", "expected one trace file, got 0"},
-        {"report '%s/mlp_grad.gptrace' '%s/raw.gptrace'", "expected one trace file, got 2"},
+        {"report", "expected a trace file, got none"},
+        {"report '%s/mlp_grad.gptrace' '%s/raw.gptrace' --format html", "takes one trace, got 2"},
         {"report '%s/no-such.gptrace'", "no-such.gptrace"},
         {"report '%s/../CMakeFiles'", "CMakeFiles"},
     };

@@ -89,7 +89,7 @@ for page in gradprof gradprof-run gradprof-report gradprof-diff gradprof-compare
 done
 words=$(bash -c 'source "$1"; COMP_WORDS=(gradprof report --format ""); COMP_CWORD=3; _gradprof;
                  echo "${COMPREPLY[*]}"' _ "$P/share/bash-completion/completions/gradprof")
-[[ " $words " == *" chrome "* ]] || fail "completion of report --format: '$words'"
+[[ " $words " == *" pprof "* ]] || fail "completion of report --format: '$words'"
 
 if [ -x /usr/bin/python3 ]; then
     echo "== the Python startup hook and the PyTorch helper"

@@ -15,7 +15,7 @@ _gradprof_options() {
     case $1 in
     run) echo "-o --output $_gradprof_recorder_opts -h --help" ;;
     report) echo "--format -o --output --top --measure --region --rules -h --help" ;;
-    diff) echo "--format -o --output --top --rules --require-aligned -h --help" ;;
+    diff) echo "--format -o --output --top --rules --require-aligned --rank -h --help" ;;
     check) echo "--forbid --region --max-peak --max-growth --no-leaks --detectors --rules --baseline
                  --baseline-slack --allow-incomplete --allow-unclassified --format --junit -h --help" ;;
     compare) echo "-n --name --format -o --output --top --rules --ignore-stdout
@@ -24,7 +24,7 @@ _gradprof_options() {
 }
 _gradprof_formats() {
     case $1 in
-    report) echo "text json html folded chrome" ;;
+    report) echo "text json html folded chrome pprof speedscope" ;;
     check) echo "text json" ;;
     diff | compare) echo "text json html" ;;
     esac
