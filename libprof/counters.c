@@ -148,6 +148,17 @@ void lp_mark(const char *label)
     }
 }
 
+void lp_note(const char *key, const char *value)
+{
+    lp_event ev = {.kind = LP_EV_NOTE, .device = LP_DEVICE_HOST, .name = key ? key : "",
+                   .value = value ? value : ""};
+    lp__emit(&ev);
+    if (lp__recording() && lp__guard_enter()) {
+        lp__record_note(ev.name, ev.value);
+        lp__guard_exit();
+    }
+}
+
 int lp_counters_get(lp_device device, lp_counters *out)
 {
     lp__device_counters *d = lp__device(device);

@@ -31,7 +31,9 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
+#include <link.h>
 #include <malloc.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -532,18 +534,94 @@ LP__EXPORT int pthread_cancel(pthread_t thread)
 
 /* ---- start and stop -------------------------------------------------------------------------- */
 
-/* Warns once when the program's malloc is not this library's: an allocator preloaded before it,
- * or linked into the program, takes every call, and nothing is recorded. */
+/* Whether the object loaded at `base` (dl_iterate_phdr's dlpi_addr) itself defines `sym`: its
+ * dlsym answer lies in that object and is a definition, not a canonical PLT entry. */
+static bool lp__object_defines(const char *path, uintptr_t base, const char *sym)
+{
+    void *h = dlopen(path, RTLD_LAZY | RTLD_NOLOAD);
+    if (h == NULL)
+        return false;
+    void *f = dlsym(h, sym);
+    Dl_info info;
+    const ElfW(Sym) *entry = NULL;
+    struct link_map *map = NULL;
+    bool defines = f != NULL && dladdr1(f, &info, (void **)&entry, RTLD_DL_SYMENT) &&
+                   entry != NULL && entry->st_shndx != SHN_UNDEF &&
+                   dladdr1(f, &info, (void **)&map, RTLD_DL_LINKMAP) && map != NULL &&
+                   map->l_addr == base;
+    dlclose(h);
+    return defines;
+}
+
+/* The loaded objects in link-map order (the program first, then the preloaded libraries in their
+ * order, then the rest), up to this library. */
+typedef struct lp__objects {
+    char paths[16][512];
+    uintptr_t bases[16];
+    int n;
+    uintptr_t self;
+    bool reached_self;
+} lp__objects;
+
+static int lp__collect_object(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    lp__objects *o = data;
+    if (info->dlpi_addr == o->self) {
+        o->reached_self = true;
+        return 1;
+    }
+    if (o->n < 16) {
+        snprintf(o->paths[o->n], sizeof o->paths[o->n], "%s", info->dlpi_name);
+        o->bases[o->n++] = info->dlpi_addr;
+    }
+    return 0;
+}
+
+/*
+ * Warns once when the program's calls to malloc do not reach this library's: an allocator
+ * preloaded before it, or linked into the program, takes every call, and nothing is recorded.
+ *
+ * dlsym(RTLD_DEFAULT, "malloc") is not the answer by itself: a non-PIE program that takes
+ * malloc's address (/usr/bin/python3.11) has a canonical PLT entry for it, an undefined symbol
+ * with an address, and dlsym returns that entry so that function pointers compare equal. The
+ * program's own calls through that entry go where its GOT points: the first object after the
+ * program in the global scope that defines malloc. So when the answer is such an entry, the
+ * objects between the program and this library are asked one by one whether they define malloc.
+ */
 static void lp__check_malloc_binding(void)
 {
     void *bound = dlsym(RTLD_DEFAULT, "malloc");
     Dl_info bound_info, own_info;
-    if (bound == NULL || !dladdr(bound, &bound_info) ||
-        !dladdr((void *)lp__check_malloc_binding, &own_info) ||
-        bound_info.dli_fbase == own_info.dli_fbase)
+    const ElfW(Sym) *entry = NULL;
+    if (bound == NULL ||
+        !dladdr1(bound, &bound_info, (void **)&entry, RTLD_DL_SYMENT) ||
+        !dladdr((void *)lp__check_malloc_binding, &own_info))
         return;
-    const char *where = bound_info.dli_fname && *bound_info.dli_fname ? bound_info.dli_fname
-                                                                      : "the program";
+    const char *where = NULL;
+    static lp__objects objects; /* 8 KB: not on a constructor's stack */
+    if (entry != NULL && entry->st_shndx == SHN_UNDEF) { /* the program's canonical PLT entry */
+        memset(&objects, 0, sizeof objects);
+        objects.self = (uintptr_t)own_info.dli_fbase;
+        struct link_map *own_map = NULL;
+        if (dladdr1((void *)lp__check_malloc_binding, &own_info, (void **)&own_map,
+                    RTLD_DL_LINKMAP) && own_map != NULL)
+            objects.self = own_map->l_addr;
+        dl_iterate_phdr(lp__collect_object, &objects);
+        if (!objects.reached_self)
+            return;
+        for (int i = 1; i < objects.n && where == NULL; i++) /* 0 is the program */
+            if (objects.paths[i][0] && lp__object_defines(objects.paths[i], objects.bases[i],
+                                                          "malloc"))
+                where = objects.paths[i];
+        if (where == NULL)
+            return; /* the first definition after the program is this library's */
+    } else if (bound_info.dli_fbase == own_info.dli_fbase) {
+        return;
+    } else {
+        where = bound_info.dli_fname && *bound_info.dli_fname ? bound_info.dli_fname
+                                                              : "the program";
+    }
     char msg[400];
     snprintf(msg, sizeof msg,
              "the program's malloc is the one in %.200s, which comes before libprof_preload.so: "

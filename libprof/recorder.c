@@ -766,6 +766,15 @@ static void lp__write_metadata(void)
     lp__write_meta("gradprof_version", LP__VERSION);
     snprintf(buf, sizeof buf, "%d.%d", GP_VERSION_MAJOR, GP_VERSION_MINOR);
     lp__write_meta("trace_format", buf);
+    /* A process of a job: the launcher's variables (torchrun's), when each is a plain number. */
+    static const char *const job[][2] = {
+        {"RANK", "rank"}, {"LOCAL_RANK", "local_rank"}, {"WORLD_SIZE", "world_size"}};
+    for (size_t i = 0; i < sizeof job / sizeof job[0]; i++) {
+        const char *v = getenv(job[i][0]);
+        size_t digits = v ? strspn(v, "0123456789") : 0;
+        if (digits > 0 && digits <= 9 && v[digits] == '\0')
+            lp__write_meta(job[i][1], v);
+    }
 }
 
 /* ---- the module map -------------------------------------------------------------------------- */
@@ -1478,6 +1487,65 @@ void lp__record_grad_mode(bool grad_enabled, bool inference)
     lp__record_simple(GP_REC_GRAD_MODE,
                       (grad_enabled ? GP_FLAG_GRAD : 0) | (inference ? GP_FLAG_INFERENCE : 0),
                       NULL, false, 0, false);
+}
+
+/* Writes the NOTE record `rec` (len bytes, its dt 0) as a chunk of its own, after the thread's
+ * buffer (which holds the key's definition): a record too big for the buffer. */
+static void lp__write_own_chunk(lp__thread *th, uint64_t now, const uint8_t *rec, size_t len)
+{
+    lp__flush_thread(th);
+    if (now <= th->last_time)
+        now = th->last_time + 1;
+    th->last_time = now;
+    int saved_errno = errno, cancel = lp__cancel_off();
+    lp__write_chunk_at(th->index, now, now, rec, len);
+    lp__cancel_restore(cancel);
+    errno = saved_errno;
+}
+
+void lp__record_note(const char *key, const char *value)
+{
+    if (!lp__recording())
+        return;
+    int cancel;
+    lp__thread *th = lp__acquire(&cancel);
+    if (!th)
+        return;
+    size_t whole = strlen(value), keep = whole;
+    char cut[48] = "";
+    if (whole > LP_NOTE_MAX_VALUE) { /* cut, and say so, on a UTF-8 character boundary */
+        snprintf(cut, sizeof cut, " [cut: %zu bytes]", whole);
+        keep = LP_NOTE_MAX_VALUE - strlen(cut);
+        while (keep > 0 && ((unsigned char)value[keep] & 0xC0) == 0x80)
+            keep--;
+    }
+    size_t n = keep + strlen(cut), need = n + 32;
+    uint32_t kid = lp__intern(th, key);
+    uint64_t now = lp__now();
+    uint8_t *big = NULL, *type_at, *p;
+    if (need <= LP__BUF_BYTES) {
+        p = lp__begin(th, GP_REC_NOTE, now, need, &type_at);
+    } else if ((big = lp__map_pages(need)) != NULL) {
+        p = big;
+        *p++ = GP_REC_NOTE;
+        *p++ = 0; /* dt: the chunk's base time is the note's */
+    } else {
+        lp__release(th, now, cancel);
+        lp__warn_once(LP__WARN_MEMORY, "out of memory for a long note; it is not recorded");
+        return;
+    }
+    p += gp_put_varint(p, kid);
+    p += gp_put_varint(p, n);
+    memcpy(p, value, keep);
+    memcpy(p + keep, cut, n - keep);
+    p += n;
+    if (big) {
+        lp__write_own_chunk(th, now, big, (size_t)(p - big));
+        lp__unmap_pages(big, need);
+    } else {
+        lp__commit(th, p);
+    }
+    lp__release(th, now, cancel);
 }
 
 /* ---- flushing -------------------------------------------------------------------------------- */

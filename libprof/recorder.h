@@ -58,6 +58,8 @@ void lp__record_region_push(const char *name);
 void lp__record_region_pop(void);
 void lp__record_mark(const char *name);
 void lp__record_grad_mode(bool grad_enabled, bool inference);
+/* A NOTE record (trace_format.h); a value over LP_NOTE_MAX_VALUE bytes is cut (lp_note). */
+void lp__record_note(const char *key, const char *value);
 
 /* Lifecycle hooks for the interposer. Each writes the "end_reason" metadata. */
 /* Before exec*: end reason "exec", flushes everything (the new image starts its own trace). */

@@ -5,14 +5,18 @@
 #                                 (the HTML report in a headless browser), python3-torch (PyTorch
 #                                 integration tests, run with /usr/bin/python3), clang and its
 #                                 runtime (libFuzzer harnesses), tcmalloc and jemalloc (the
-#                                 preload under other allocators; test_preload skips without)
+#                                 preload under other allocators; test_preload skips without),
+#                                 debhelper (test_package builds the Debian package with
+#                                 dpkg-buildpackage) and golang-go (test_pprof reads the pprof
+#                                 export with `go tool pprof`, the format's reference reader:
+#                                 large, about 300 MB, but no smaller package reads pprof)
 # Sourced by scripts/demo.sh and scripts/test.sh; safe to run on its own (bash scripts/bootstrap.sh).
 set -euo pipefail
 
 GRADPROF_PACKAGES=(build-essential cmake pkg-config libopenblas-dev libunwind-dev libcmocka-dev
-                   libdw-dev libelf-dev)
+                   libdw-dev libelf-dev zlib1g-dev)
 GRADPROF_TEST_PACKAGES=(python3 chromium python3-torch python3-torchvision python3-pytest clang
-                        libclang-rt-14-dev libtcmalloc-minimal4 libjemalloc2)
+                        libclang-rt-14-dev libtcmalloc-minimal4 libjemalloc2 debhelper golang-go)
 
 gradprof_bootstrap() {
     local wanted=("${GRADPROF_PACKAGES[@]}") missing=()

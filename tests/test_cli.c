@@ -458,8 +458,8 @@ static void test_unknown_option(void **state)
     contains(err, "'--no-leaks' takes no value");
     expect_rc(gradprof("check " TRACE("mlp_grad") " --format xml"), 2);
     contains(err, "unknown format 'xml'");
-    expect_rc(gradprof("check " TRACE("mlp_grad") " " TRACE("mlp_nograd")), 2);
-    contains(err, "one trace file expected");
+    expect_rc(gradprof("check " TRACE("mlp_grad") " " TRACE("mlp_nograd") " --junit j.xml"), 2);
+    contains(err, "--junit takes one trace");
     expect_rc(gradprof("check " TRACE("mlp_grad") " --detectors forgot_no_grad,bogus"), 2);
     contains(err, "unknown detector 'bogus'");
 }

@@ -1148,6 +1148,48 @@ static void test_allocator_first_is_said(void **state)
     remove_dir(dir);
 }
 
+/* A non-PIE program that takes malloc's address (/usr/bin/python3.11: a canonical PLT entry, so
+ * dlsym(RTLD_DEFAULT, "malloc") names the program) is recorded and gets no warning; with an
+ * allocator preloaded first, the same program gets the warning. */
+static void test_allocator_check_non_pie(void **state)
+{
+    if (access("/usr/bin/python3", X_OK) != 0) {
+        fprintf(stderr, "SKIPPED: no /usr/bin/python3\n");
+        skip();
+    }
+    char *argv[] = {"/usr/bin/python3", "-S", "-c", "b = bytearray(1234567); print(len(b))", NULL};
+    const char *dir = make_dir();
+    run_result plain, r;
+    run(argv, false, dir, NULL, &plain);
+    run(argv, true, dir, NULL, &r);
+    assert_true(exited_with(&r, 0));
+    assert_string_equal(r.out, plain.out);
+    if (strstr(r.err, "gradprof:"))
+        fail_msg("python3 under the preload warned: %s", r.err);
+    const uint64_t sizes[] = {1234567 + 1}; /* bytearray keeps a NUL after the bytes */
+    summary s;
+    summarize_pid(dir, r.pid, sizes, 1, &s, NULL);
+    expect_size(&s, 1234567 + 1, 1, 1);
+    remove_dir(dir);
+
+    char lib[PATH_MAX], list[2 * PATH_MAX + 2];
+    if (!find_library("libtcmalloc_minimal.so.4", lib, sizeof lib) &&
+        !find_library("libjemalloc.so.2", lib, sizeof lib)) {
+        fprintf(stderr, "SKIPPED (second half): neither tcmalloc nor jemalloc is installed\n");
+        return;
+    }
+    snprintf(list, sizeof list, "%s %s", lib, GP_PRELOAD_LIB);
+    dir = make_dir();
+    preload_list = list;
+    run(argv, true, dir, NULL, &r);
+    preload_list = NULL;
+    assert_true(exited_with(&r, 0));
+    assert_string_equal(r.out, plain.out);
+    if (!strstr(r.err, "gradprof: the program's malloc is the one in") || !strstr(r.err, lib))
+        fail_msg("no warning naming %s: '%s'", lib, r.err);
+    remove_dir(dir);
+}
+
 /* ---- how the recording ended, the command line, path messages (item 7) ------------------------ */
 
 /* end_reason: "exit" (exit, _exit), "exec" (before an exec), "signal 6" (abort). */
@@ -1283,6 +1325,7 @@ int main(void)
         cmocka_unit_test(test_tsd_destructors),   cmocka_unit_test(test_realloc_free_comes_first),
         cmocka_unit_test(test_forms_glibc),       cmocka_unit_test(test_forms_tcmalloc),
         cmocka_unit_test(test_forms_jemalloc),    cmocka_unit_test(test_allocator_first_is_said),
+        cmocka_unit_test(test_allocator_check_non_pie),
         cmocka_unit_test(test_end_reason),        cmocka_unit_test(test_long_command_line),
         cmocka_unit_test(test_vfork_child_leaves_the_trace_alone),
         cmocka_unit_test(test_output_name_too_long),

@@ -27,6 +27,7 @@
 #include "gradprof/libprof.h"
 #include "gradprof/tensor.h"
 #include "gradprof/trace.h"
+#include "analysis.h"
 
 static char tmpdir[256];
 
@@ -189,6 +190,132 @@ static void test_api_events_round_trip(void **state)
     struct stat st;
     assert_int_equal(stat(path, &st), 0);
     assert_int_equal(st.st_mode & 0777, 0600);
+}
+
+/* What a listener saw of lp_note. */
+typedef struct note_seen {
+    int notes;
+    char key[32];
+    size_t value_len;
+} note_seen;
+
+static void on_note(const lp_event *ev, void *user)
+{
+    note_seen *n = user;
+    if (ev->kind != LP_EV_NOTE)
+        return;
+    n->notes++;
+    snprintf(n->key, sizeof n->key, "%s", ev->name);
+    n->value_len = strlen(ev->value);
+}
+
+/* lp_note: recorder -> reader -> replay engine. Values up to 64 KiB whole (a long one as a chunk
+ * of its own), a longer one cut on a character boundary and saying so; the listener gets the
+ * whole value; notes keep their place in time among the other events. */
+static void test_notes_round_trip(void **state)
+{
+    enum { BIG = LP_NOTE_MAX_VALUE, HUGE = LP_NOTE_MAX_VALUE + 1000 };
+    char *big = malloc(BIG + 1), *huge = malloc(HUGE + 1);
+    assert_non_null(big);
+    assert_non_null(huge);
+    memset(big, 'b', BIG);
+    big[BIG] = '\0';
+    for (size_t i = 0; i + 2 <= HUGE; i += 2) /* "é" (two bytes) over and over */
+        memcpy(huge + i, "\xc3\xa9", 2);
+    huge[HUGE] = '\0';
+
+    note_seen seen = {0};
+    lp_set_listener(on_note, &seen);
+    lp_options o;
+    start("notes.gptrace", &o);
+    lp_mark("before");
+    lp_note("holder", "loss_history (list) holds 3 graphs");
+    lp_note("autograd_error", NULL);
+    lp_note("big", big);
+    lp_note("huge", huge);
+    lp_mark("after");
+    char path[4096];
+    gp_trace *t = stop_and_open(path, sizeof path);
+    lp_set_listener(NULL, NULL);
+    assert_int_equal(seen.notes, 4);
+    assert_string_equal(seen.key, "huge");
+    assert_int_equal(seen.value_len, HUGE);
+
+    char cut[64];
+    snprintf(cut, sizeof cut, " [cut: %d bytes]", HUGE);
+    gp_event ev;
+    assert_int_equal(next(t, &ev), 1);
+    assert_int_equal(ev.kind, GP_EV_MARK);
+    assert_int_equal(next(t, &ev), 1);
+    assert_int_equal(ev.kind, GP_EV_NOTE);
+    assert_string_equal(ev.name, "holder");
+    assert_string_equal(ev.detail, "loss_history (list) holds 3 graphs");
+    uint64_t t0 = ev.time_ns;
+    assert_int_equal(next(t, &ev), 1);
+    assert_int_equal(ev.kind, GP_EV_NOTE);
+    assert_string_equal(ev.name, "autograd_error");
+    assert_string_equal(ev.detail, "");
+    assert_true(ev.time_ns > t0);
+    assert_int_equal(next(t, &ev), 1);
+    assert_int_equal(ev.kind, GP_EV_NOTE);
+    assert_string_equal(ev.name, "big");
+    assert_string_equal(ev.detail, big);
+    assert_int_equal(next(t, &ev), 1);
+    assert_int_equal(ev.kind, GP_EV_NOTE);
+    assert_string_equal(ev.name, "huge");
+    size_t len = strlen(ev.detail), tail = strlen(cut);
+    assert_true(len <= LP_NOTE_MAX_VALUE);
+    assert_true(len > LP_NOTE_MAX_VALUE - tail - 2);
+    assert_string_equal(ev.detail + len - tail, cut);
+    assert_int_equal((len - tail) % 2, 0); /* whole characters only */
+    assert_memory_equal(ev.detail, huge, len - tail);
+    assert_int_equal(next(t, &ev), 1);
+    assert_int_equal(ev.kind, GP_EV_MARK);
+    assert_string_equal(ev.name, "after");
+    assert_int_equal(next(t, &ev), 1);
+    assert_int_equal(ev.kind, GP_EV_END);
+    assert_false(gp_trace_info_get(t)->damaged);
+    assert_int_equal(gp_trace_info_get(t)->version_minor, 1);
+    gp_trace_close(t);
+
+    /* The replay engine keeps them, in time order, strings owned by the profile's trace. */
+    gp_analysis_options opts;
+    gp_analysis_options_default(&opts);
+    gp_profile *p = NULL;
+    char err[512];
+    if (gp_profile_load(path, &opts, &p, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    assert_int_equal(p->n_notes, 4);
+    assert_int_equal(p->notes_dropped, 0);
+    assert_string_equal(p->notes[0].key, "holder");
+    assert_string_equal(p->notes[0].value, "loss_history (list) holds 3 graphs");
+    assert_string_equal(p->notes[2].value, big);
+    assert_true(p->notes[1].time_ns > p->notes[0].time_ns);
+    assert_int_equal(p->notes[3].thread, p->notes[0].thread);
+    gp_profile_free(p);
+    free(big);
+    free(huge);
+}
+
+/* Past GP_MAX_NOTES the engine counts instead of keeping. */
+static void test_notes_cap(void **state)
+{
+    lp_options o;
+    start("notes_cap.gptrace", &o);
+    for (int i = 0; i < GP_MAX_NOTES + 25; i++)
+        lp_note("n", "v");
+    char path[4096];
+    gp_trace *t = stop_and_open(path, sizeof path);
+    gp_trace_close(t);
+    gp_analysis_options opts;
+    gp_analysis_options_default(&opts);
+    gp_profile *p = NULL;
+    char err[512];
+    if (gp_profile_load(path, &opts, &p, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    assert_int_equal(p->n_notes, GP_MAX_NOTES);
+    assert_int_equal(p->notes_dropped, 25);
+    gp_profile_free(p);
 }
 
 enum { THREADS = 4, PER_THREAD = 20000 };
@@ -625,6 +752,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_api_events_round_trip),
+        cmocka_unit_test(test_notes_round_trip),
+        cmocka_unit_test(test_notes_cap),
         cmocka_unit_test(test_threads_exact_counts_in_time_order),
         cmocka_unit_test(test_tensor_library_tags),
         cmocka_unit_test(test_existing_file_and_symlink_are_not_overwritten),

@@ -402,7 +402,8 @@ static void test_numbers_raw(void **state)
     assert_int_equal(json_u64(doc, "@devices", "\"device\": \"cuda:0\"", "peak_bytes", NULL),
                      1048576);
     assert_int_equal(json_u64(doc, "@by_category", "other", "bytes_at_peak", NULL), 25576);
-    assert_contains(doc, "\n  \"findings\": []\n");
+    assert_contains(doc, "\n  \"findings\": [],\n");
+    assert_contains(doc, "\n  \"notes\": []\n"); /* the fixtures have no notes */
     free(doc);
 }
 
@@ -432,7 +433,8 @@ static void test_json_keys_always_present(void **state)
         "duration_ns",  "alloc_count",  "free_count",      "retag_count",   "total_allocated_bytes",
         "leaked_bytes", "leaked_count", "temporary_count", "unknown_frees", "by_category",
         "devices",      "order",        "counts",          "tag_keys",      "sites",
-        "modules",      "regions",      "iterations",      "saved_tensors", "findings"};
+        "modules",      "regions",      "iterations",      "saved_tensors", "findings",
+        "notes"};
     char *doc = json_report("raw");
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         char pat[64];
@@ -595,8 +597,8 @@ static void test_usage_errors(void **state)
         {"report '%s/mlp_grad.gptrace' --measure bytes", "unknown --measure 'bytes'"},
         {"report '%s/mlp_grad.gptrace' --bogus", "--bogus"},
         {"report '%s/mlp_grad.gptrace' --format", "--format"},
-        {"report", "expected one trace file, got 0"},
-        {"report '%s/mlp_grad.gptrace' '%s/raw.gptrace'", "expected one trace file, got 2"},
+        {"report", "expected a trace file, got none"},
+        {"report '%s/mlp_grad.gptrace' '%s/raw.gptrace' --format html", "takes one trace, got 2"},
         {"report '%s/no-such.gptrace'", "no-such.gptrace"},
         {"report '%s/../CMakeFiles'", "CMakeFiles"},
     };

@@ -287,6 +287,15 @@ static void r_with(enc *e, uint8_t type, uint64_t t, uint64_t v)
     e_var(e, v);
 }
 
+/* NOTE (1.1): a time, the key's string id and the value. */
+static void r_note(enc *e, uint64_t t, uint64_t key, const char *value)
+{
+    e_byte(e, GP_REC_NOTE);
+    e_dt(e, t);
+    e_var(e, key);
+    e_str(e, value);
+}
+
 /* ---- reading helpers ------------------------------------------------------------------------- */
 
 static gp_trace *open_ok(const char *path)
@@ -641,6 +650,46 @@ static void test_minor_version(void **state)
     assert_int_equal(ev[0].time_ns, 10);
     assert_int_equal(gp_trace_info_get(t)->version_minor, 7);
     assert_false(gp_trace_info_get(t)->clean_end);
+    gp_trace_close(t);
+    fb_free(&f);
+}
+
+/* NOTE records (1.1): the key by string id, the value inline (possibly empty), each
+ * in time order among other events, on their thread. */
+static void test_notes(void **state)
+{
+    (void)state;
+    static enc e, e2;
+    fbuf f = {0};
+    fb_header(&f, 1, 1);
+    e_begin(&e, 100);
+    r_string(&e, 1, "holder");
+    r_with(&e, GP_REC_MARK, 110, 1);
+    r_note(&e, 120, 1, "loss_history holds 3 graphs");
+    r_note(&e, 140, 0, "");
+    fb_chunk(&f, 1, 100, 150, &e);
+    e_begin(&e2, 100);
+    r_string(&e2, 1, "autograd_error");
+    r_note(&e2, 130, 1, "element 0 of tensors does not require grad");
+    fb_chunk(&f, 2, 100, 150, &e2);
+    fb_write(&f, path_in("notes.gptrace"));
+    gp_trace *t = open_ok(path_in("notes.gptrace"));
+    gp_event ev[8];
+    assert_int_equal(read_all(t, ev, 8), 4);
+    assert_int_equal(ev[0].kind, GP_EV_MARK);
+    assert_int_equal(ev[1].kind, GP_EV_NOTE);
+    assert_string_equal(ev[1].name, "holder");
+    assert_string_equal(ev[1].detail, "loss_history holds 3 graphs");
+    assert_int_equal(ev[1].time_ns, 20);
+    assert_int_equal(ev[2].kind, GP_EV_NOTE);
+    assert_string_equal(ev[2].name, "autograd_error");
+    assert_string_equal(ev[2].detail, "element 0 of tensors does not require grad");
+    assert_int_not_equal(ev[2].thread, ev[1].thread);
+    assert_int_equal(ev[3].kind, GP_EV_NOTE);
+    assert_string_equal(ev[3].name, "");
+    assert_string_equal(ev[3].detail, "");
+    assert_int_equal(gp_trace_info_get(t)->version_minor, 1);
+    assert_false(gp_trace_info_get(t)->damaged);
     gp_trace_close(t);
     fb_free(&f);
 }
@@ -1084,8 +1133,18 @@ static void test_damage_bad_records(void **state)
     e_byte(&b, 0);
     check_bad_record(&b, "unknown record type 0");
     e_begin(&b, 210);
-    e_byte(&b, 15 | GP_FLAG_GRAD);
-    check_bad_record(&b, "unknown record type 15");
+    e_byte(&b, 16 | GP_FLAG_GRAD); /* the first type after NOTE (1.1) */
+    check_bad_record(&b, "unknown record type 16");
+    e_begin(&b, 210);
+    r_note(&b, 220, 5, "v");
+    check_bad_record(&b, "undefined string id 5");
+    e_begin(&b, 210);
+    e_byte(&b, GP_REC_NOTE);
+    e_dt(&b, 220);
+    e_var(&b, 0);
+    e_var(&b, 9); /* a value longer than the record */
+    e_bytes(&b, "abc", 3);
+    check_bad_record(&b, "record runs past the end of the chunk");
 
     e_begin(&b, 210);
     r_stack(&b, 1, 9, 1, 0x10);
@@ -1871,6 +1930,7 @@ int main(void)
         cmocka_unit_test(test_damage_oversized),
         cmocka_unit_test(test_damage_garbage),
         cmocka_unit_test(test_damage_bad_records),
+        cmocka_unit_test(test_notes),
         cmocka_unit_test(test_damage_drops_whole_chunk),
         cmocka_unit_test(test_damage_fuzz),
         cmocka_unit_test(test_late_chunk),

@@ -71,6 +71,16 @@ void lp_region_push(const char *name);
 void lp_region_pop(void);
 void lp_mark(const char *label);
 
+/*
+ * A timed note: a fact a tagging source learned that is about no one buffer (who holds a graph
+ * alive, an error autograd raised), as a key ("holder", "autograd_error") and a free-form value.
+ * Strings borrowed for the call; NULL reads as "". The trace keeps values up to
+ * LP_NOTE_MAX_VALUE bytes: a longer one is cut there and ends with " [cut: N bytes]", N its
+ * whole length. Listeners get LP_EV_NOTE (name = key, value = value).
+ */
+#define LP_NOTE_MAX_VALUE (64u * 1024)
+void lp_note(const char *key, const char *value);
+
 /* Live and peak bytes per category on one device, and of all categories together. The peak of each
  * category is that category's own maximum since the last reset. */
 typedef struct lp_counters {
@@ -168,6 +178,7 @@ typedef enum lp_event_kind {
     LP_EV_REGION_PUSH,
     LP_EV_REGION_POP,
     LP_EV_MARK,
+    LP_EV_NOTE,
 } lp_event_kind;
 
 typedef struct lp_event {
@@ -177,7 +188,8 @@ typedef struct lp_event {
     lp_device device;          /* ALLOC, FREE, RETAG */
     lp_category from_category; /* FREE: the category freed; RETAG: the previous category */
     const lp_tag *tag;         /* ALLOC, RETAG: the (new) tag; NULL otherwise */
-    const char *name;          /* REGION_PUSH, MARK: the name; NULL otherwise */
+    const char *name;          /* REGION_PUSH, MARK: the name; NOTE: the key; NULL otherwise */
+    const char *value;         /* NOTE: the value (whole, never cut); NULL otherwise */
 } lp_event;
 
 typedef void (*lp_listener_fn)(const lp_event *event, void *user_data);

@@ -47,6 +47,7 @@ typedef enum gp_event_kind {
     GP_EV_GRAD_MODE,   /* grad_enabled, inference */
     GP_EV_LOST,        /* count: events the recorder dropped */
     GP_EV_END,         /* the program's recording ended cleanly */
+    GP_EV_NOTE,        /* name (the key), detail (the value): lp_note (format 1.1) */
 } gp_event_kind;
 
 typedef struct gp_event {
@@ -60,8 +61,8 @@ typedef struct gp_event {
     lp_category category;  /* TAG */
     const char *op;        /* TAG: never NULL ("" if none) */
     const char *module;    /* TAG */
-    const char *detail;    /* TAG */
-    const char *name;      /* REGION_PUSH, MARK */
+    const char *detail;    /* TAG; NOTE: the value */
+    const char *name;      /* REGION_PUSH, MARK; NOTE: the key */
     bool grad_enabled;     /* TAG, GRAD_MODE */
     bool inference;        /* GRAD_MODE */
     uint64_t count;        /* LOST */

@@ -1,9 +1,15 @@
 /*
- * The gradprof trace file format, version 1: the contract between libprof (writer) and the tools
- * (reader). Everything is little-endian.
+ * The gradprof trace file format, version 1.1: the contract between libprof (writer) and the
+ * tools (reader). Everything is little-endian.
+ *
+ * Versions. A reader accepts every minor version of its major and refuses another major. A minor
+ * version only adds record types: 1.1 added NOTE (and the "py:" modules below, which are MODULE
+ * records a 1.0 reader reads as unknown files). A 1.0 reader meets a NOTE as an unknown record
+ * type: it stops at that chunk and reports the rest of the file as damage, keeping everything
+ * before it.
  *
  * File   = header chunk*
- * header = "GPTRACE\0" (8 bytes), u16 major (1), u16 minor (0), u32 reserved (0)        16 bytes
+ * header = "GPTRACE\0" (8 bytes), u16 major (1), u16 minor (1), u32 reserved (0)        16 bytes
  * chunk  = chunk header (32 bytes) + payload
  *   u32 magic           GP_CHUNK_MAGIC ("GPCK")
  *   u32 payload_bytes   <= GP_CHUNK_MAX_PAYLOAD
@@ -71,6 +77,11 @@
  * GP_REC_GRAD_MODE   dt; GP_FLAG_GRAD: grad enabled, GP_FLAG_INFERENCE: inference mode
  * GP_REC_LOST        dt, varint count                         events the recorder had to drop
  * GP_REC_END         dt                                       clean end of recording
+ * GP_REC_NOTE        dt, varint key (string id), str value    a timed fact about no one buffer
+ *                    (lp_note: who holds a graph alive, an error autograd raised); the value is
+ *                    at most 64 KiB (LP_NOTE_MAX_VALUE), a longer one was cut by the writer and
+ *                    ends with " [cut: N bytes]". A note too big for the thread's buffer is a
+ *                    chunk of its own. (Since 1.1.)
  * With GP_FLAG_DEVICE, ALLOC, FREE and TAG carry one more varint after daddr: the
  * device + 1 (CUDA ordinal); without it the device is the host.
  *
@@ -86,7 +97,7 @@
 #define GP_FILE_MAGIC "GPTRACE\0"
 #define GP_FILE_HEADER_BYTES 16
 #define GP_VERSION_MAJOR 1
-#define GP_VERSION_MINOR 0
+#define GP_VERSION_MINOR 1
 
 #define GP_CHUNK_MAGIC 0x4B434750u /* "GPCK" */
 #define GP_CHUNK_HEADER_BYTES 32
@@ -107,6 +118,7 @@ enum gp_record_type {
     GP_REC_GRAD_MODE = 12,
     GP_REC_LOST = 13,
     GP_REC_END = 14,
+    GP_REC_NOTE = 15, /* since 1.1 */
 };
 
 #define GP_REC_TYPE_MASK 0x1Fu

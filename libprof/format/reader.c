@@ -319,6 +319,9 @@ typedef struct idtab {
     size_t narr;
     size_t n;  /* definitions made */
     idmap big; /* ids that were past the array when defined */
+    /* While every definition so far defined the next id as itself (1 -> 1, 2 -> 2, ...: a
+     * single thread's stacks, which become the global ones), nothing is stored: ids 1..ident. */
+    uint32_t ident;
 } idtab;
 
 static void idtab_free(idtab *m)
@@ -345,10 +348,15 @@ static void idtab_reset(idtab *m)
     memset(m->arr, 0, n * sizeof *m->arr);
     idmap_free(&m->big);
     m->n = 0;
+    m->ident = 0;
 }
 
 static inline bool idtab_get(const idtab *m, uint64_t id, uint32_t *val)
 {
+    if (id - 1 < m->ident) {
+        *val = (uint32_t)id;
+        return true;
+    }
     if (id < m->narr && m->arr[id] != 0) {
         *val = m->arr[id] - 1;
         return true;
@@ -356,10 +364,10 @@ static inline bool idtab_get(const idtab *m, uint64_t id, uint32_t *val)
     return m->big.n != 0 && idmap_get(&m->big, id, val);
 }
 
-/* Defines or redefines id. 0, or -1 when out of memory. */
-static int idtab_put(idtab *m, uint64_t id, uint32_t val)
+/* Stores id -> val in the array or the map (m->n already counts it). 0, or -1 when out of
+ * memory. */
+static int idtab_store(idtab *m, uint64_t id, uint32_t val)
 {
-    m->n++;
     if (id >= m->narr && id < 1024 + 32 * (uint64_t)m->n) {
         size_t ncap = m->narr ? m->narr : 64;
         while (ncap <= id)
@@ -376,6 +384,25 @@ static int idtab_put(idtab *m, uint64_t id, uint32_t val)
         return 0;
     }
     return idmap_put(&m->big, id, val);
+}
+
+/* Defines or redefines id. 0, or -1 when out of memory. */
+static int idtab_put(idtab *m, uint64_t id, uint32_t val)
+{
+    m->n++;
+    if (m->narr == 0 && m->big.n == 0) {
+        if (id == (uint64_t)m->ident + 1 && val == id && m->ident < UINT32_MAX - 1) {
+            m->ident++;
+            return 0;
+        }
+        /* the run of ids defined as themselves ends: store it like any other */
+        uint32_t run = m->ident;
+        m->ident = 0;
+        for (uint32_t k = 1; k <= run; k++)
+            if (idtab_store(m, k, k) != 0)
+                return -1;
+    }
+    return idtab_store(m, id, val);
 }
 
 /* ---- the reader ------------------------------------------------------------------------------ */
@@ -451,6 +478,7 @@ struct gp_trace {
     bool regular;   /* a regular file: read with pread up to `limit` */
     uint64_t limit; /* its size at gp_trace_open */
     bool scanned;
+    bool released; /* the stream ended: release_decoding ran */
     bool failed; /* an I/O error or out of memory: every later call fails the same way */
     char fail_msg[256];
     gp_trace_info info;
@@ -968,7 +996,7 @@ static int dec_stack(decoder *d)
         r = get_varint(d, &offset);
     if (r != DEC_OK)
         return r;
-    uint32_t global = 0;
+    uint32_t global = id; /* the scan only notes the id as defined */
     if (d->scan)
         d->t->scan_stacks++;
     else if ((global = stack_intern(d->t, parent, module, offset)) == 0)
@@ -997,7 +1025,7 @@ static int dec_definition(decoder *d, unsigned type)
 
 static bool is_event_type(unsigned type)
 {
-    return type >= GP_REC_ALLOC && type <= GP_REC_END;
+    return type >= GP_REC_ALLOC && type <= GP_REC_NOTE;
 }
 
 static const gp_event_kind event_kinds[] = {
@@ -1010,6 +1038,7 @@ static const gp_event_kind event_kinds[] = {
     [GP_REC_GRAD_MODE] = GP_EV_GRAD_MODE,
     [GP_REC_LOST] = GP_EV_LOST,
     [GP_REC_END] = GP_EV_END,
+    [GP_REC_NOTE] = GP_EV_NOTE,
 };
 
 /* The fields of an event record after its dt, into ev (already cleared to the defaults). */
@@ -1046,6 +1075,13 @@ static int dec_event_fields(decoder *d, unsigned type, uint8_t flags, gp_event *
         return DEC_OK;
     case GP_REC_LOST:
         return get_varint(d, &ev->count);
+    case GP_REC_NOTE: { /* key, value (interned like every string: the trace owns it) */
+        uint32_t value = 0;
+        if ((r = get_string_ref(d, &ev->name)) != DEC_OK || (r = get_str(d, &value)) != DEC_OK)
+            return r;
+        ev->detail = string_at(d->t, value);
+        return DEC_OK;
+    }
     default: /* REGION_POP, END */
         return DEC_OK;
     }
@@ -1545,6 +1581,36 @@ static int chunk_open(gp_trace *t, char *err, size_t err_size)
     return 0;
 }
 
+/* At the end of the stream: frees what only decoding needed (the stack hash, the per-thread id
+ * tables, the chunk buffers and the index); the tables the accessors read stay. */
+static void release_decoding(gp_trace *t)
+{
+    if (t->released)
+        return;
+    t->released = true;
+    free(t->stack_slots);
+    t->stack_slots = NULL;
+    t->nstack_slots = 0;
+    for (size_t i = 0; i < t->nthreads; i++) {
+        idtab_free(&t->threads[i].strings);
+        idtab_free(&t->threads[i].stacks);
+        free(t->threads[i].waiting);
+        t->threads[i].waiting = NULL;
+        t->threads[i].nwaiting = t->threads[i].waiting_head = t->threads[i].waiting_cap = 0;
+    }
+    for (size_t i = 0; i < t->ncursors; i++) {
+        free(t->cursors[i]->buf);
+        t->cursors[i]->buf = NULL;
+        t->cursors[i]->cap = 0;
+    }
+    free(t->index);
+    t->index = NULL;
+    t->nindex = t->index_cap = t->next_chunk = 0;
+    free(t->win); /* a pipe's bytes, kept for the merge */
+    t->win = NULL;
+    t->win_cap = t->win_len = 0;
+}
+
 /* ---- the API --------------------------------------------------------------------------------- */
 
 /* Reads up to n bytes at the start of the file; the count, or -1 (errno set). */
@@ -1694,8 +1760,10 @@ int gp_trace_next(gp_trace *t, gp_event *ev, char *err, size_t err_size)
         if (chunk_open(t, err, err_size) != 0)
             return -1;
     }
-    if (t->nheap == 0)
+    if (t->nheap == 0) {
+        release_decoding(t);
         return 0;
+    }
     cursor *c = t->heap[0];
     unsigned type = c->head_byte & GP_REC_TYPE_MASK;
     event_clear(ev, type, c->head_time, c->head_thread);

@@ -15,12 +15,14 @@ Where it records to. Under ``gradprof run`` (libprof_preload.so in the process) 
 the preload's libprof through ``ctypes.CDLL(None)``: every raw allocation is already recorded with
 its stack, and the helper *retags* the live buffers it knows (parameters, tensors saved for
 backward, ``.grad``) with exact categories and module paths. Run without ``gradprof run`` it loads
-``libprof.so`` from ``$GRADPROF_LIBPROF`` or from a build folder next to this file
-(``../../build*/libprof/libprof.so``, not a sanitizer build) and starts recording itself
-(``lp_start``, configured by the ``GRADPROF_*`` variables, stopped at exit); raw allocations are
-then not seen, so the trace holds only what the helper reports: parameters, saved tensors for as
-long as the graph holds them (allocated when saved, freed when released), and gradients. If
-neither works it warns once and does nothing: it never breaks the program.
+``libprof.so`` from ``$GRADPROF_LIBPROF``, from a build folder next to this file
+(``../../build*/libprof/libprof.so``, not a sanitizer build) or, installed, from its prefix's
+``lib/`` (or ``lib/<triplet>/``) or the system's (``ctypes.util.find_library("prof")``), and
+starts recording itself (``lp_start``, configured by the ``GRADPROF_*`` variables, stopped at
+exit); raw allocations are then not seen, so the trace holds only what the helper reports:
+parameters, saved tensors for as long as the graph holds them (allocated when saved, freed when
+released), and gradients. If neither works it warns once and does nothing: it never breaks the
+program.
 ``GRADPROF_TORCH=0`` turns it off.
 
 What it records:
@@ -166,11 +168,22 @@ class _Lib:
         found.sort(key=lambda p: (os.path.basename(os.path.dirname(os.path.dirname(p))) != "build",
                                   -os.path.getmtime(p)))
         candidates += found
+        # Installed (cmake --install, the Debian package): from <prefix>/lib/gradprof/python or a
+        # dist-packages folder, <prefix>/lib or a multiarch <prefix>/lib/<triplet>; then what the
+        # dynamic loader knows (ldconfig's cache: a bare soname, loaded by the loader's search).
+        for pattern in ("libprof.so.0", os.path.join("*-linux-gnu*", "libprof.so.0")):
+            candidates += sorted(glob.glob(os.path.join(root, pattern)))
+        import ctypes.util as ctypes_util  # (binds ctypes_util only: ctypes stays the module's)
+        system = ctypes_util.find_library("prof")
+        if system:
+            candidates.append(system)
         errors = []
         for path in candidates:
             try:
-                with open(path, "rb") as f:
-                    data = f.read()
+                data = b""
+                if os.sep in path:  # a file; a soname is read by the loader only
+                    with open(path, "rb") as f:
+                        data = f.read()
                 if any(m in data for m in _SANITIZED):  # loading it would abort this process
                     errors.append("%s: built with a sanitizer" % path)
                     continue

@@ -119,8 +119,10 @@ int main(int argc, char **argv)
     }
     pthread_barrier_init(&sent_all, NULL, (unsigned)nthreads);
     pthread_t th[MAX_THREADS];
-    for (int i = 0; i < nthreads; i++) {
+    /* Every mailbox before any thread: a worker sends to any other's box from its start. */
+    for (int i = 0; i < nthreads; i++)
         pthread_mutex_init(&boxes[i].lock, NULL);
+    for (int i = 0; i < nthreads; i++) {
         if (pthread_create(&th[i], NULL, worker, (void *)(intptr_t)i) != 0)
             return 3;
     }

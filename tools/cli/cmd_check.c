@@ -2,30 +2,40 @@
  * gradprof check: the CI gate. Parses the options into gp_check_rules, loads the trace (and the
  * baseline's aligned diff), runs the check engine (check.h) and writes its result with the check
  * writers (render.h: text or JSON on standard output, JUnit XML with --junit) through output.h.
- * Exit status: the verdict (0 passed, 1 failed, 2 not judged), or 2 for bad usage, a trace that
+ * Several traces are the processes of one job (job.h): each is checked with the same rules and
+ * the per-process table is written, then each result. Exit status: the verdict (0 passed, 1
+ * failed, 2 not judged; a job's is the worst of its processes'), or 2 for bad usage, a trace that
  * cannot be read or a report that cannot be written.
  */
 #include "check.h"
 #include "cli.h"
 #include "commands.h"
 #include "diff.h"
+#include "job.h"
 #include "output.h"
 #include "render.h"
 
 #include <getopt.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define CMD "check"
 #define MAX_REGIONS 64
 
 static const char check_usage[] =
-    "usage: gradprof check FILE [--forbid CAT,...] [--region NAME]... [--max-peak SIZE]\n"
-    "                           [--max-growth SIZE] [--no-leaks] [--detectors LIST]\n"
-    "                           [--baseline B] [--junit OUT.xml] [--format text|json]\n"
+    "usage: gradprof check FILE... [--forbid CAT,...] [--region NAME]... [--max-peak SIZE]\n"
+    "                              [--max-growth SIZE] [--no-leaks] [--detectors LIST]\n"
+    "                              [--baseline B] [--junit OUT.xml] [--format text|json]\n"
     "\n"
     "The CI gate: fails (exit 1) when the trace breaks a rule, printing each violation with its\n"
     "category, bytes, op/module and the top frames of the call sites behind it. It never passes\n"
     "what it could not judge (exit 2, see below).\n"
+    "\n"
+    "Several traces are the processes of one job (the ranks of a torchrun job): each is checked\n"
+    "with the same rules; the output is a table of the processes (rank, pid, verdict, peak,\n"
+    "graph memory at the peak, violations), the worst first, then each check (json: the table,\n"
+    "schema gradprof-check-job/1). The job passes when every process passes, is not judged\n"
+    "when one is not. --baseline and --junit take one trace.\n"
     "\n"
     "rules:\n"
     "  --forbid CAT,...   categories that must never be allocated (default saved,gradient,\n"
@@ -239,6 +249,43 @@ static int check(const check_args *a, gp_profile *p)
     return rc;
 }
 
+/* Several traces: each checked with the same rules; the job's table, then each result. The
+ * worst verdict's exit code (not judged, then failed), or 2. */
+static int check_job(const check_args *a, const gp_analysis_options *ao, char **paths, size_t n)
+{
+    gp_cli_job job;
+    if (gp_cli_job_load(CMD, paths, n, ao, false, true, &job))
+        return GP_EXIT_USAGE;
+    gp_check_result **results = calloc(n, sizeof *results);
+    int rc = results ? 0 : gp_cli_error(CMD, "out of memory");
+    char err[768];
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        int e = gp_check_run(job.procs[i].p, &a->rules, &results[i], err, sizeof err);
+        if (e)
+            rc = gp_cli_error(CMD, "%s%s", e == GP_EINVAL ? "--region: " : "", err);
+    }
+    gp_output out;
+    if (rc == 0 && (rc = gp_cli_output_open(CMD, "stdout", NULL, NULL, 0, &out)) == 0) {
+        int wrc = a->json ? gp_render_check_job_json(out.f, job.procs, results, n)
+                          : gp_render_check_job_text(out.f, job.procs, results, n);
+        rc = gp_cli_output_close(CMD, &out, wrc);
+    }
+    if (rc == 0) {
+        bool failed = false, unjudged = false;
+        for (size_t i = 0; i < n; i++) {
+            report_doubts(results[i]);
+            failed |= results[i]->verdict == GP_CHECK_FAILED;
+            unjudged |= results[i]->verdict == GP_CHECK_UNJUDGED;
+        }
+        rc = unjudged ? GP_EXIT_USAGE : failed ? GP_EXIT_FAIL : GP_EXIT_OK;
+    }
+    for (size_t i = 0; results && i < n; i++)
+        gp_check_result_free(results[i]);
+    free(results);
+    gp_cli_job_free(&job);
+    return rc;
+}
+
 int gp_cmd_check(int argc, char **argv)
 {
     check_args a = {0};
@@ -260,8 +307,9 @@ int gp_cmd_check(int argc, char **argv)
     if (optind >= argc)
         return gp_cli_error(CMD, "no trace file (usage: gradprof check FILE [options]; see "
                                  "'gradprof check --help')");
-    if (argc - optind > 1)
-        return gp_cli_error(CMD, "one trace file expected, got '%s' and '%s'", argv[optind],
+    if (argc - optind > 1 && (a.baseline || a.junit))
+        return gp_cli_error(CMD, "%s takes one trace, got %d ('%s', '%s', ...)",
+                            a.baseline ? "--baseline" : "--junit", argc - optind, argv[optind],
                             argv[optind + 1]);
     a.file = argv[optind];
 
@@ -275,6 +323,8 @@ int gp_cmd_check(int argc, char **argv)
     }
     if (a.rules.has_max_growth)
         ao.growth_threshold = a.rules.max_growth;
+    if (argc - optind > 1)
+        return check_job(&a, &ao, argv + optind, (size_t)(argc - optind));
     gp_profile *p = NULL, *pb = NULL;
     gp_diff *d = NULL;
     if ((rc = load(&a, &ao, &p, &pb, &d)) == 0) {

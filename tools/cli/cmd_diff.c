@@ -1,7 +1,9 @@
 /*
  * gradprof diff A B [--format text|json|html] [-o OUT] [--top N]
+ * gradprof diff --rank R A... -- B...
  *
- * Loads both traces (a damaged one with a warning: the diff covers what was recovered), computes
+ * With --rank, each side may be a job's traces (files and folders, job.h): the trace of rank R is
+ * taken from each. Loads both traces (a damaged one with a warning: the diff covers what was recovered), computes
  * the diff (diff.h) and renders it. Exit codes: 0 done, 2 bad command line or a trace that cannot
  * be read at all (the message names the file).
  */
@@ -13,11 +15,13 @@
 #include "cli.h"
 #include "commands.h"
 #include "diff.h"
+#include "job.h"
 #include "output.h"
 #include "render.h"
 
 static const char usage[] =
     "usage: gradprof diff A B [--format text|json|html] [-o OUT] [--top N] [--require-aligned]\n"
+    "       gradprof diff --rank R A... -- B... [options]\n"
     "\n"
     "Compares two traces of the same program, A usually with grad on and B with grad off. The\n"
     "runs are aligned buffer by buffer (twins: same thread, size, role at birth, innermost call\n"
@@ -41,12 +45,19 @@ static const char usage[] =
     "                     PyTorch rules, tools/rules/pytorch.rules)\n"
     "  --require-aligned  exit 3 without a diff when the runs do not align (less than half of\n"
     "                     the bytes live at A's peak, graph memory aside, have a twin in B)\n"
+    "  --rank R       a job's process of rank R (the RANK its launcher set, recorded in each\n"
+    "                 trace): each side is then traces and folders of traces (A... -- B..., or\n"
+    "                 two folders), and the trace of rank R is taken from each\n"
     "  -h, --help     this help\n"
     "\n"
     "exit status: 0 done, 2 bad usage or a trace that cannot be read, 3 the runs do not align\n"
     "(with --require-aligned; otherwise a warning)\n";
 
 typedef enum { FMT_TEXT, FMT_JSON, FMT_HTML } diff_format;
+
+static int diff_files(const char *cmd, const char *a_path, const char *b_path, const char *rules,
+                      bool require_aligned, diff_format format, const char *out_path,
+                      const gp_render_options *ro);
 
 int gp_cmd_diff(int argc, char **argv)
 {
@@ -55,19 +66,27 @@ int gp_cmd_diff(int argc, char **argv)
                                           {"top", required_argument, NULL, 't'},
                                           {"rules", required_argument, NULL, 'R'},
                                           {"require-aligned", no_argument, NULL, 'A'},
+                                          {"rank", required_argument, NULL, 'K'},
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
-    const char *cmd = "diff", *out_path = NULL, *rules = NULL;
+    const char *cmd = "diff", *out_path = NULL, *rules = NULL, *rank = NULL;
     bool require_aligned = false;
     diff_format format = FMT_TEXT;
     gp_render_options ro;
     gp_render_options_default(&ro);
     char err[512];
 
+    /* A... -- B...: the options are before "--" (getopt stops there; it may reorder only what
+     * comes before it). */
+    int split = 0;
+    for (int i = 1; i < argc && !split; i++)
+        if (strcmp(argv[i], "--") == 0)
+            split = i;
+    int n_opts = split ? split : argc;
     optind = 1;
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":o:h", longs, NULL)) != -1) {
+    while ((c = getopt_long(n_opts, argv, ":o:h", longs, NULL)) != -1) {
         switch (c) {
         case 'f':
             if (strcmp(optarg, "text") == 0)
@@ -97,6 +116,11 @@ int gp_cmd_diff(int argc, char **argv)
         case 'A':
             require_aligned = true;
             break;
+        case 'K':
+            if (gp_parse_uint(optarg, 0, 999999999, &(uint64_t){0}, err, sizeof err))
+                return gp_cli_error(cmd, "--rank: %s", err);
+            rank = optarg;
+            break;
         case 'h':
             fputs(usage, stdout);
             return GP_EXIT_OK;
@@ -104,13 +128,38 @@ int gp_cmd_diff(int argc, char **argv)
             return gp_cli_bad_option(cmd, c, argv);
         }
     }
-    if (argc - optind != 2)
+    char **a_args = argv + optind, **b_args = split ? argv + split + 1 : argv + optind + 1;
+    size_t n_a = split ? (size_t)(split - optind) : 1, n_b = split ? (size_t)(argc - split - 1) : 1;
+    if (!split && argc - optind != 2)
         return gp_cli_error(cmd,
                             "expected two traces, A and B, got %d (see 'gradprof diff "
                             "--help')",
                             argc - optind);
-    const char *a_path = argv[optind], *b_path = argv[optind + 1];
+    if (split && (n_a == 0 || n_b == 0))
+        return gp_cli_error(cmd, "A... -- B...: no trace %s '--' (see 'gradprof diff --help')",
+                            n_a == 0 ? "before" : "after");
+    const char *a_path, *b_path;
+    char *a_owned = NULL, *b_owned = NULL;
+    if (gp_cli_pick_rank(cmd, "A", a_args, n_a, rank, &a_path, &a_owned))
+        return GP_EXIT_USAGE;
+    if (gp_cli_pick_rank(cmd, "B", b_args, n_b, rank, &b_path, &b_owned)) {
+        free(a_owned);
+        return GP_EXIT_USAGE;
+    }
+    if (rank)
+        fprintf(stderr, "gradprof %s: rank %s: A is %s, B is %s\n", cmd, rank, a_path, b_path);
+    int rc = diff_files(cmd, a_path, b_path, rules, require_aligned, format, out_path, &ro);
+    free(a_owned);
+    free(b_owned);
+    return rc;
+}
 
+/* The diff of two traces, as the options say. */
+static int diff_files(const char *cmd, const char *a_path, const char *b_path, const char *rules,
+                      bool require_aligned, diff_format format, const char *out_path,
+                      const gp_render_options *ro)
+{
+    char err[512];
     gp_analysis_options ao;
     gp_analysis_options_default(&ao);
     int rules_rc = gp_cli_rules(cmd, rules, &ao.rules);
@@ -141,9 +190,9 @@ int gp_cmd_diff(int argc, char **argv)
     const char *inputs[] = {a_path, b_path};
     if ((rc = gp_cli_output_open(cmd, "-o", out_path, inputs, 2, &out)) != 0)
         goto done;
-    int wrc = format == FMT_JSON   ? gp_render_diff_json(out.f, d, &ro)
-              : format == FMT_HTML ? gp_render_html_diff(out.f, d, &ro)
-                                   : gp_render_diff_text(out.f, d, &ro);
+    int wrc = format == FMT_JSON   ? gp_render_diff_json(out.f, d, ro)
+              : format == FMT_HTML ? gp_render_html_diff(out.f, d, ro)
+                                   : gp_render_diff_text(out.f, d, ro);
     rc = gp_cli_output_close(cmd, &out, wrc);
 done:
     gp_diff_free(d);

@@ -1,12 +1,14 @@
 /*
- * gradprof report FILE [--format text|json|html|folded|chrome] [-o OUT] [--top N]
- *                      [--measure peak|total|count|leaked] [--region NAME]...
+ * gradprof report FILE... [--format text|json|html|folded|chrome|pprof|speedscope] [-o OUT]
+ *                         [--top N] [--measure peak|total|count|leaked] [--region NAME]...
  *
  * Loads the trace (a damaged one with a warning on stderr saying what was recovered and lost: the
  * report covers what was read), renders it in the chosen format and writes it to OUT or standard
- * output (output.h: never onto the trace, never through a symbolic link, never a half file). Exit
- * codes: 0 done, 2 bad command line, a trace that cannot be read at all, or an output that cannot
- * be written (the message names the file and why).
+ * output (output.h: never onto the trace, never through a symbolic link, never a half file).
+ * Several traces are the processes of one job (job.h): text and json give the per-process table
+ * and each report, chrome, pprof and speedscope one file of all of them. Exit codes: 0 done, 2
+ * bad command line, a trace that cannot be read at all, or an output that cannot be written (the
+ * message names the file and why).
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -16,23 +18,33 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "job.h"
 #include "output.h"
 #include "render.h"
 #include "render_common.h"
 
 static const char usage[] =
-    "usage: gradprof report FILE [--format FMT] [-o OUT] [--top N] [--measure M]\n"
-    "                            [--region NAME]... [--rules FILE|none]\n"
+    "usage: gradprof report FILE... [--format FMT] [-o OUT] [--top N] [--measure M]\n"
+    "                               [--region NAME]... [--rules FILE|none]\n"
     "\n"
     "Reads a trace and reports: the peak and when it happened; live memory at the peak by\n"
     "category and device; the top tags (category, op, module) and call sites; temporaries;\n"
     "leaks (live at exit) with their stacks; live bytes per region and per marked iteration;\n"
     "the tensors saved for backward; and the gradient-leak findings.\n"
     "\n"
+    "Several traces are the processes of one job (the ranks of a torchrun job: each trace\n"
+    "records its RANK, LOCAL_RANK and WORLD_SIZE): text and json give a table of the\n"
+    "processes (rank, pid, peak, graph memory at the peak, findings), the worst first, then\n"
+    "each report (json: the table only, schema gradprof-job/1); chrome, pprof and speedscope\n"
+    "put every process in one file (one pid, profile or label per rank).\n"
+    "\n"
     "options:\n"
     "  --format FMT      text (default), json (schema gradprof-report/1), html (one\n"
-    "                    self-contained page), folded (flamegraph.pl / speedscope input) or\n"
-    "                    chrome (Chrome Trace Event JSON for Perfetto / chrome://tracing)\n"
+    "                    self-contained page), folded (flamegraph.pl / speedscope input),\n"
+    "                    chrome (Chrome Trace Event JSON for Perfetto / chrome://tracing),\n"
+    "                    pprof (gzipped profile.proto for go tool pprof, Pyroscope, Parca,\n"
+    "                    Grafana: alloc/inuse objects and space, inuse at the peak) or\n"
+    "                    speedscope (speedscope.app's JSON, one profile per measure)\n"
     "  -o, --output OUT  write to OUT instead of standard output (written whole or not at\n"
     "                    all: never onto the trace, never through a symbolic link)\n"
     "  --top N           rows per table (default 10, 0 = all)\n"
@@ -41,15 +53,23 @@ static const char usage[] =
     "                    (allocations) or leaked (bytes live at exit)\n"
     "  --region NAME     a region the program marked as inference, where grad should be off\n"
     "                    (repeatable; default 'inference')\n"
-    "  --rules FILE|none frame rules for allocations nothing tagged (default: the built-in\n"
-    "                    PyTorch rules, tools/rules/pytorch.rules)\n"
+    "  --rules FILE|none  frame rules for allocations nothing tagged (default: the\n"
+    "                    built-in PyTorch rules, tools/rules/pytorch.rules)\n"
     "  -h, --help        this help\n"
     "\n"
     "A damaged or truncated trace is reported up to the damage, with a warning saying what was\n"
     "lost. Exit status: 0 done, 2 bad usage, a trace that cannot be read or an output that\n"
     "cannot be written.\n";
 
-typedef enum { FMT_TEXT, FMT_JSON, FMT_HTML, FMT_FOLDED, FMT_CHROME } report_format;
+typedef enum {
+    FMT_TEXT,
+    FMT_JSON,
+    FMT_HTML,
+    FMT_FOLDED,
+    FMT_CHROME,
+    FMT_PPROF,
+    FMT_SPEEDSCOPE
+} report_format;
 
 static const struct {
     const char *name;
@@ -58,9 +78,47 @@ static const struct {
                {"json", FMT_JSON},
                {"html", FMT_HTML},
                {"folded", FMT_FOLDED},
-               {"chrome", FMT_CHROME}};
+               {"chrome", FMT_CHROME},
+               {"pprof", FMT_PPROF},
+               {"speedscope", FMT_SPEEDSCOPE}};
 
 #define MAX_REGIONS 64
+
+/* Several traces (a job), or the exports of one or more processes: pprof, speedscope. */
+static int report_job(const char *cmd, char **paths, size_t n, const gp_analysis_options *ao,
+                      report_format format, const char *out_path, const gp_render_options *ro)
+{
+    gp_cli_job job;
+    int rc = gp_cli_job_load(cmd, paths, n, ao, format == FMT_PPROF, false, &job);
+    if (rc)
+        return GP_EXIT_USAGE;
+    for (size_t i = 0; i < n; i++)
+        gp_cli_warn_unclassified(cmd, job.procs[i].p);
+    gp_output out;
+    if ((rc = gp_cli_output_open(cmd, "-o", out_path, (const char *const *)paths, n, &out)) == 0) {
+        int wrc;
+        switch (format) {
+        case FMT_PPROF:
+            wrc = gp_render_pprof(out.f, job.procs, n);
+            break;
+        case FMT_SPEEDSCOPE:
+            wrc = gp_render_speedscope(out.f, job.procs, n);
+            break;
+        case FMT_CHROME:
+            wrc = gp_render_chrome_job(out.f, job.procs, n);
+            break;
+        case FMT_JSON:
+            wrc = gp_render_job_json(out.f, job.procs, n);
+            break;
+        default:
+            wrc = gp_render_job_text(out.f, job.procs, n, ro);
+            break;
+        }
+        rc = gp_cli_output_close(cmd, &out, wrc);
+    }
+    gp_cli_job_free(&job);
+    return rc;
+}
 
 int gp_cmd_report(int argc, char **argv)
 {
@@ -91,7 +149,9 @@ int gp_cmd_report(int argc, char **argv)
                 i++;
             if (i == sizeof formats / sizeof formats[0])
                 return gp_cli_error(
-                    cmd, "unknown --format '%s' (text, json, html, folded or chrome)", optarg);
+                    cmd,
+                    "unknown --format '%s' (text, json, html, folded, chrome, pprof or speedscope)",
+                    optarg);
             format = formats[i].format;
             break;
         }
@@ -132,10 +192,15 @@ int gp_cmd_report(int argc, char **argv)
             return gp_cli_bad_option(cmd, c, argv);
         }
     }
-    if (argc - optind != 1)
-        return gp_cli_error(cmd, "expected one trace file, got %d (see 'gradprof report --help')",
-                            argc - optind);
-    const char *path = argv[optind];
+    if (argc - optind < 1)
+        return gp_cli_error(cmd, "expected a trace file, got none (see 'gradprof report --help')");
+    size_t n_paths = (size_t)(argc - optind);
+    char **paths = argv + optind;
+    if (n_paths > 1 && (format == FMT_HTML || format == FMT_FOLDED))
+        return gp_cli_error(cmd, "--format %s takes one trace, got %zu (text, json, chrome, pprof "
+                                 "and speedscope take a job's traces)",
+                            format == FMT_HTML ? "html" : "folded", n_paths);
+    const char *path = paths[0];
 
     gp_analysis_options ao;
     gp_analysis_options_default(&ao);
@@ -146,6 +211,8 @@ int gp_cmd_report(int argc, char **argv)
         ao.inference_regions = regions;
         ao.n_inference_regions = n_regions;
     }
+    if (n_paths > 1 || format == FMT_PPROF || format == FMT_SPEEDSCOPE)
+        return report_job(cmd, paths, n_paths, &ao, format, out_path, &ro);
     gp_profile *p = NULL;
     if (gp_cli_load_profile(cmd, path, &ao, &p) != 0)
         return GP_EXIT_USAGE;

@@ -24,10 +24,12 @@ static const char usage_head[] =
     "\n"
     "options:\n"
     "  -o, --output FILE        trace path; %p is replaced by the pid of the process writing it\n"
-    "                           (default gradprof.PROGRAM.%p.gptrace). An existing file is never\n"
-    "                           overwritten: .1, .2, ... are appended instead. A forked child\n"
-    "                           writes its own trace (its pid, or .PID appended). Every %p is\n"
-    "                           the same pid; a name over 255 bytes once %p is a pid is refused\n";
+    "                           (default gradprof.PROGRAM.%p.gptrace; with RANK=R in the\n"
+    "                           environment, as torchrun sets it, gradprof.PROGRAM.rankR.%p.gptrace).\n"
+    "                           An existing file is never overwritten: .1, .2, ... are appended\n"
+    "                           instead. A forked child writes its own trace (its pid, or .PID\n"
+    "                           appended). Every %p is the same pid; a name over 255 bytes once %p\n"
+    "                           is a pid is refused\n";
 /* ... gp_run_options_help ... */
 static const char usage_tail[] =
     "  -h, --help               this help\n"
@@ -103,9 +105,12 @@ int gp_cmd_run(int argc, char **argv)
     char *templ = NULL;
     if (output) {
         templ = strdup(output);
-    } else {
-        const char *base = strrchr(prog[0], '/');
-        if (asprintf(&templ, "gradprof.%s.%%p.gptrace", base ? base + 1 : prog[0]) < 0)
+    } else { /* a process of a job (torchrun & co. set RANK) names its rank */
+        const char *base = strrchr(prog[0], '/'), *rank = getenv("RANK");
+        size_t digits = rank ? strspn(rank, "0123456789") : 0;
+        bool ranked = digits > 0 && digits <= 9 && rank[digits] == '\0';
+        if (asprintf(&templ, "gradprof.%s.%s%s%s%%p.gptrace", base ? base + 1 : prog[0],
+                     ranked ? "rank" : "", ranked ? rank : "", ranked ? "." : "") < 0)
             templ = NULL;
     }
     if (!templ)

@@ -20,6 +20,91 @@
 
 #define NONE GP_MAP_NONE
 
+/* ---- a compact map ---------------------------------------------------------------------------- */
+
+/* u64 key -> u64 value in 16-byte slots (value 0 marks an empty slot: callers store v + 1),
+ * linear probing, removal by shifting the probe run back. Its users are the live records (seq ->
+ * record) and the occurrence counts (twin key -> count): one entry per live buffer or per
+ * distinct key, probed on every event. */
+typedef struct u64map {
+    struct u64slot {
+        uint64_t key, val;
+    } *slots;
+    size_t cap, len;
+} u64map;
+
+static inline size_t u64map_home(const u64map *m, uint64_t key)
+{
+    return gp__mix64(key) & (m->cap - 1);
+}
+
+static struct u64slot *u64map_find(const u64map *m, uint64_t key)
+{
+    if (!m->cap)
+        return NULL;
+    for (size_t i = u64map_home(m, key);; i = (i + 1) & (m->cap - 1)) {
+        struct u64slot *s = &m->slots[i];
+        if (!s->val)
+            return NULL;
+        if (s->key == key)
+            return s;
+    }
+}
+
+/* Adds key -> val (val != 0; the key must not be present). false when out of memory. */
+static bool u64map_put(u64map *m, uint64_t key, uint64_t val)
+{
+    if ((m->len + 1) * 4 > m->cap * 3) {
+        u64map n = {.cap = m->cap ? 2 * m->cap : 1024};
+        n.slots = calloc(n.cap, sizeof *n.slots);
+        if (!n.slots)
+            return false;
+        for (size_t i = 0; i < m->cap; i++) {
+            const struct u64slot *s = &m->slots[i];
+            if (!s->val)
+                continue;
+            size_t j = u64map_home(&n, s->key);
+            while (n.slots[j].val)
+                j = (j + 1) & (n.cap - 1);
+            n.slots[j] = *s;
+        }
+        free(m->slots);
+        m->slots = n.slots;
+        m->cap = n.cap;
+    }
+    size_t i = u64map_home(m, key);
+    while (m->slots[i].val)
+        i = (i + 1) & (m->cap - 1);
+    m->slots[i] = (struct u64slot){key, val};
+    m->len++;
+    return true;
+}
+
+static void u64map_remove(u64map *m, struct u64slot *s)
+{
+    size_t mask = m->cap - 1, i = (size_t)(s - m->slots);
+    for (size_t j = (i + 1) & mask;; j = (j + 1) & mask) {
+        struct u64slot *t = &m->slots[j];
+        if (!t->val)
+            break;
+        size_t home = u64map_home(m, t->key);
+        bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+        if (!stays) {
+            m->slots[i] = *t;
+            i = j;
+        }
+    }
+    m->slots[i].val = 0;
+    m->len--;
+}
+
+static void u64map_free(u64map *m)
+{
+    free(m->slots);
+    *m = (u64map){0};
+}
+
+
 typedef struct rec {
     uint64_t key, occ, seq, size;
     uint64_t loose_key; /* the twin key with only GP_ALIGN_LOOSE_FRAMES frames */
@@ -46,21 +131,26 @@ typedef struct anchor {
     uint64_t a_seq, b_seq; /* b_seq 0: B made no twin */
 } anchor;
 
+/* The stack hashes of one site (stack_hashes), 0 until computed. */
+typedef struct site_hash {
+    uint64_t strict, loose;
+} site_hash;
+
 typedef struct side {
     rec *recs;
     size_t n_recs, cap_recs;
     uint32_t free_rec;
-    gp_map live;  /* seq -> record */
+    u64map live; /* seq -> record + 1 */
     uint32_t *gone;
     size_t n_gone, cap_gone;
     uint64_t snap_seq, snap_ns, epoch;
-    gp_map occ;   /* twin key -> index into counts */
-    uint64_t *counts;
-    size_t n_counts, cap_counts;
+    u64map occ;  /* twin key -> its buffers so far (occurrence of the last + 1) */
     gp_map threads; /* the reader's thread index -> its stable identity (thread_identity) */
-    gp_map memo;  /* (kind, id) -> index into hashes: stack hashes, string hashes */
+    gp_map memo;  /* (kind, id) -> index into hashes: string hashes (kind 1) */
     uint64_t *hashes;
     size_t n_hashes, cap_hashes;
+    site_hash *site_hashes; /* by the profile's site index */
+    size_t n_site_hashes;
     uint64_t allocs, end_ns;
 } side;
 
@@ -169,17 +259,35 @@ static uint64_t string_hash(gp_align *al, side *s, const char *str)
     return h;
 }
 
-/* The innermost `frames` frames of `stack`, as module path + offset (memo kind 2 + frames). */
-static uint64_t stack_hash(gp_align *al, side *s, gp_profile *p, uint32_t stack, int frames)
+/* The innermost frames of the site's stack as module path + offset: the hash of the first
+ * GP_ALIGN_STACK_FRAMES (strict) and of the first GP_ALIGN_LOOSE_FRAMES (loose), from one walk
+ * (the loose hash is the walk's value after that many frames), memoized per site. */
+static const site_hash *stack_hashes(gp_align *al, side *s, gp_profile *p,
+                                     const gp_buffer_event *b)
 {
-    uint64_t h;
-    if (!stack)
-        return 0;
-    if (memo_get(s, 2 + (uint64_t)frames, stack, &h))
-        return h;
-    h = 0x6a09e667f3bcc908ull;
-    uint32_t id = stack;
-    for (int depth = 0; id && depth < frames; depth++) {
+    static const site_hash none = {0, 0};
+    if (!b->stack)
+        return &none;
+    if (b->site >= s->n_site_hashes) {
+        size_t n = p->n_sites > b->site ? p->n_sites : (size_t)b->site + 1;
+        if (n < s->n_site_hashes + s->n_site_hashes / 8 + 1024)
+            n = s->n_site_hashes + s->n_site_hashes / 8 + 1024;
+        site_hash *a = realloc(s->site_hashes, n * sizeof *a);
+        if (!a) {
+            al->internal->oom = true;
+            return &none;
+        }
+        memset(a + s->n_site_hashes, 0, (n - s->n_site_hashes) * sizeof *a);
+        s->site_hashes = a;
+        s->n_site_hashes = n;
+    }
+    site_hash *sh = &s->site_hashes[b->site];
+    if (sh->strict || sh->loose)
+        return sh;
+    uint64_t h = 0x6a09e667f3bcc908ull, loose = h;
+    uint32_t id = b->stack;
+    int depth = 0;
+    for (; id && depth < GP_ALIGN_STACK_FRAMES; depth++) {
         uint32_t module, parent;
         uint64_t offset;
         if (gp_trace_stack_frame(p->trace, id, &module, &offset, &parent) != 0)
@@ -187,10 +295,14 @@ static uint64_t stack_hash(gp_align *al, side *s, gp_profile *p, uint32_t stack,
         const gp_module *m = gp_trace_module(p->trace, module);
         uint64_t mh = m && m->path ? string_hash(al, s, m->path) : module;
         h = gp__mix64(h ^ mh ^ gp__mix64(offset + (uint64_t)depth));
+        if (depth + 1 == GP_ALIGN_LOOSE_FRAMES)
+            loose = h;
         id = parent;
     }
-    memo_put(al, s, 2 + (uint64_t)frames, stack, h);
-    return h;
+    if (depth < GP_ALIGN_LOOSE_FRAMES)
+        loose = h;
+    *sh = (site_hash){h, loose};
+    return sh;
 }
 
 /*
@@ -223,10 +335,10 @@ static uint64_t thread_identity(gp_align *al, side *s, gp_profile *p, uint32_t t
     return id;
 }
 
-/* The twin key of a new buffer with the innermost `frames` frames of its stack; the strict key
- * (all GP_ALIGN_STACK_FRAMES) also holds its scope. */
+/* The twin key of a new buffer with the innermost `frames` frames of its stack (stack_hashes:
+ * strict or loose); the strict key (all GP_ALIGN_STACK_FRAMES) also holds its scope. */
 static uint64_t twin_key(gp_align *al, side *s, gp_profile *p, const gp_buffer_event *b,
-                         int frames)
+                         int frames, uint64_t stack_hash)
 {
     uint64_t h = gp__mix64(thread_identity(al, s, p, b->thread) ^ (uint64_t)b->category);
     if (frames == GP_ALIGN_STACK_FRAMES)
@@ -234,17 +346,16 @@ static uint64_t twin_key(gp_align *al, side *s, gp_profile *p, const gp_buffer_e
     h = gp__mix64(h ^ b->size);
     h = gp__mix64(h ^ string_hash(al, s, b->op));
     h = gp__mix64(h ^ (string_hash(al, s, b->module) * 3));
-    return gp__mix64(h ^ stack_hash(al, s, p, b->stack, frames));
+    return gp__mix64(h ^ stack_hash);
 }
 
 /* The occurrence index of `key` in this run: 0 for its first buffer. */
 static uint64_t occurrence(gp_align *al, side *s, uint64_t key)
 {
-    struct gp_map_slot *m = gp__map_find(&s->occ, key, 0, 0);
+    struct u64slot *m = u64map_find(&s->occ, key);
     if (m)
-        return ++s->counts[m->v];
-    uint64_t *c = gp__push((void **)&s->counts, &s->n_counts, &s->cap_counts, sizeof *c);
-    if (!c || !gp__map_put(&s->occ, key, 0, 0, (uint32_t)(s->n_counts - 1)))
+        return m->val++;
+    if (!u64map_put(&s->occ, key, 1))
         al->internal->oom = true;
     return 0;
 }
@@ -289,15 +400,17 @@ static void on_alloc(gp_align *al, int which, gp_profile *p, const gp_buffer_eve
     uint32_t i = rec_new(al, s);
     if (i == NONE)
         return;
+    const site_hash *sh = stack_hashes(al, s, p, b);
+    uint64_t key = twin_key(al, s, p, b, GP_ALIGN_STACK_FRAMES, sh->strict);
+    uint64_t loose = twin_key(al, s, p, b, GP_ALIGN_LOOSE_FRAMES, sh->loose);
     rec *r = &s->recs[i];
-    uint64_t key = twin_key(al, s, p, b, GP_ALIGN_STACK_FRAMES);
     *r = (rec){.key = key, .occ = occurrence(al, s, key), .seq = b->seq, .size = b->size,
-               .loose_key = twin_key(al, s, p, b, GP_ALIGN_LOOSE_FRAMES),
+               .loose_key = loose,
                .alloc_ns = b->time_ns, .alloc_allocs = b->allocs, .free_allocs = UINT64_MAX,
                .stack = b->stack, .twin = NONE, .cat = b->category, .op = b->op,
                .module = b->module, .ever_saved = b->category == LP_CAT_SAVED,
                .next_free = NONE};
-    if (!gp__map_put(&s->live, b->seq, 0, 0, i)) {
+    if (!u64map_put(&s->live, b->seq, (uint64_t)i + 1)) {
         in->oom = true;
         return;
     }
@@ -327,10 +440,10 @@ static void on_alloc(gp_align *al, int which, gp_profile *p, const gp_buffer_eve
 static void on_retag(gp_align *al, int which, const gp_buffer_event *b)
 {
     side *s = &al->internal->s[which];
-    struct gp_map_slot *m = gp__map_find(&s->live, b->seq, 0, 0);
+    struct u64slot *m = u64map_find(&s->live, b->seq);
     if (!m)
         return;
-    rec *r = &s->recs[m->v];
+    rec *r = &s->recs[m->val - 1];
     /* A buffer in the snapshot keeps the labels it had at the instant, except the one that made
      * the instant getting its first tag right after (the engine counts it so too). */
     bool in_snapshot = r->seq <= s->snap_seq && !(b->first_tag && r->seq == s->snap_seq);
@@ -351,11 +464,11 @@ static void on_free(gp_align *al, int which, const gp_buffer_event *b)
     struct gp__align_internal *in = al->internal;
     side *s = &in->s[which];
     s->end_ns = b->time_ns;
-    struct gp_map_slot *m = gp__map_find(&s->live, b->seq, 0, 0);
+    struct u64slot *m = u64map_find(&s->live, b->seq);
     if (!m)
         return;
-    uint32_t i = m->v;
-    gp__map_remove(&s->live, m);
+    uint32_t i = (uint32_t)(m->val - 1);
+    u64map_remove(&s->live, m);
     rec *r = &s->recs[i];
     r->free_ns = b->time_ns;
     r->free_allocs = b->allocs;
@@ -430,9 +543,9 @@ static void a_done(gp_align *al)
         return;
     }
     for (size_t i = 0; i < s->live.cap; i++) {
-        struct gp_map_slot *m = &s->live.slots[i];
-        if (m->v != NONE && s->recs[m->v].seq <= s->snap_seq)
-            in->peak[n++].a = s->recs[m->v];
+        const struct u64slot *m = &s->live.slots[i];
+        if (m->val && s->recs[m->val - 1].seq <= s->snap_seq)
+            in->peak[n++].a = s->recs[m->val - 1];
     }
     for (size_t i = 0; i < s->n_gone; i++)
         in->peak[n++].a = s->recs[s->gone[i]];
@@ -456,10 +569,13 @@ static void a_done(gp_align *al)
     s->recs = NULL;
     s->n_recs = s->cap_recs = 0;
     s->free_rec = NONE;
-    gp__map_free(&s->live);
+    u64map_free(&s->live);
     free(s->gone);
     s->gone = NULL;
     s->n_gone = s->cap_gone = 0;
+    free(s->site_hashes); /* A's twin keys are all made */
+    s->site_hashes = NULL;
+    s->n_site_hashes = 0;
 }
 
 const gp_replay_observer *gp_align_observer(gp_align *al, int which)
@@ -567,8 +683,8 @@ static int cmp_leftover(const void *x, const void *y)
 static bool has_twin_in_a(const struct gp__align_internal *in, const rec *r)
 {
     const side *a = &in->s[0];
-    struct gp_map_slot *m = gp__map_find(&a->occ, r->key, 0, 0);
-    return m && r->occ <= a->counts[m->v];
+    const struct u64slot *m = u64map_find(&a->occ, r->key);
+    return m && r->occ < m->val;
 }
 
 static bool add_leftover(gp_align *al, leftover **v, size_t *n, size_t *cap, leftover x)
@@ -623,7 +739,7 @@ static void pair_loose(gp_align *al, int pass)
     for (int list = 0; list < 2; list++) {
         size_t n = list == 0 ? b->live.cap : b->n_gone;
         for (size_t i = 0; i < n; i++) {
-            uint32_t ri = list == 0 ? b->live.slots[i].v : b->gone[i];
+            uint32_t ri = list == 0 ? (uint32_t)(b->live.slots[i].val - 1) : b->gone[i];
             if (ri == NONE)
                 continue;
             const rec *r = &b->recs[ri];
@@ -659,6 +775,22 @@ static void pair_loose(gp_align *al, int pass)
 out:
     free(la);
     free(lb);
+}
+
+/* Sorts ix[0..n) (indexes into recs) by the records' birth numbers. */
+static const rec *sort_recs;
+
+static int cmp_rec_seq(const void *x, const void *y)
+{
+    uint64_t a = sort_recs[*(const uint32_t *)x].seq, b = sort_recs[*(const uint32_t *)y].seq;
+    return a < b ? -1 : a > b;
+}
+
+static void sort_recs_by_seq(const rec *recs, uint32_t *ix, size_t n)
+{
+    sort_recs = recs;
+    qsort(ix, n, sizeof *ix, cmp_rec_seq);
+    sort_recs = NULL;
 }
 
 static gp_aligned *add_buffer(gp_align *al, size_t *cap)
@@ -757,33 +889,33 @@ int gp_align_finish(gp_align *al)
     }
     free(order);
 
-    /* B's snapshot: its live records born up to the instant and the gone list */
-    for (int pass = 0; pass < 2 && !in->oom; pass++) {
-        size_t n = pass == 0 ? b->live.cap : b->n_gone;
-        for (size_t i = 0; i < n; i++) {
-            uint32_t ri;
-            if (pass == 0) {
-                if (b->live.slots[i].v == NONE)
-                    continue;
-                ri = b->live.slots[i].v;
-            } else {
-                ri = b->gone[i];
-            }
-            const rec *r = &b->recs[ri];
-            if (r->seq > bs)
-                continue;
-            al->b_bytes += r->size;
-            if (r->twin != NONE)
-                continue; /* paired: counted under its twin's labels */
-            gp_aligned *x = add_buffer(al, &cap);
-            if (!x)
-                break;
-            *x = (gp_aligned){.state = GP_TWIN_B_MORE, .side = 1, .size = r->size,
-                              .stack = r->stack};
-            rec_snap_labels(b, r, &x->category, &x->op, &x->module);
-            al->b_more_bytes += r->size;
-        }
+    /* B's snapshot: its live records born up to the instant and the gone list, in birth order
+     * (the buffers' order, so the rows' labels, does not depend on a hash table's layout) */
+    size_t n_snap = 0;
+    uint32_t *snap = malloc((b->live.len + b->n_gone + 1) * sizeof *snap);
+    if (!snap)
+        return -1;
+    for (size_t i = 0; i < b->live.cap; i++)
+        if (b->live.slots[i].val && b->recs[b->live.slots[i].val - 1].seq <= bs)
+            snap[n_snap++] = (uint32_t)(b->live.slots[i].val - 1);
+    for (size_t i = 0; i < b->n_gone; i++)
+        if (b->recs[b->gone[i]].seq <= bs)
+            snap[n_snap++] = b->gone[i];
+    sort_recs_by_seq(b->recs, snap, n_snap);
+    for (size_t i = 0; i < n_snap && !in->oom; i++) {
+        const rec *r = &b->recs[snap[i]];
+        al->b_bytes += r->size;
+        if (r->twin != NONE)
+            continue; /* paired: counted under its twin's labels */
+        gp_aligned *x = add_buffer(al, &cap);
+        if (!x)
+            break;
+        *x = (gp_aligned){.state = GP_TWIN_B_MORE, .side = 1, .size = r->size,
+                          .stack = r->stack};
+        rec_snap_labels(b, r, &x->category, &x->op, &x->module);
+        al->b_more_bytes += r->size;
     }
+    free(snap);
     return in->oom ? -1 : 0;
 }
 
@@ -826,10 +958,10 @@ void gp_align_free(gp_align *al)
     for (int i = 0; in && i < 2; i++) {
         side *s = &in->s[i];
         free(s->recs);
-        gp__map_free(&s->live);
+        u64map_free(&s->live);
         free(s->gone);
-        gp__map_free(&s->occ);
-        free(s->counts);
+        u64map_free(&s->occ);
+        free(s->site_hashes);
         gp__map_free(&s->memo);
         gp__map_free(&s->threads);
         free(s->hashes);

@@ -35,15 +35,103 @@ static const char *own(gp_profile *p, const char *s);
 
 /* ---- engine state ---------------------------------------------------------------------------- */
 
-typedef struct object {
-    uint64_t addr, size;
+typedef struct object { /* a live buffer (its address is its key in the live set) */
+    uint64_t size;
+    uint64_t seq;                          /* birth number (slots are reused, numbers not) */
     int32_t device;
     lp_category category;
     uint32_t tag_key, site, module, saved; /* indexes; saved = NONE unless SAVED */
     uint32_t instance;                     /* innermost region instance at birth, or NONE */
-    uint64_t seq;                          /* birth number (slots are reused, numbers not) */
     bool tagged;
 } object;
+
+/* The live set: (address, device) -> object, open addressing with 16-byte slots (half a
+ * gp_map's: every event probes it, so its footprint is what the cache sees), removal by shifting
+ * the probe run back (no tombstones). */
+typedef struct live_slot {
+    uint64_t addr;
+    int32_t device;
+    uint32_t obj; /* NONE = empty */
+} live_slot;
+
+typedef struct live_map {
+    live_slot *slots;
+    size_t cap, len; /* cap is 0 or a power of two */
+} live_map;
+
+static inline size_t live_home(const live_map *m, uint64_t addr, int32_t device)
+{
+    return gp__mix64(addr ^ (uint64_t)(uint32_t)device << 40) & (m->cap - 1);
+}
+
+static inline live_slot *live_find(const live_map *m, uint64_t addr, int32_t device)
+{
+    if (!m->cap)
+        return NULL;
+    for (size_t i = live_home(m, addr, device);; i = (i + 1) & (m->cap - 1)) {
+        live_slot *s = &m->slots[i];
+        if (s->obj == NONE)
+            return NULL;
+        if (s->addr == addr && s->device == device)
+            return s;
+    }
+}
+
+static inline void live_prefetch(const live_map *m, uint64_t addr, int32_t device)
+{
+    if (m->cap)
+        __builtin_prefetch(&m->slots[live_home(m, addr, device)]);
+}
+
+/* Adds (addr, device) -> obj; the key must not be present. false when out of memory. */
+static bool live_put(live_map *m, uint64_t addr, int32_t device, uint32_t obj)
+{
+    if ((m->len + 1) * 4 > m->cap * 3) {
+        live_map n = {.cap = m->cap ? 2 * m->cap : 1024};
+        n.slots = malloc(n.cap * sizeof *n.slots);
+        if (!n.slots)
+            return false;
+        for (size_t i = 0; i < n.cap; i++)
+            n.slots[i].obj = NONE;
+        for (size_t i = 0; i < m->cap; i++) {
+            const live_slot *s = &m->slots[i];
+            if (s->obj == NONE)
+                continue;
+            size_t j = live_home(&n, s->addr, s->device);
+            while (n.slots[j].obj != NONE)
+                j = (j + 1) & (n.cap - 1);
+            n.slots[j] = *s;
+        }
+        free(m->slots);
+        m->slots = n.slots;
+        m->cap = n.cap;
+    }
+    size_t i = live_home(m, addr, device);
+    while (m->slots[i].obj != NONE)
+        i = (i + 1) & (m->cap - 1);
+    m->slots[i] = (live_slot){addr, device, obj};
+    m->len++;
+    return true;
+}
+
+static void live_remove(live_map *m, live_slot *s)
+{
+    size_t mask = m->cap - 1, i = (size_t)(s - m->slots);
+    for (size_t j = (i + 1) & mask;; j = (j + 1) & mask) {
+        live_slot *t = &m->slots[j];
+        if (t->obj == NONE)
+            break;
+        size_t home = live_home(m, t->addr, t->device);
+        /* t may move into the hole at i unless its home lies cyclically in (i, j] */
+        bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+        if (!stays) {
+            m->slots[i] = *t;
+            i = j;
+        }
+    }
+    m->slots[i].obj = NONE;
+    m->len--;
+}
 
 typedef struct instance {
     const char *name;
@@ -75,16 +163,27 @@ typedef struct device_state {
     uint64_t live_by_cat[LP_CAT_COUNT];
 } device_state;
 
-/* Engine-side facts about a site, parallel to p->sites (24 bytes: one per distinct stack). */
+/*
+ * Engine-side facts about a site, parallel to p->sites (8 bytes: there is one site per distinct
+ * stack). Most sites only ever make untagged buffers, all of one frame-rule category: such a
+ * "pure" site needs nothing more, since the bytes it allocated in that category and the bytes
+ * that entered its raw tag key from it are both its stats.total_bytes. A site that makes a
+ * tagged buffer, or whose buffer gets its first tag, gets a side record with the figures.
+ */
 typedef struct site_extra {
-    uint64_t cat_bytes;     /* bytes allocated here in category `cat` (see by_category) */
-    uint64_t raw_key_bytes; /* bytes that entered the site's raw tag key from it (top_site) */
-    uint32_t multi;         /* 1 + index into site_cats when a second category came, else 0 */
-    uint8_t cat;            /* the first category allocated here */
-    uint8_t flags;          /* SITE_RAW_SEEN */
+    uint32_t side; /* 1 + index into site_sides, or 0 */
+    uint8_t cat;   /* pure: the category of its buffers */
+    uint8_t flags; /* SITE_RAW_SEEN, SITE_PURE */
 } site_extra;
 
 #define SITE_RAW_SEEN 1 /* an untagged buffer was made here (its rule labels were applied) */
+#define SITE_PURE 2     /* only untagged buffers, never tagged later, so far */
+
+typedef struct site_side {
+    uint64_t raw_key_bytes;          /* bytes that entered the site's raw tag key from it */
+    uint64_t by_cat[LP_CAT_COUNT];   /* bytes allocated here, per category (a first tag moves
+                                      * a buffer's bytes to its new category) */
+} site_side;
 
 /* A graph tag key's live bytes at the marks (growth detector), parallel to p->tag_keys. */
 typedef struct key_growth {
@@ -114,7 +213,7 @@ typedef struct finding_acc {
 } finding_acc;
 
 struct gp__profile_internal {
-    gp_map objects_map;
+    live_map objects_map;
     object *objects;
     size_t n_objects, cap_objects;
     uint32_t free_object; /* free list through object.tag_key */
@@ -123,10 +222,11 @@ struct gp__profile_internal {
     uint32_t *host_sites; /* host site index + 1 by stack id, 0 if none yet */
     size_t n_host_sites;
     size_t cap_tag_keys, cap_sites, cap_modules, cap_saved, cap_regions, cap_iterations, cap_spans;
+    size_t cap_notes;
     site_extra *extra; /* parallel to p->sites */
     size_t cap_extra;
-    uint64_t (*site_cats)[LP_CAT_COUNT]; /* bytes per category of sites with more than one */
-    size_t n_site_cats, cap_site_cats;
+    site_side *site_sides; /* of the sites that are not pure */
+    size_t n_site_sides, cap_site_sides;
     key_growth *key_growth; /* parallel to p->tag_keys, grown at the marks */
     size_t n_key_growth;
 
@@ -328,6 +428,17 @@ static uint32_t frame_class(gp_profile *p, frame_info *f)
     return c;
 }
 
+/* The new length of an array indexed by stack id, now `n` long, to hold `id`: the trace's
+ * stack count so far, grown by at least an eighth (stack ids keep growing while the trace is
+ * read; an eighth keeps the reallocations few and what is never touched small). */
+static size_t per_stack_size(const gp_profile *p, size_t n, uint32_t id)
+{
+    size_t want = gp_trace_stack_count(p->trace) + 1;
+    if (want < n + n / 8 + 1024)
+        want = n + n / 8 + 1024;
+    return want > id ? want : (size_t)id + 1;
+}
+
 /* The memoized class of stack node `id` (class + 1), 0 if not known yet. */
 static uint32_t stack_class_memo(const engine *e, uint32_t id)
 {
@@ -340,11 +451,7 @@ static void stack_class_set(gp_profile *p, uint32_t id, uint32_t c)
     if (c + 1 > UINT16_MAX)
         return; /* not memoized: computed again when asked (never with real rule sets) */
     if (id >= e->n_stack_class) {
-        size_t n = gp_trace_stack_count(p->trace) + 1;
-        if (n < e->n_stack_class * 2)
-            n = e->n_stack_class * 2;
-        if (n <= id)
-            n = (size_t)id + 1;
+        size_t n = per_stack_size(p, e->n_stack_class, id);
         uint16_t *a = realloc(e->stack_class, n * sizeof *a);
         if (!a) {
             e->oom = true;
@@ -461,15 +568,10 @@ static uint32_t site_get(gp_profile *p, uint32_t stack, int32_t device)
     site->device = device;
     site->category = LP_CAT_OTHER;
     site->op = site->module = "";
-    x->cat = LP_CAT_COUNT;
     uint32_t index = (uint32_t)(p->n_sites - 1);
     if (host) {
         if (stack >= e->n_host_sites) {
-            size_t n = gp_trace_stack_count(p->trace) + 1;
-            if (n < e->n_host_sites * 2)
-                n = e->n_host_sites * 2;
-            if (n <= stack)
-                n = (size_t)stack + 1024;
+            size_t n = per_stack_size(p, e->n_host_sites, stack);
             uint32_t *t = realloc(e->host_sites, n * sizeof *t);
             if (!t) {
                 e->oom = true;
@@ -713,7 +815,9 @@ static void key_site_add(gp_profile *p, uint32_t key, uint32_t site, int64_t siz
 {
     engine *e = p->internal;
     if (raw) { /* an untagged buffer: key is the site's raw key */
-        e->extra[site].raw_key_bytes += (uint64_t)size;
+        const site_extra *x = &e->extra[site];
+        if (x->side) /* else pure: the site's total_bytes */
+            e->site_sides[x->side - 1].raw_key_bytes += (uint64_t)size;
         return;
     }
     struct gp_map_slot *s = gp__map_find(&e->key_site_map, key, site, 0);
@@ -730,28 +834,37 @@ static void key_site_add(gp_profile *p, uint32_t key, uint32_t site, int64_t siz
     e->key_site_bytes[s->v] += (uint64_t)size;
 }
 
-/* Adds `size` bytes (negative: takes them back) to what site `site` allocated in `cat`. */
+/* Adds `size` bytes (negative: takes them back) to what site `site` allocated in `cat` (nothing
+ * to do for a pure site: its untagged buffers are in its stats). */
 static void site_cat_add(gp_profile *p, uint32_t site, lp_category cat, int64_t size)
 {
     engine *e = p->internal;
+    const site_extra *x = &e->extra[site];
+    if (x->side)
+        e->site_sides[x->side - 1].by_cat[cat] += (uint64_t)size;
+}
+
+/* Gives site `site` its side record, from its figures as a pure site (or zeros, for a site
+ * without buffers yet), before a tagged buffer or a first tag changes them. */
+static void site_unpure(gp_profile *p, uint32_t site)
+{
+    engine *e = p->internal;
     site_extra *x = &e->extra[site];
-    if (!x->multi) {
-        if (x->cat == LP_CAT_COUNT)
-            x->cat = (uint8_t)cat;
-        if (x->cat == cat) {
-            x->cat_bytes += (uint64_t)size;
-            return;
-        }
-        uint64_t(*c)[LP_CAT_COUNT] = gp__push((void **)&e->site_cats, &e->n_site_cats,
-                                               &e->cap_site_cats, sizeof *c);
-        if (!c) {
-            e->oom = true;
-            return;
-        }
-        (*c)[x->cat] = x->cat_bytes;
-        x->multi = (uint32_t)e->n_site_cats;
+    if (x->side)
+        return;
+    site_side *d =
+        gp__push((void **)&e->site_sides, &e->n_site_sides, &e->cap_site_sides, sizeof *d);
+    if (!d) {
+        e->oom = true;
+        return;
     }
-    e->site_cats[x->multi - 1][cat] += (uint64_t)size;
+    if (x->flags & SITE_PURE) {
+        uint64_t total = p->sites[site].stats.total_bytes;
+        d->raw_key_bytes = total;
+        d->by_cat[x->cat] = total;
+    }
+    x->flags &= (uint8_t)~SITE_PURE;
+    x->side = (uint32_t)e->n_site_sides;
 }
 
 /* Adds o's bytes to every key it belongs to. `count` also counts it as an allocation (or a
@@ -1172,7 +1285,8 @@ static void observe(gp_profile *p, void (*fn)(void *, gp_profile *, const gp_buf
     const gp_tag_key *k = &p->tag_keys[o->tag_key];
     gp_buffer_event b = {.seq = o->seq, .allocs = p->alloc_count, .time_ns = e->now,
                          .thread = thread, .device = o->device, .size = o->size,
-                         .stack = p->sites[o->site].stack, .category = o->category, .op = k->op,
+                         .stack = p->sites[o->site].stack, .site = o->site,
+                         .category = o->category, .op = k->op,
                          .module = k->module, .scope = "", .first_tag = first_tag};
     uint32_t i = o->instance;
     while (i != NONE && e->instances[i].scope != SCOPE_NONE)
@@ -1189,31 +1303,38 @@ static void observe(gp_profile *p, void (*fn)(void *, gp_profile *, const gp_buf
 static void on_alloc(gp_profile *p, thread_state *t, const gp_event *ev, bool tagged)
 {
     engine *e = p->internal;
-    struct gp_map_slot *s = gp__map_find(&e->objects_map, ev->addr, (uint32_t)ev->device, 0);
+    live_slot *s = live_find(&e->objects_map, ev->addr, ev->device);
     if (s) { /* allocated again without a free in between (missed free): drop the old one */
         if (OBSERVER(p))
-            observe(p, OBSERVER(p)->free, &e->objects[s->v], ev->thread, false);
-        object_leave(p, &e->objects[s->v]);
-        instance_unref(e, e->objects[s->v].instance);
-        e->objects[s->v].size = 0;
-        object_delete(e, s->v);
-        gp__map_remove(&e->objects_map, s);
+            observe(p, OBSERVER(p)->free, &e->objects[s->obj], ev->thread, false);
+        object_leave(p, &e->objects[s->obj]);
+        instance_unref(e, e->objects[s->obj].instance);
+        e->objects[s->obj].size = 0;
+        object_delete(e, s->obj);
+        live_remove(&e->objects_map, s);
         p->unknown_frees++;
     }
     uint32_t i = object_new(e);
     if (i == NONE)
         return;
     object *o = &e->objects[i];
-    *o = (object){.addr = ev->addr, .size = ev->size, .device = ev->device,
+    *o = (object){.size = ev->size, .device = ev->device,
                   .instance = t->top, .saved = NONE, .seq = p->alloc_count + 1};
     o->site = site_get(p, ev->stack, ev->device);
+    if (e->oom)
+        return;
     if (tagged) {
+        site_unpure(p, o->site);
         o->tagged = true;
         object_set_role(p, o, ev->category, ev->op, ev->module, ev->detail);
     } else { /* untagged: what the frame rules say, if anything (keys cached per class) */
         uint32_t cls = site_class(p, o->site);
         const stack_class *c = &e->classes[cls];
         site_extra *x = &e->extra[o->site];
+        if (!x->side && !(x->flags & SITE_PURE)) { /* its first buffer */
+            x->flags |= SITE_PURE;
+            x->cat = (uint8_t)c->category;
+        }
         if (!(x->flags & SITE_RAW_SEEN) || c->category == LP_CAT_SAVED) {
             object_set_role(p, o, c->category, c->op, empty_label, empty_label);
             x->flags |= SITE_RAW_SEEN;
@@ -1224,7 +1345,7 @@ static void on_alloc(gp_profile *p, thread_state *t, const gp_event *ev, bool ta
             o->module = k ? k->module : 0;
         }
     }
-    if (!gp__map_put(&e->objects_map, ev->addr, (uint32_t)ev->device, 0, i)) {
+    if (!live_put(&e->objects_map, ev->addr, ev->device, i)) {
         e->oom = true;
         return;
     }
@@ -1252,18 +1373,19 @@ static void on_alloc(gp_profile *p, thread_state *t, const gp_event *ev, bool ta
 static void on_tag(gp_profile *p, thread_state *t, const gp_event *ev)
 {
     engine *e = p->internal;
-    struct gp_map_slot *s = gp__map_find(&e->objects_map, ev->addr, (uint32_t)ev->device, 0);
+    live_slot *s = live_find(&e->objects_map, ev->addr, ev->device);
     if (!s) {
         on_alloc(p, t, ev, true);
         return;
     }
-    object *o = &e->objects[s->v];
+    object *o = &e->objects[s->obj];
     lp_category before = o->category;
     bool first_tag = !o->tagged;
     object_leave(p, o);
     gp_site *site = &p->sites[o->site];
     site->stats.frees--; /* the site keeps its allocation */
     if (first_tag) {     /* as if it had never been counted as OTHER */
+        site_unpure(p, o->site);
         gp_stats *undo[3] = {&p->tag_keys[o->tag_key].stats, &p->modules[o->module].stats,
                              &p->modules[o->module].by_category[o->category]};
         for (int i = 0; i < 3; i++) {
@@ -1300,12 +1422,12 @@ static void on_tag(gp_profile *p, thread_state *t, const gp_event *ev)
 static void on_free(gp_profile *p, thread_state *t, const gp_event *ev)
 {
     engine *e = p->internal;
-    struct gp_map_slot *s = gp__map_find(&e->objects_map, ev->addr, (uint32_t)ev->device, 0);
+    live_slot *s = live_find(&e->objects_map, ev->addr, ev->device);
     if (!s) {
         p->unknown_frees++;
         return;
     }
-    uint32_t i = s->v;
+    uint32_t i = s->obj;
     object *o = &e->objects[i];
     if (OBSERVER(p))
         observe(p, OBSERVER(p)->free, o, ev->thread, false);
@@ -1319,9 +1441,32 @@ static void on_free(gp_profile *p, thread_state *t, const gp_event *ev)
         t->last_alloc_valid = false;
     }
     instance_unref(e, o->instance);
-    gp__map_remove(&e->objects_map, s);
+    live_remove(&e->objects_map, s);
     o->size = 0;
     object_delete(e, i);
+}
+
+/* Keeps a note (the first GP_MAX_NOTES; the rest are counted). */
+static void note_add(gp_profile *p, const gp_event *ev)
+{
+    engine *e = p->internal;
+    gp_note *n = p->n_notes < GP_MAX_NOTES ? gp__push((void **)&p->notes, &p->n_notes,
+                                                      &e->cap_notes, sizeof *n)
+                                           : NULL;
+    if (!n) {
+        p->notes_dropped++;
+        return;
+    }
+    *n = (gp_note){ev->time_ns, ev->thread, ev->name, ev->detail};
+}
+
+/* Starts loading what replaying ev will read first. */
+static void prefetch_event(const engine *e, const gp_event *ev)
+{
+    if (ev->kind == GP_EV_ALLOC && ev->device == LP_DEVICE_HOST && ev->stack < e->n_host_sites)
+        __builtin_prefetch(&e->host_sites[ev->stack]);
+    if (ev->kind == GP_EV_ALLOC || ev->kind == GP_EV_FREE || ev->kind == GP_EV_TAG)
+        live_prefetch(&e->objects_map, ev->addr, ev->device);
 }
 
 static void on_event(gp_profile *p, const gp_event *ev)
@@ -1352,6 +1497,9 @@ static void on_event(gp_profile *p, const gp_event *ev)
     case GP_EV_GRAD_MODE:
         t->grad_disabled = !ev->grad_enabled;
         break;
+    case GP_EV_NOTE:
+        note_add(p, ev);
+        break;
     case GP_EV_LOST:
     case GP_EV_END:
         break;
@@ -1362,12 +1510,14 @@ static void on_event(gp_profile *p, const gp_event *ev)
 
 /* The category of the most bytes allocated at site i: the lowest such category, or OTHER when
  * OTHER has as many as any. */
-static lp_category site_category(const engine *e, size_t i)
+static lp_category site_category(const gp_profile *p, size_t i)
 {
+    const engine *e = p->internal;
     const site_extra *x = &e->extra[i];
-    if (!x->multi)
-        return x->cat_bytes > 0 ? (lp_category)x->cat : LP_CAT_OTHER;
-    const uint64_t *by = e->site_cats[x->multi - 1];
+    if (!x->side)
+        return x->flags & SITE_PURE && p->sites[i].stats.total_bytes > 0 ? (lp_category)x->cat
+                                                                          : LP_CAT_OTHER;
+    const uint64_t *by = e->site_sides[x->side - 1].by_cat;
     lp_category best = LP_CAT_OTHER;
     for (int c = 0; c < LP_CAT_COUNT; c++)
         if (by[c] > by[best])
@@ -1381,9 +1531,19 @@ uint64_t gp_site_allocated(const gp_profile *p, size_t site, lp_category c)
     if (site >= p->n_sites || (unsigned)c >= LP_CAT_COUNT)
         return 0;
     const site_extra *x = &e->extra[site];
-    if (x->multi)
-        return e->site_cats[x->multi - 1][c];
-    return x->cat == c ? x->cat_bytes : 0;
+    if (x->side)
+        return e->site_sides[x->side - 1].by_cat[c];
+    return x->flags & SITE_PURE && x->cat == c ? p->sites[site].stats.total_bytes : 0;
+}
+
+/* The bytes that entered site i's raw tag key from it. */
+static uint64_t site_raw_key_bytes(const gp_profile *p, size_t i)
+{
+    const engine *e = p->internal;
+    const site_extra *x = &e->extra[i];
+    if (x->side)
+        return e->site_sides[x->side - 1].raw_key_bytes;
+    return x->flags & SITE_PURE ? p->sites[i].stats.total_bytes : 0;
 }
 
 /* Makes `site` the top site of tag key `key` if `bytes` entered it from there is more than the
@@ -1407,7 +1567,7 @@ static int finish(gp_profile *p)
     for (size_t i = 0; i < p->n_sites; i++) {
         gp_site *s = &p->sites[i];
         stats_sync(&s->stats, device_get(p, s->device));
-        s->category = site_category(e, i);
+        s->category = site_category(p, i);
     }
     for (size_t i = 0; i < p->n_saved; i++)
         stats_sync(&p->saved[i].stats, device_get(p, p->saved[i].device));
@@ -1438,20 +1598,37 @@ static int finish(gp_profile *p)
         uint64_t bytes = e->key_site_bytes[s->v];
         const site_extra *x = &e->extra[s->k2];
         if (x->flags & SITE_RAW_SEEN && s->k1 == site_raw_key(p, (uint32_t)s->k2))
-            bytes += x->raw_key_bytes;
+            bytes += site_raw_key_bytes(p, s->k2);
         top_site_consider(p, best, (uint32_t)s->k1, (uint32_t)s->k2, bytes);
     }
     for (size_t i = 0; i < p->n_sites; i++) {
         const site_extra *x = &e->extra[i];
-        if (!(x->flags & SITE_RAW_SEEN) || x->raw_key_bytes == 0)
+        uint64_t raw = site_raw_key_bytes(p, i);
+        if (!(x->flags & SITE_RAW_SEEN) || raw == 0)
             continue;
         uint32_t key = site_raw_key(p, (uint32_t)i);
         if (key != NONE && !gp__map_find(&e->key_site_map, key, i, 0))
-            top_site_consider(p, best, key, (uint32_t)i, x->raw_key_bytes);
+            top_site_consider(p, best, key, (uint32_t)i, raw);
     }
     free(best);
     timeline_close_bucket(p);
     detect_growth(p);
+    /* what only the replay needed: the live set, the lookups by stack id */
+    free(e->objects_map.slots);
+    e->objects_map = (live_map){0};
+    free(e->objects);
+    e->objects = NULL;
+    e->n_objects = e->cap_objects = 0;
+    e->free_object = NONE;
+    free(e->host_sites);
+    e->host_sites = NULL;
+    e->n_host_sites = 0;
+    free(e->stack_class);
+    e->stack_class = NULL;
+    e->n_stack_class = 0;
+    free(e->path);
+    e->path = NULL;
+    e->cap_path = 0;
     /* findings: items by bytes, largest first; one per (kind, region), by kind then first seen */
     p->findings = calloc(e->n_findings ? e->n_findings : 1, sizeof *p->findings);
     if (!p->findings)
@@ -1489,14 +1666,22 @@ static int finish(gp_profile *p)
 int gp_profile_load(const char *path, const gp_analysis_options *opts, gp_profile **out,
                     char *err, size_t err_size)
 {
+    return gp__profile_load_with(path, opts, NULL, out, err, err_size);
+}
+
+int gp__profile_load_with(const char *path, const gp_analysis_options *opts,
+                          gp_symbolizer *symbolizer, gp_profile **out, char *err, size_t err_size)
+{
     *out = NULL;
     gp_profile *p = calloc(1, sizeof *p);
     engine *e = p ? calloc(1, sizeof *e) : NULL;
     if (!e) {
         free(p);
+        gp_symbolizer_free(symbolizer);
         snprintf(err, err_size, "%s: out of memory", path);
         return -1;
     }
+    p->symbolizer = symbolizer; /* owned from here on, freed with p */
     p->internal = e;
     if (opts)
         e->opts_copy = *opts;
@@ -1514,7 +1699,8 @@ int gp_profile_load(const char *path, const gp_analysis_options *opts, gp_profil
     p->info = gp_trace_info_get(p->trace);
     e->cap_timeline = e->opts->timeline_points < 16 ? 16 : e->opts->timeline_points;
     p->timeline = calloc(e->cap_timeline, sizeof *p->timeline);
-    p->symbolizer = gp_symbolizer_new();
+    if (!p->symbolizer)
+        p->symbolizer = gp_symbolizer_new();
     if (!p->timeline || !p->symbolizer) {
         snprintf(err, err_size, "%s: out of memory", path);
         gp_profile_free(p);
@@ -1524,18 +1710,26 @@ int gp_profile_load(const char *path, const gp_analysis_options *opts, gp_profil
     e->bucket_width = 1000; /* 1 µs, doubling as the run gets longer */
     e->bucket_end = e->bucket_width;
     device_get(p, LP_DEVICE_HOST);
-    gp_event ev;
-    int r;
+    /* One event ahead: while event i is replayed, what event i + 1 will touch is already on
+     * its way into the cache (the live set's slot, the site of its stack). */
+    gp_event evs[2];
+    int cur = 0;
+    int r = gp_trace_next(p->trace, &evs[0], err, err_size);
     bool host_seen = false;
-    while ((r = gp_trace_next(p->trace, &ev, err, err_size)) == 1) {
-        if (!host_seen && (ev.kind == GP_EV_ALLOC || ev.kind == GP_EV_TAG)) {
+    while (r == 1) {
+        gp_event *ev = &evs[cur];
+        r = gp_trace_next(p->trace, &evs[cur ^ 1], err, err_size);
+        if (r == 1)
+            prefetch_event(e, &evs[cur ^ 1]);
+        if (!host_seen && (ev->kind == GP_EV_ALLOC || ev->kind == GP_EV_TAG)) {
             /* the primary device is the host, unless the first buffer is elsewhere and the host
              * never allocates: fixed at the end */
-            host_seen = ev.device == LP_DEVICE_HOST;
+            host_seen = ev->device == LP_DEVICE_HOST;
         }
-        on_event(p, &ev);
+        on_event(p, ev);
         if (e->oom)
             break;
+        cur ^= 1;
     }
     if (r < 0) {
         gp_profile_free(p);
@@ -1572,7 +1766,7 @@ void gp_profile_free(gp_profile *p)
         free(e->region_map.slots);
         free(e->key_growth);
         free(e->extra);
-        free(e->site_cats);
+        free(e->site_sides);
         free(e->host_sites);
         free(e->instances);
         free(e->threads);
@@ -1613,6 +1807,7 @@ void gp_profile_free(gp_profile *p)
     free(p->iterations);
     free(p->timeline);
     free(p->spans);
+    free(p->notes);
     gp_symbolizer_free(p->symbolizer);
     gp_trace_close(p->trace);
     free(p);

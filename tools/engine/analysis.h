@@ -115,6 +115,14 @@ typedef struct gp_region_span { /* a region instance on a thread, for the timeli
     uint64_t begin_ns, end_ns;
 } gp_region_span;
 
+/* A timed note (lp_note): a fact a tagging source learned about no one buffer. */
+typedef struct gp_note {
+    uint64_t time_ns;
+    uint32_t thread;
+    const char *key, *value; /* owned by the trace (p->trace) */
+} gp_note;
+#define GP_MAX_NOTES 10000
+
 typedef enum gp_finding_kind {
     GP_FIND_GRAPH_WITHOUT_GRAD,  /* graph memory allocated where grad should be off */
     GP_FIND_FORGOT_NO_GRAD,      /* grad on inside a region marked as inference */
@@ -171,6 +179,7 @@ typedef struct gp_buffer_event {
     int32_t device;
     uint64_t size;
     uint32_t stack;       /* the allocating stack (0 = none) */
+    uint32_t site;        /* its site: an index in p->sites (the stack on the device) */
     lp_category category; /* the buffer's role now (after the event) */
     const char *op, *module; /* interned by the profile, "" if none */
     /* The innermost region open at its birth that is not a grad-mode scope (a module's forward,
@@ -246,6 +255,9 @@ struct gp_profile {
     size_t n_spans;
     gp_finding *findings;
     size_t n_findings;
+    gp_note *notes; /* in time order, the first GP_MAX_NOTES */
+    size_t n_notes;
+    uint64_t notes_dropped; /* notes past the cap */
 
     gp_symbolizer *symbolizer; /* owned: the trace's modules, symbolized on demand */
     struct gp__profile_internal *internal;
@@ -256,6 +268,13 @@ struct gp_profile {
 int gp_profile_load(const char *path, const gp_analysis_options *opts, gp_profile **out,
                     char *err, size_t err_size);
 void gp_profile_free(gp_profile *p);
+
+/* gp_profile_load with the symbolizer the profile is to use (NULL: a new one), which it owns
+ * from the call on, freed with it even when the load fails: e.g. gp_symbolizer_share() of
+ * another profile's, so that two traces of one program open and resolve their modules once. */
+int gp__profile_load_with(const char *path, const gp_analysis_options *opts,
+                          gp_symbolizer *symbolizer, gp_profile **out, char *err,
+                          size_t err_size);
 
 /* A short human label for a site: the first frame outside the allocator and libprof, with its
  * file:line if known ("linear_forward (ops_linalg.c:210)"), or "[no stack]". Owned by p. */

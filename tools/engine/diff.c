@@ -551,7 +551,9 @@ int gp_diff_load(const char *a_path, const char *b_path, const gp_analysis_optio
     if (gp_profile_load(a_path, &o, a, err, err_size) != 0)
         goto done;
     o.observer = gp_align_observer(al, 1);
-    if (gp_profile_load(b_path, &o, b, err, err_size) != 0)
+    /* B shares A's symbolizer: the same program's modules are opened and resolved once */
+    if (gp__profile_load_with(b_path, &o, gp_symbolizer_share((*a)->symbolizer), b, err,
+                              err_size) != 0)
         goto done;
     if (gp_align_finish(al) != 0) {
         snprintf(err, err_size, "out of memory aligning '%s' with '%s'", a_path, b_path);

@@ -32,12 +32,14 @@ typedef struct sym_cu_range {
     Dwarf_Die cu;
 } sym_cu_range;
 
+/* A module file (path + build-id): opened once, shared by every symbolizer that shares its core
+ * and registers the same file (see gp_symbolizer_share). */
 typedef struct sym_module {
-    uint32_t id;
+    uint32_t id;          /* the id it was first registered with (messages) */
     char *path;           /* owned */
     char *build_id;       /* owned, lowercase hex, "" if not recorded */
     const char *basename; /* points into path */
-    uint64_t base, size;  /* as recorded; for messages only */
+    bool shareable;       /* a path with a basename: registrations of it can share this file */
     bool opened;          /* sym_module_open() ran */
     Dwfl *dwfl;           /* owned; NULL when the file could not be reported */
     Dwfl_Module *mod;     /* NULL when the module is unusable (quality GP_SYM_NONE) */
@@ -63,20 +65,39 @@ typedef struct sym_fn {
     bool function;
 } sym_fn;
 
+/* A cached lookup: `where` is SYM_FILE | the file's index for a registered module, else the
+ * module id itself (0, or an id no module was registered with). */
 typedef struct sym_entry {
     uint64_t offset;
-    uint32_t module_id;
+    uint32_t where;
     uint32_t kind;
     gp_symbol *sym; /* owned; NULL = empty slot */
 } sym_entry;
 
-struct gp_symbolizer {
-    sym_module *modules; /* sorted by id */
+#define SYM_FILE 0x80000000u /* trace module ids are far below */
+
+/* What symbolizers sharing a core have in common: the files, the lookups made, the strings. */
+typedef struct sym_core {
+    sym_module *modules; /* the files, in order of registration */
     size_t nmodules, modules_cap;
     sym_entry *cache; /* open addressing, linear probing; capacity a power of two */
     size_t cache_count, cache_cap;
     char **strings; /* interned strings (owned); open addressing, capacity a power of two */
     size_t string_count, string_cap;
+    unsigned refs; /* symbolizers using it */
+} sym_core;
+
+/* One registration: a trace's module id -> a file of the core. */
+typedef struct sym_reg {
+    uint32_t id;
+    uint32_t file;       /* index into core->modules */
+    uint64_t base, size; /* as recorded; for messages only */
+} sym_reg;
+
+struct gp_symbolizer {
+    sym_core *core;
+    sym_reg *regs; /* sorted by id */
+    size_t nregs, regs_cap;
     gp_sym_stats stats;
 };
 
@@ -122,7 +143,7 @@ static uint64_t sym_mix(uint64_t x)
     return x;
 }
 
-static int sym_strings_grow(gp_symbolizer *s)
+static int sym_strings_grow(sym_core *s)
 {
     size_t cap = s->string_cap ? s->string_cap * 2 : 256;
     char **slots = calloc(cap, sizeof *slots);
@@ -144,7 +165,7 @@ static int sym_strings_grow(gp_symbolizer *s)
 }
 
 /* Returns the symbolizer's copy of str (one per distinct string), or NULL when out of memory. */
-static const char *sym_intern(gp_symbolizer *s, const char *str)
+static const char *sym_intern_core(sym_core *s, const char *str)
 {
     if (2 * (s->string_count + 1) > s->string_cap && sym_strings_grow(s) != 0)
         return NULL;
@@ -162,6 +183,11 @@ static const char *sym_intern(gp_symbolizer *s, const char *str)
     return copy;
 }
 
+static const char *sym_intern(gp_symbolizer *s, const char *str)
+{
+    return sym_intern_core(s->core, str);
+}
+
 /* Interns the demangled form of name when it is a C++ name, else name itself. */
 static const char *sym_intern_demangled(gp_symbolizer *s, const char *name)
 {
@@ -175,15 +201,32 @@ static const char *sym_intern_demangled(gp_symbolizer *s, const char *name)
 
 gp_symbolizer *gp_symbolizer_new(void)
 {
-    return calloc(1, sizeof(gp_symbolizer));
+    gp_symbolizer *s = calloc(1, sizeof *s);
+    if (s && !(s->core = calloc(1, sizeof *s->core))) {
+        free(s);
+        return NULL;
+    }
+    if (s)
+        s->core->refs = 1;
+    return s;
 }
 
-void gp_symbolizer_free(gp_symbolizer *s)
+gp_symbolizer *gp_symbolizer_share(gp_symbolizer *with)
 {
-    if (s == NULL)
-        return;
-    for (size_t i = 0; i < s->nmodules; i++) {
-        sym_module *m = &s->modules[i];
+    if (with == NULL)
+        return NULL;
+    gp_symbolizer *s = calloc(1, sizeof *s);
+    if (s) {
+        s->core = with->core;
+        s->core->refs++;
+    }
+    return s;
+}
+
+static void sym_core_free(sym_core *c)
+{
+    for (size_t i = 0; i < c->nmodules; i++) {
+        sym_module *m = &c->modules[i];
         if (m->dwfl != NULL)
             dwfl_end(m->dwfl);
         free(m->path);
@@ -192,25 +235,35 @@ void gp_symbolizer_free(gp_symbolizer *s)
         free(m->cu_ranges);
         free(m->fns);
     }
-    free(s->modules);
-    for (size_t i = 0; i < s->cache_cap; i++)
-        free(s->cache[i].sym);
-    free(s->cache);
-    for (size_t i = 0; i < s->string_cap; i++)
-        free(s->strings[i]);
-    free(s->strings);
+    free(c->modules);
+    for (size_t i = 0; i < c->cache_cap; i++)
+        free(c->cache[i].sym);
+    free(c->cache);
+    for (size_t i = 0; i < c->string_cap; i++)
+        free(c->strings[i]);
+    free(c->strings);
+    free(c);
+}
+
+void gp_symbolizer_free(gp_symbolizer *s)
+{
+    if (s == NULL)
+        return;
+    if (--s->core->refs == 0)
+        sym_core_free(s->core);
+    free(s->regs);
     free(s);
 }
 
-/* The registered module with this id, or NULL. */
-static sym_module *sym_find_module(gp_symbolizer *s, uint32_t id)
+/* The registration of this id, or NULL. */
+static sym_reg *sym_find_reg(gp_symbolizer *s, uint32_t id)
 {
-    size_t lo = 0, hi = s->nmodules;
+    size_t lo = 0, hi = s->nregs;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (s->modules[mid].id == id)
-            return &s->modules[mid];
-        if (s->modules[mid].id < id)
+        if (s->regs[mid].id == id)
+            return &s->regs[mid];
+        if (s->regs[mid].id < id)
             lo = mid + 1;
         else
             hi = mid;
@@ -218,41 +271,79 @@ static sym_module *sym_find_module(gp_symbolizer *s, uint32_t id)
     return NULL;
 }
 
-int gp_symbolizer_add_module(gp_symbolizer *s, uint32_t module_id, const char *path,
-                             const char *build_id, uint64_t base, uint64_t size)
+/* The file registered with this id, or NULL. */
+static sym_module *sym_find_module(gp_symbolizer *s, uint32_t id)
 {
-    if (s == NULL || module_id == 0 || path == NULL)
-        return -EINVAL;
-    if (sym_find_module(s, module_id) != NULL)
-        return -EEXIST;
-    if (s->nmodules == s->modules_cap) {
-        size_t cap = s->modules_cap ? s->modules_cap * 2 : 16;
-        sym_module *grown = realloc(s->modules, cap * sizeof *grown);
+    sym_reg *r = sym_find_reg(s, id);
+    return r ? &s->core->modules[r->file] : NULL;
+}
+
+/* The index of the core's file for (path, build_id), added if new (build_id already lowercase);
+ * -ENOMEM. */
+static int64_t sym_file_get(sym_core *c, uint32_t id, const char *path, const char *build_id)
+{
+    const char *slash = strrchr(path, '/');
+    bool shareable = (slash ? slash[1] : path[0]) != '\0';
+    if (shareable)
+        for (size_t i = 0; i < c->nmodules; i++) /* a few hundred files at most */
+            if (c->modules[i].shareable && strcmp(c->modules[i].path, path) == 0 &&
+                strcmp(c->modules[i].build_id, build_id) == 0)
+                return (int64_t)i;
+    if (c->nmodules == c->modules_cap) {
+        size_t cap = c->modules_cap ? c->modules_cap * 2 : 16;
+        sym_module *grown = realloc(c->modules, cap * sizeof *grown);
         if (grown == NULL)
             return -ENOMEM;
-        s->modules = grown;
-        s->modules_cap = cap;
+        c->modules = grown;
+        c->modules_cap = cap;
     }
-    sym_module m = {.id = module_id, .base = base, .size = size};
+    sym_module m = {.id = id, .shareable = shareable};
     m.path = strdup(path);
-    m.build_id = strdup(build_id ? build_id : "");
+    m.build_id = strdup(build_id);
     if (m.path == NULL || m.build_id == NULL) {
         free(m.path);
         free(m.build_id);
         return -ENOMEM;
     }
-    for (char *p = m.build_id; *p; p++)
+    slash = strrchr(m.path, '/');
+    m.basename = slash ? slash + 1 : m.path;
+    c->modules[c->nmodules] = m;
+    return (int64_t)c->nmodules++;
+}
+
+int gp_symbolizer_add_module(gp_symbolizer *s, uint32_t module_id, const char *path,
+                             const char *build_id, uint64_t base, uint64_t size)
+{
+    if (s == NULL || module_id == 0 || path == NULL)
+        return -EINVAL;
+    if (sym_find_reg(s, module_id) != NULL)
+        return -EEXIST;
+    if (s->nregs == s->regs_cap) {
+        size_t cap = s->regs_cap ? s->regs_cap * 2 : 16;
+        sym_reg *grown = realloc(s->regs, cap * sizeof *grown);
+        if (grown == NULL)
+            return -ENOMEM;
+        s->regs = grown;
+        s->regs_cap = cap;
+    }
+    char *lower = strdup(build_id ? build_id : "");
+    if (lower == NULL)
+        return -ENOMEM;
+    for (char *p = lower; *p; p++)
         if (*p >= 'A' && *p <= 'F')
             *p = (char)(*p - 'A' + 'a');
-    const char *slash = strrchr(m.path, '/');
-    m.basename = slash ? slash + 1 : m.path;
+    int64_t file = sym_file_get(s->core, module_id, path, lower);
+    free(lower);
+    if (file < 0)
+        return (int)file;
+    sym_reg r = {.id = module_id, .file = (uint32_t)file, .base = base, .size = size};
     /* Keep the array sorted by id; trace module ids usually arrive in order, so this appends. */
-    size_t at = s->nmodules;
-    while (at > 0 && s->modules[at - 1].id > module_id)
+    size_t at = s->nregs;
+    while (at > 0 && s->regs[at - 1].id > module_id)
         at--;
-    memmove(&s->modules[at + 1], &s->modules[at], (s->nmodules - at) * sizeof m);
-    s->modules[at] = m;
-    s->nmodules++;
+    memmove(&s->regs[at + 1], &s->regs[at], (s->nregs - at) * sizeof r);
+    s->regs[at] = r;
+    s->nregs++;
     return 0;
 }
 
@@ -596,12 +687,12 @@ static void sym_resolve(gp_symbolizer *s, sym_module *m, Dwarf_Addr pc, gp_symbo
     }
 }
 
-static uint64_t sym_key_hash(uint32_t module_id, uint64_t offset, uint32_t kind)
+static uint64_t sym_key_hash(uint32_t where, uint64_t offset, uint32_t kind)
 {
-    return sym_mix(offset ^ sym_mix(((uint64_t)module_id << 1) | kind));
+    return sym_mix(offset ^ sym_mix(((uint64_t)where << 1) | kind));
 }
 
-static int sym_cache_grow(gp_symbolizer *s)
+static int sym_cache_grow(sym_core *s)
 {
     size_t cap = s->cache_cap ? s->cache_cap * 2 : 1024;
     sym_entry *slots = calloc(cap, sizeof *slots);
@@ -611,7 +702,7 @@ static int sym_cache_grow(gp_symbolizer *s)
         sym_entry *e = &s->cache[i];
         if (e->sym == NULL)
             continue;
-        size_t j = sym_key_hash(e->module_id, e->offset, e->kind) & (cap - 1);
+        size_t j = sym_key_hash(e->where, e->offset, e->kind) & (cap - 1);
         while (slots[j].sym != NULL)
             j = (j + 1) & (cap - 1);
         slots[j] = *e;
@@ -627,15 +718,18 @@ static const gp_symbol *sym_lookup(gp_symbolizer *s, uint32_t module_id, uint64_
 {
     if (s == NULL)
         return NULL;
+    sym_core *c = s->core;
     s->stats.queries++;
-    if (2 * (s->cache_count + 1) > s->cache_cap && sym_cache_grow(s) != 0)
+    sym_reg *reg = module_id ? sym_find_reg(s, module_id) : NULL;
+    uint32_t where = reg ? SYM_FILE | reg->file : module_id;
+    if (4 * (c->cache_count + 1) > 3 * c->cache_cap && sym_cache_grow(c) != 0)
         return NULL;
-    size_t j = sym_key_hash(module_id, offset, kind) & (s->cache_cap - 1);
-    while (s->cache[j].sym != NULL) {
-        sym_entry *e = &s->cache[j];
-        if (e->module_id == module_id && e->offset == offset && e->kind == kind)
+    size_t j = sym_key_hash(where, offset, kind) & (c->cache_cap - 1);
+    while (c->cache[j].sym != NULL) {
+        sym_entry *e = &c->cache[j];
+        if (e->where == where && e->offset == offset && e->kind == kind)
             return e->sym;
-        j = (j + 1) & (s->cache_cap - 1);
+        j = (j + 1) & (c->cache_cap - 1);
     }
 
     s->stats.lookups++;
@@ -644,7 +738,7 @@ static const gp_symbol *sym_lookup(gp_symbolizer *s, uint32_t module_id, uint64_
         return NULL;
     out->offset = offset;
     out->module = "";
-    sym_module *m = module_id ? sym_find_module(s, module_id) : NULL;
+    sym_module *m = reg ? &c->modules[reg->file] : NULL;
     if (m != NULL) {
         out->module = m->path;
         sym_module_open(s, m);
@@ -668,8 +762,8 @@ static const gp_symbol *sym_lookup(gp_symbolizer *s, uint32_t module_id, uint64_
             return NULL;
         }
     }
-    s->cache[j] = (sym_entry){.offset = offset, .module_id = module_id, .kind = kind, .sym = out};
-    s->cache_count++;
+    c->cache[j] = (sym_entry){.offset = offset, .where = where, .kind = kind, .sym = out};
+    c->cache_count++;
     return out;
 }
 

@@ -31,7 +31,8 @@
  * once and the result kept, so a report costs one libdw lookup per unique address, not per event.
  *
  * Ownership: every string and gp_symbol returned belongs to the symbolizer and lives until
- * gp_symbolizer_free(). Not thread-safe: use one symbolizer per thread.
+ * gp_symbolizer_free() (of the last one sharing it, see gp_symbolizer_share). Not thread-safe:
+ * use one symbolizer (and whatever shares it) per thread.
  */
 #ifndef GRADPROF_TOOLS_SYMBOLIZE_H
 #define GRADPROF_TOOLS_SYMBOLIZE_H
@@ -75,8 +76,15 @@ typedef struct gp_sym_stats {
 /* A new, empty symbolizer, or NULL when out of memory. */
 gp_symbolizer *gp_symbolizer_new(void);
 
-/* Frees the symbolizer, its open modules and every string and gp_symbol it returned. NULL is a
- * no-op. */
+/* A new symbolizer with no modules registered that shares `with`'s opened files, looked-up
+ * symbols and strings: a module registered in both with the same path and build-id is opened
+ * once, and each of its addresses resolved once for both (two traces of one program). Module ids
+ * stay each symbolizer's own. Strings and gp_symbols returned by either live until both are
+ * freed. NULL when out of memory or `with` is NULL. */
+gp_symbolizer *gp_symbolizer_share(gp_symbolizer *with);
+
+/* Frees the symbolizer; its open modules and every string and gp_symbol it returned go with the
+ * last symbolizer sharing them. NULL is a no-op. */
 void gp_symbolizer_free(gp_symbolizer *s);
 
 /* Registers module `module_id` (> 0, as in the trace's module map) with the ELF file at `path`

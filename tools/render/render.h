@@ -142,4 +142,74 @@ int gp_render_check_text(FILE *out, gp_profile *p, const gp_check_result *r);
 int gp_render_check_json(FILE *out, gp_profile *p, const gp_check_result *r);
 int gp_render_check_junit(FILE *out, gp_profile *p, const gp_check_result *r);
 
+/* ---- a job: several processes of one program (ranks), and the pprof and speedscope exports -- */
+
+struct gp_samples;
+
+/*
+ * One process of a job, as `report` and `check` take several traces: its profile, and what the
+ * trace's metadata says of it (the launcher's RANK, LOCAL_RANK and WORLD_SIZE, as the recorder
+ * copied them; NULL when absent) and its pid (0 if unknown). graph_bytes is what its primary
+ * device held at the peak in saved, autograd and gradient memory. samples: for the pprof export
+ * (samples.h), else NULL. A single trace is a job of one.
+ */
+typedef struct gp_render_process {
+    gp_profile *p;
+    const struct gp_samples *samples;
+    const char *rank, *local_rank, *world_size;
+    long pid;
+    uint64_t graph_bytes;
+} gp_render_process;
+
+/*
+ * The pprof export (render_pprof.c): a gzipped profile.proto of the processes' samples (every
+ * gp_render_process needs its samples), sample types as Go's heap profiles (alloc_objects,
+ * alloc_space, inuse_objects, inuse_space at each device's peak; default inuse_space),
+ * symbolized locations and functions (file and line), and string labels category, op, module,
+ * device, grad, and rank, local_rank, world_size (when known) and, for several processes, pid.
+ * The same input gives the same bytes. Flushes `out`.
+ */
+int gp_render_pprof(FILE *out, const gp_render_process *procs, size_t n);
+
+/*
+ * The speedscope export (render_speedscope.c): speedscope's file format ($schema, shared.frames,
+ * profiles[] of type "sampled" with samples and weights), four profiles per process, one per
+ * measure (peak, total, count, leaked), each sample a call site with its category as the root
+ * frame (as the folded export); a job's profiles are named by rank. Flushes `out`.
+ */
+int gp_render_speedscope(FILE *out, const gp_render_process *procs, size_t n);
+
+/*
+ * A job's report (render_job.c), for `report` with several traces. Text: a one-line summary, the
+ * per-process table (rank, pid, peak, graph at peak, findings, trace), the worst process first
+ * (highest peak, then graph bytes, then rank), then each process's text report in that order
+ * under a line naming it. JSON, schema "gradprof-job/1": processes[] in that order (rank,
+ * local_rank, world_size: numbers or null; pid, path, command, host, peak_bytes, peak_time_ns,
+ * graph_bytes, leaked_bytes, findings (kinds)) and world_size (when all agree). Flushes `out`.
+ */
+int gp_render_job_text(FILE *out, const gp_render_process *procs, size_t n,
+                       const gp_render_options *o);
+int gp_render_job_json(FILE *out, const gp_render_process *procs, size_t n);
+
+/*
+ * The Chrome trace of a job (render_chrome.c): each process as gp_render_chrome writes one, under
+ * its own pid (the trace's, unless two processes share one: then 1000000 + its index), named
+ * "gradprof: rank R: COMMAND" and sorted by rank, in one traceEvents list, so that Perfetto (and
+ * its trace processor) load the job as one trace. Flushes `out`.
+ */
+int gp_render_chrome_job(FILE *out, const gp_render_process *procs, size_t n);
+
+/*
+ * The checks of a job (render_job.c), results[i] of procs[i]: text, the per-process table (rank,
+ * pid, verdict, peak, graph at peak, violations, trace), the worst first (unjudged, then failed,
+ * then passed; then by peak), then each process's check text under a line naming it; JSON, schema
+ * "gradprof-check-job/1": verdict and passed of the job (unjudged if any process is, else failed
+ * if any is), processes[] in that order (rank, local_rank, world_size, pid, path, verdict, passed,
+ * peak_bytes, graph_bytes, violations, failed_rules[]). Flushes `out`.
+ */
+int gp_render_check_job_text(FILE *out, const gp_render_process *procs,
+                             gp_check_result *const *results, size_t n);
+int gp_render_check_job_json(FILE *out, const gp_render_process *procs,
+                             gp_check_result *const *results, size_t n);
+
 #endif /* GRADPROF_TOOLS_RENDER_H */

@@ -47,11 +47,14 @@ static long trace_pid(const gp_profile *p)
     return *end == '\0' && v > 0 ? v : 1;
 }
 
-/* Metadata: the process's name (after the traced command) and each thread's name and order. */
-static void metadata_events(gp__jw *j, const gp_profile *p, long pid, const char *command)
+/* Metadata: the process's name ("gradprof: COMMAND", or "gradprof: rank R: COMMAND" in a
+ * job) and each thread's name and order. */
+static void metadata_events(gp__jw *j, const gp_profile *p, long pid, const char *command,
+                            const char *rank)
 {
     char name[512];
-    snprintf(name, sizeof name, "gradprof: %s", command ? command : p->path ? p->path : "trace");
+    snprintf(name, sizeof name, "gradprof: %s%s%s%s", rank ? "rank " : "", rank ? rank : "",
+             rank ? ": " : "", command ? command : p->path ? p->path : "trace");
     event_begin(j, "process_name", "M", pid, 0, 0);
     gp__jw_object(j, "args", true);
     gp__jw_str(j, "name", name);
@@ -189,7 +192,7 @@ int gp_render_chrome(FILE *out, gp_profile *p, const gp_render_options *o)
     gp__jw_begin_compact(&j, out);
     gp__jw_object(&j, NULL, true);
     gp__jw_array(&j, "traceEvents", false); /* one event per line */
-    metadata_events(&j, p, pid, command);
+    metadata_events(&j, p, pid, command, NULL);
     counter_events(&j, p, pid);
     region_events(&j, p, pid);
     instant_events(&j, p, pid);
@@ -202,5 +205,49 @@ int gp_render_chrome(FILE *out, gp_profile *p, const gp_render_options *o)
     gp__jw_u64(&j, "duration_ns", p->duration_ns);
     gp__jw_end(&j);
     gp__jw_end(&j);
+    return gp__jw_finish(&j);
+}
+
+int gp_render_chrome_job(FILE *out, const gp_render_process *procs, size_t n)
+{
+    long *pids = malloc((n ? n : 1) * sizeof *pids);
+    if (!pids)
+        return -1;
+    gp__jw j;
+    gp__jw_begin_compact(&j, out);
+    gp__jw_object(&j, NULL, true);
+    gp__jw_array(&j, "traceEvents", false); /* one event per line */
+    uint64_t duration = 0;
+    for (size_t i = 0; i < n; i++) {
+        const gp_profile *p = procs[i].p;
+        long pid = trace_pid(p);
+        for (size_t k = 0; k < i; k++)
+            if (pids[k] == pid) /* two hosts, one pid: keep the processes apart */
+                pid = 1000000 + (long)i;
+        pids[i] = pid;
+        const char *command = p->trace != NULL ? gp_trace_meta(p->trace, "command") : NULL;
+        metadata_events(&j, p, pid, command, procs[i].rank);
+        char *end;
+        long rank = procs[i].rank ? strtol(procs[i].rank, &end, 10) : (long)i;
+        event_begin(&j, "process_sort_index", "M", pid, 0, 0);
+        gp__jw_object(&j, "args", true);
+        gp__jw_i64(&j, "sort_index", rank);
+        gp__jw_end(&j);
+        gp__jw_end(&j);
+        counter_events(&j, p, pid);
+        region_events(&j, p, pid);
+        instant_events(&j, p, pid);
+        if (p->duration_ns > duration)
+            duration = p->duration_ns;
+    }
+    gp__jw_end(&j);
+    gp__jw_str(&j, "displayTimeUnit", "ms");
+    gp__jw_object(&j, "otherData", true);
+    gp__jw_str(&j, "generator", "gradprof");
+    gp__jw_u64(&j, "processes", n);
+    gp__jw_u64(&j, "duration_ns", duration);
+    gp__jw_end(&j);
+    gp__jw_end(&j);
+    free(pids);
     return gp__jw_finish(&j);
 }

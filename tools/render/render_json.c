@@ -4,7 +4,8 @@
  * scripts can rely on them. Byte counts and times are integers (bytes, nanoseconds); strings are
  * UTF-8 with JSON escapes (the JSON writer, json.h). The ranked lists (tag_keys, sites, modules,
  * saved_tensors) hold the first o->top entries (0 = all) in the order of o->measure, and `counts`
- * gives each list's full length; devices, regions, iterations and findings are complete.
+ * gives each list's full length; devices, regions, iterations and findings are complete; notes
+ * are the first GP_MAX_NOTES (counts.notes says how many there were).
  */
 #include <inttypes.h>
 #include <stdbool.h>
@@ -282,6 +283,22 @@ static void findings(gp__jw *j, gp_profile *p)
     gp__jw_end(j);
 }
 
+/* The notes (lp_note) in time order, as many as the profile kept (counts.notes: all of them). */
+static void notes(gp__jw *j, const gp_profile *p)
+{
+    gp__jw_array(j, "notes", false);
+    for (size_t i = 0; i < p->n_notes; i++) {
+        const gp_note *n = &p->notes[i];
+        gp__jw_object(j, NULL, true);
+        j_str(j, "key", n->key);
+        j_str(j, "value", n->value);
+        gp__jw_u64(j, "time_ns", n->time_ns);
+        gp__jw_u64(j, "thread", n->thread);
+        gp__jw_end(j);
+    }
+    gp__jw_end(j);
+}
+
 int gp_render_json(FILE *out, gp_profile *p, const gp_render_options *o)
 {
     gp_render_options def;
@@ -318,6 +335,7 @@ int gp_render_json(FILE *out, gp_profile *p, const gp_render_options *o)
     gp__jw_u64(&j, "sites", p->n_sites);
     gp__jw_u64(&j, "modules", p->n_modules);
     gp__jw_u64(&j, "saved_tensors", p->n_saved);
+    gp__jw_u64(&j, "notes", p->n_notes + p->notes_dropped);
     gp__jw_end(&j);
     tag_keys(&j, p, m, o->top);
     sites(&j, p, m, o->top);
@@ -326,6 +344,7 @@ int gp_render_json(FILE *out, gp_profile *p, const gp_render_options *o)
     iterations(&j, p);
     saved_tensors(&j, p, o->top);
     findings(&j, p);
+    notes(&j, p);
     gp__jw_end(&j);
     return gp__jw_finish(&j);
 }
