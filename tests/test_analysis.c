@@ -153,11 +153,11 @@ static void test_leak_accumulate_grows(void **state)
         items += f->items[i].bytes;
     }
     assert_int_equal(items, 4 * graph); /* the growing graph keys explain all of it */
-    /* Every iteration's graph is kept beyond the next iteration: iterations 0..3 are judged when
-     * 2..5 begin (the last two cannot be: no iteration comes after them). */
+    /* Every iteration's saved tensors are kept beyond the next iteration: iterations 0..3 are
+     * judged when 2..5 begin (the last two cannot be: no iteration comes after them). */
     f = finding(p, GP_FIND_GRAPH_ESCAPES);
     assert_non_null(f);
-    assert_int_equal(f->bytes, 4 * graph);
+    assert_int_equal(f->bytes, 4 * 2 * A);
     assert_int_equal(p->leaked_bytes, PARAMS + INPUT + 6 * kept);
     gp_profile_free(p);
 }

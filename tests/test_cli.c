@@ -764,7 +764,7 @@ static void test_check_junit(void **state)
     python_parses("xml", xml);
     char *doc = slurp(xml);
     assert_non_null(doc);
-    contains(doc, "<testsuite name=\"gradprof-check\" tests=\"8\" failures=\"3\"");
+    contains(doc, "<testsuite name=\"gradprof-check\" tests=\"9\" failures=\"3\"");
     contains(doc, "<testcase classname=\"gradprof-check\" name=\"forbid saved\">");
     contains(doc, "<failure type=\"forbid\" message=\"256.00 KiB (262144 bytes) of saved memory");
     contains(doc, "<testcase classname=\"gradprof-check\" name=\"forbid gradient\"/>");

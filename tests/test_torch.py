@@ -277,6 +277,10 @@ def test_accumulate(E):
 # ---- retention bugs and their fixes, unmodified (the helper attached by gradprof run) -------------
 
 RETENTION = ("collect_embeddings.py", "kv_cache.py", "accumulate.py")
+# The reference that keeps each bug's graphs, as the helper must name it (name, where's file).
+HOLDER = {"collect_embeddings.py": ("embeddings", "collect_embeddings.py:"),
+          "kv_cache.py": ("Decoder.blocks.0.attn.k_cache", "kv_cache.py:"),
+          "accumulate.py": ("total_loss", "accumulate.py:")}
 RETENTION_GATE = ["--forbid", "none", "--detectors",
                   "growth_across_iterations,graph_escapes_inference"]
 
@@ -301,7 +305,10 @@ def test_retention(E):
     parallel(jobs)
     checks = parallel([check_json(E, t, *RETENTION_GATE) for t in traces.values()] +
                       [check_json(E, traces[(s, True)]) for s in RETENTION[:2]] +
-                      [check_json(E, steady, *RETENTION_GATE), report_json(E, steady)])
+                      [check_json(E, steady, *RETENTION_GATE), report_json(E, steady)] +
+                      [report_json(E, traces[(s, False)]) for s in RETENTION])
+    reports = dict(zip(RETENTION, checks[len(traces) + 4:]))
+    checks = checks[:len(traces) + 4]
     results = dict(zip(list(traces), checks[:len(traces)]))
     for (script, fixed), (rc, c) in sorted(results.items()):
         rules = {r["name"]: r["passed"] for r in c["rules"]}
@@ -316,6 +323,16 @@ def test_retention(E):
                    "%s: the growth names saved tensors and their modules (%s)" % (
                        script, ", ".join("%s %s @ %s" % (i["category"], i["op"], i["module"])
                                          for i in items[:3])))
+            rep = reports[script]
+            name, where = HOLDER[script]
+            holders = [(h["name"], h["where"]) for h in rep["holders"]]
+            log("%s: summary: %s; holders %s" % (script, rep["summary"], holders[:3]))
+            expect(any(h[0] == name and h[1].startswith(where) for h in holders),
+                   "%s: the helper names %s (%s...) as what keeps the graphs" % (
+                       script, name, where))
+            expect(bool(holders) and rep["summary"].startswith(
+                "graph kept across iterations by " + holders[0][0]) and where in rep["summary"],
+                "%s: the verdict line names who keeps the graphs" % script)
         else:
             expect(rc == 0 and c["passed"], "%s --fixed: the retention gate passes" % script)
     for script, (rc, c) in zip(RETENTION[:2], checks[len(traces):len(traces) + 2]):

@@ -912,9 +912,10 @@ def _internal_file(filename):
 _STORE_LINES = {}
 
 
-def _store_line(code, name, now):
-    """The line of the last store to `name` in `code` at or before line `now` (or the first
-    store), for "total_loss (eval.py:36)"; `now` if the code never stores it."""
+def _stores(code, name, fallback):
+    """Where `code` stores `name` (a variable or, for STORE_ATTR, an attribute): "file.py:55,57"
+    (up to three lines), or "file.py:FALLBACK" when it never does. Which of several stores ran
+    last is not known without tracing the program, so all are named."""
     lines = _STORE_LINES.get((code, name))
     if lines is None:
         import dis
@@ -928,19 +929,22 @@ def _store_line(code, name, now):
         lines = sorted(set(found))
         if len(_STORE_LINES) < 4096:
             _STORE_LINES[(code, name)] = lines
-    before = [n for n in lines if n <= now]
-    return before[-1] if before else (lines[0] if lines else now)
+    shown = ",".join(str(n) for n in lines[:3]) + (",..." if len(lines) > 3 else "")
+    return "%s:%s" % (os.path.basename(code.co_filename), shown or fallback)
 
 
 def _graph_nodes(fns, seen, budget):
     """Walks the graph from grad_fns `fns`, adding unseen nodes to `seen`; returns how many it
-    added (at most `budget`): the nodes of the graph those tensors keep alive."""
-    stack, added = list(fns), 0
+    added (at most `budget`): the nodes of the graph those tensors keep alive. A node's Python
+    object lives only while referenced and its id can then be reused by another node's, so the
+    walk keeps every object it saw until it ends."""
+    stack, added, keep = list(fns), 0, []
     while stack and added < budget:
         fn = stack.pop()
         if fn is None or id(fn) in seen:
             continue
         seen.add(id(fn))
+        keep.append(fn)
         added += 1
         for nxt, _ in getattr(fn, "next_functions", ()):
             if nxt is not None and id(nxt) not in seen:
@@ -999,9 +1003,7 @@ def _holders(s):
             for i, (name, v) in enumerate(list(scope.items())):
                 if i >= _HOLDER_NAMES:
                     break
-                line = _store_line(code, name, f.f_lineno)
-                consider(name, "global" if top else "local",
-                         "%s:%d" % (os.path.basename(code.co_filename), line), v,
+                consider(name, "global" if top else "local", _stores(code, name, f.f_lineno), v,
                          type(v).__name__ if not _is_tensor(v) else "")
         f = f.f_back
     models = list(s.models.values()) + list(s.auto_roots.values())
@@ -1017,8 +1019,7 @@ def _holders(s):
                 fwd = getattr(type(mod), "forward", None)
                 code = getattr(fwd, "__code__", None)
                 if code is not None:
-                    where = "%s:%d" % (os.path.basename(code.co_filename),
-                                       _store_line(code, name, code.co_firstlineno))
+                    where = _stores(code, name, code.co_firstlineno)
                 consider(m.path(sub) + "." + name, "attribute", where, v,
                          type(v).__name__ if not _is_tensor(v) else "")
     out.sort(key=lambda h: -h["nodes"])

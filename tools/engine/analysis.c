@@ -140,7 +140,10 @@ typedef struct instance {
     uint64_t ordinal; /* regions of this name entered before this one (all threads) */
     bool open, inference;
     uint8_t scope;   /* grad_scope: what kind of grad-mode scope it is, if any */
-    uint64_t live_inside, graph_inside, begin_ns;
+    /* live bytes allocated inside (while open), and live bytes allocated inside that are saved
+     * for backward (open or closed: what its graphs keep; a graph's nodes and the parameters'
+     * gradient accumulators are shared by later graphs, so they do not say a graph escaped) */
+    uint64_t live_inside, saved_inside, begin_ns;
 } instance;
 
 typedef struct thread_state {
@@ -160,6 +163,7 @@ typedef struct device_state {
     gp_device_stats pub;
     uint64_t epoch;
     uint64_t peak_seq; /* the allocation (by birth number) that set the peak */
+    uint64_t graphs_at_peak; /* inference instances with saved tensors alive then */
     uint64_t live_by_cat[LP_CAT_COUNT];
 } device_state;
 
@@ -253,6 +257,9 @@ struct gp__profile_internal {
     const gp_analysis_options *opts;
     gp_analysis_options opts_copy;
     uint64_t now;
+    uint64_t graph_instances;  /* inference instances whose saved tensors are alive now */
+    const char *holder_scan;   /* the `when` of the holder scan p->holders comes from */
+    size_t cap_holders;
     bool oom;
     char **owned_strings;
     size_t n_owned, cap_owned;
@@ -282,7 +289,7 @@ typedef struct gp__profile_internal engine;
 
 static const char *const gp__finding_names[GP_FIND_KIND_COUNT] = {
     "graph_without_grad", "forgot_no_grad", "growth_across_iterations",
-    "param_grad_in_inference", "graph_escapes_inference"};
+    "param_grad_in_inference", "graph_escapes_inference", "autograd_error"};
 
 const char *gp_finding_kind_name(gp_finding_kind k)
 {
@@ -887,8 +894,11 @@ static void object_enter(gp_profile *p, object *o, bool count, bool count_site)
         stats_add(&p->saved[o->saved].stats, d, o->size, count);
     for (uint32_t i = o->instance; i != NONE; i = e->instances[i].parent) {
         instance *in = &e->instances[i];
-        if (lp_category_is_graph_structure(o->category))
-            in->graph_inside += o->size;
+        if (o->category == LP_CAT_SAVED) {
+            if (in->inference && in->saved_inside == 0 && o->size)
+                e->graph_instances++;
+            in->saved_inside += o->size;
+        }
         if (in->open)
             in->live_inside += o->size;
     }
@@ -902,6 +912,7 @@ static void object_enter(gp_profile *p, object *o, bool count, bool count_site)
         memcpy(d->pub.by_category_at_peak, d->live_by_cat, sizeof d->live_by_cat);
         d->epoch++;
         d->peak_seq = o->seq;
+        d->graphs_at_peak = e->graph_instances;
         const gp_replay_observer *obs = e->opts->observer;
         if (obs && obs->peak)
             obs->peak(obs->ctx, p, o->device, o->seq);
@@ -924,8 +935,11 @@ static void object_leave(gp_profile *p, object *o)
         stats_sub(&p->saved[o->saved].stats, d, o->size);
     for (uint32_t i = o->instance; i != NONE; i = e->instances[i].parent) {
         instance *in = &e->instances[i];
-        if (lp_category_is_graph_structure(o->category))
-            in->graph_inside -= o->size;
+        if (o->category == LP_CAT_SAVED) {
+            in->saved_inside -= o->size;
+            if (in->inference && in->saved_inside == 0 && o->size)
+                e->graph_instances--;
+        }
         if (in->open)
             in->live_inside -= o->size;
     }
@@ -1041,7 +1055,7 @@ static void escape_items(gp_profile *p, uint32_t inst, const char *region)
     engine *e = p->internal;
     for (size_t k = 0; k < e->n_objects; k++) {
         object *o = &e->objects[k];
-        if (!o->size || !lp_category_is_graph_structure(o->category))
+        if (!o->size || o->category != LP_CAT_SAVED)
             continue;
         for (uint32_t i = o->instance; i != NONE; i = e->instances[i].parent)
             if (i == inst) {
@@ -1054,8 +1068,9 @@ static void escape_items(gp_profile *p, uint32_t inst, const char *region)
 }
 
 /*
- * An inference region was entered again on this thread: graph memory allocated inside the
- * instance before the previous one is still alive, so it was kept beyond the next iteration:
+ * An inference region was entered again on this thread: tensors allocated inside the instance
+ * before the previous one are still saved for backward, so a graph was kept beyond the next
+ * iteration:
  * outputs left the region attached to their graph, and something keeps them (the finding
  * graph_escapes_inference). An output kept only until the next iteration replaces it (Python's
  * `out = model(x)`, the loss of the last batch) is not an escape. Then the newest instance
@@ -1067,12 +1082,12 @@ static void inference_entered(gp_profile *p, thread_state *t, uint32_t i)
     uint32_t old = t->inference_recent[1];
     if (old != NONE) {
         instance *in = &e->instances[old];
-        if (in->graph_inside > 0) {
+        if (in->saved_inside > 0) {
             finding_acc *a = finding_get(p, GP_FIND_GRAPH_ESCAPES, in->name);
             if (a && a->f.count < 64) {
                 escape_items(p, old, in->name);
             } else if (a) { /* counted, not itemised */
-                a->f.bytes += in->graph_inside;
+                a->f.bytes += in->saved_inside;
                 a->f.count++;
             }
         }
@@ -1446,10 +1461,72 @@ static void on_free(gp_profile *p, thread_state *t, const gp_event *ev)
     object_delete(e, i);
 }
 
-/* Keeps a note (the first GP_MAX_NOTES; the rest are counted). */
+/* The tab-separated fields of a note's value into f[0..n), owned by the profile; the count. */
+static size_t note_fields(gp_profile *p, const char *value, const char **f, size_t n)
+{
+    size_t k = 0;
+    while (k < n) {
+        const char *tab = strchr(value, '\t');
+        size_t len = tab ? (size_t)(tab - value) : strlen(value);
+        char *part = strndup(value, len);
+        f[k++] = part ? own(p, part) : empty_label;
+        free(part);
+        if (!tab)
+            break;
+        value = tab + 1;
+    }
+    return k;
+}
+
+/*
+ * A holder note of the PyTorch helper (name, kind, where, tensors, container, grad_fn, nodes,
+ * when: tab-separated). Its scans write a burst of them with one `when` ("call Net#3", "exit");
+ * the profile keeps the last scan's.
+ */
+static void holder_note(gp_profile *p, const gp_event *ev)
+{
+    engine *e = p->internal;
+    const char *f[8];
+    if (note_fields(p, ev->detail, f, 8) != 8)
+        return;
+    if (f[7] != e->holder_scan) { /* interned: a new scan */
+        p->n_holders = 0;
+        e->holder_scan = f[7];
+    }
+    gp_holder *h = gp__push((void **)&p->holders, &p->n_holders, &e->cap_holders, sizeof *h);
+    if (!h) {
+        e->oom = true;
+        return;
+    }
+    *h = (gp_holder){f[0], f[1], f[2], f[4], f[5], strtoull(f[3], NULL, 10),
+                     strtoull(f[6], NULL, 10), ev->time_ns};
+}
+
+/* An autograd_error note (kind, message, op, module, where: tab-separated): the finding of that
+ * name, one item per op and module. */
+static void autograd_error_note(gp_profile *p, const gp_event *ev)
+{
+    const char *f[5];
+    if (note_fields(p, ev->detail, f, 5) != 5)
+        return;
+    finding_add(p, GP_FIND_AUTOGRAD_ERROR, "", LP_CAT_SAVED, f[2], f[3], 0, 0);
+    finding_acc *a = finding_get(p, GP_FIND_AUTOGRAD_ERROR, "");
+    if (a && !a->f.message) {
+        a->f.error_kind = f[0];
+        a->f.message = f[1];
+        a->f.where = f[4];
+    }
+}
+
+/* Keeps a note (the first GP_MAX_NOTES; the rest are counted) and takes in what the engine
+ * understands of it: holders and autograd errors. */
 static void note_add(gp_profile *p, const gp_event *ev)
 {
     engine *e = p->internal;
+    if (!strcmp(ev->name, "holder"))
+        holder_note(p, ev);
+    else if (!strcmp(ev->name, "autograd_error"))
+        autograd_error_note(p, ev);
     gp_note *n = p->n_notes < GP_MAX_NOTES ? gp__push((void **)&p->notes, &p->n_notes,
                                                       &e->cap_notes, sizeof *n)
                                            : NULL;
@@ -1657,6 +1734,7 @@ static int finish(gp_profile *p)
     p->devices = devs;
     const device_state *primary = device_get(p, p->primary_device);
     p->peak_bytes = primary->pub.peak_bytes;
+    p->graphs_at_peak = primary->graphs_at_peak;
     p->peak_time_ns = primary->pub.peak_time_ns;
     p->duration_ns = e->now;
     p->timeline_bucket_ns = e->bucket_width;
@@ -1808,6 +1886,7 @@ void gp_profile_free(gp_profile *p)
     free(p->timeline);
     free(p->spans);
     free(p->notes);
+    free(p->holders);
     gp_symbolizer_free(p->symbolizer);
     gp_trace_close(p->trace);
     free(p);

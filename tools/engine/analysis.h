@@ -129,6 +129,7 @@ typedef enum gp_finding_kind {
     GP_FIND_GROWTH,              /* live memory grows across marked iterations */
     GP_FIND_PARAM_GRAD_IN_INFERENCE, /* parameter gradients allocated during inference */
     GP_FIND_GRAPH_ESCAPES,       /* outputs leave the inference region attached to a graph */
+    GP_FIND_AUTOGRAD_ERROR,      /* autograd raised (note "autograd_error" of the PyTorch helper) */
     GP_FIND_KIND_COUNT
 } gp_finding_kind;
 
@@ -152,7 +153,25 @@ typedef struct gp_finding {
     uint64_t first_time_ns;
     gp_finding_item *items; /* sorted by bytes, largest first */
     size_t n_items;
+    /* autograd_error: its kind ("inplace": a tensor saved for backward changed in place;
+     * "inference_tensor": an inference_mode tensor saved for backward), the error's first line
+     * and where the program was ("" for other kinds); strings owned by the trace */
+    const char *error_kind, *message, *where;
 } gp_finding;
+
+/* A name that kept graphs alive, as the PyTorch helper found it (note "holder"): a variable of
+ * the program, a module's attribute or the items of a container, holding tensors whose graphs
+ * are alive. Strings owned by the profile. */
+typedef struct gp_holder {
+    const char *name;      /* "total_loss", "Decoder.blocks.0.attn.k_cache", "embeddings" */
+    const char *kind;      /* "local", "global", "attribute" */
+    const char *where;     /* the program's line that stores it: "eval.py:36" */
+    const char *container; /* "list", "dict", ... when it holds several tensors; "" for one */
+    const char *grad_fn;   /* the first tensor's grad_fn: "AddBackward0" */
+    uint64_t tensors;      /* tensors with a graph it holds */
+    uint64_t nodes;        /* graph nodes reachable from them (bounded walk) */
+    uint64_t time_ns;      /* when the helper looked */
+} gp_holder;
 
 typedef struct gp_device_stats {
     int32_t device; /* LP_DEVICE_HOST or a CUDA ordinal */
@@ -255,6 +274,11 @@ struct gp_profile {
     size_t n_spans;
     gp_finding *findings;
     size_t n_findings;
+    gp_holder *holders; /* who kept graphs alive when the helper last looked, most nodes first */
+    size_t n_holders;
+    /* inference-region instances (eval calls, iterations) whose tensors saved for backward were
+     * alive at the primary device's peak: "1 graph alive at the peak" */
+    uint64_t graphs_at_peak;
     gp_note *notes; /* in time order, the first GP_MAX_NOTES */
     size_t n_notes;
     uint64_t notes_dropped; /* notes past the cap */

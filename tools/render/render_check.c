@@ -208,6 +208,8 @@ int gp_render_check_text(FILE *out, gp_profile *p, const gp_check_result *r)
     size_t n_printed = 0;
     char msg[1024];
     text_headline(out, r);
+    if (r->verdict != GP_CHECK_PASSED && gp__verdict(p, msg, sizeof msg))
+        fprintf(out, "verdict: %s\n", msg);
     for (size_t i = 0; i < r->n_violations; i++) {
         const gp_check_violation *v = &r->violations[i];
         check_message(v, msg, sizeof msg);
@@ -292,6 +294,8 @@ int gp_render_check_json(FILE *out, gp_profile *p, const gp_check_result *r)
     gp__jw_str(&j, "schema", "gradprof-check/2");
     gp__jw_str(&j, "trace", r->path);
     gp__jw_str(&j, "verdict", verdict_name(r->verdict));
+    char summary[512];
+    gp__jw_str(&j, "summary", gp__verdict(p, summary, sizeof summary) ? summary : "");
     gp__jw_bool(&j, "passed", r->verdict == GP_CHECK_PASSED);
     gp__jw_array(&j, "doubts", false);
     for (size_t i = 0; i < r->n_doubts; i++) {

@@ -687,9 +687,113 @@ const char *gp__finding_text(const gp_finding *f)
     case GP_FIND_GRAPH_ESCAPES:
         return "graphs built in an inference region were kept beyond the next iteration: its "
                "outputs left it attached to their graph, and something keeps them";
+    case GP_FIND_AUTOGRAD_ERROR:
+        return "autograd raised an error about a tensor it saved for backward";
     default:
         return "unknown finding";
     }
+}
+
+const gp_finding *gp__finding_of(const gp_profile *p, gp_finding_kind kind)
+{
+    for (size_t i = 0; i < p->n_findings; i++)
+        if (p->findings[i].kind == kind)
+            return &p->findings[i];
+    return NULL;
+}
+
+/* Distinct modules among a finding's saved items. */
+static size_t saved_modules(const gp_finding *f)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < f->n_items; i++) {
+        const gp_finding_item *it = &f->items[i];
+        bool seen = it->category != LP_CAT_SAVED || !*it->module;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = f->items[j].category == LP_CAT_SAVED && !strcmp(f->items[j].module, it->module);
+        n += !seen;
+    }
+    return n;
+}
+
+static uint64_t saved_bytes(const gp_finding *f)
+{
+    uint64_t sum = 0;
+    for (size_t i = 0; i < f->n_items; i++)
+        sum += f->items[i].category == LP_CAT_SAVED ? f->items[i].bytes : 0;
+    return sum;
+}
+
+/* " by total_loss (eval.py:36)" for the holder keeping the most graph nodes, "" if none. */
+static void holder_phrase(const gp_profile *p, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    if (p->n_holders == 0)
+        return;
+    const gp_holder *h = &p->holders[0];
+    snprintf(buf, size, " by %s%s%s%s%s", h->name, *h->container ? ", a " : "", h->container,
+             *h->where ? " at " : "", h->where);
+}
+
+const char *gp__verdict(const gp_profile *p, char *buf, size_t size)
+{
+    char b1[32], b2[32], by[300];
+    const gp_finding *f;
+    holder_phrase(p, by, sizeof by);
+    if ((f = gp__finding_of(p, GP_FIND_AUTOGRAD_ERROR))) {
+        const char *kind = f->error_kind ? f->error_kind : "";
+        const char *what =
+            !strcmp(kind, "inplace")            ? "a tensor saved for backward was changed in place"
+            : !strcmp(kind, "inference_tensor") ? "an inference_mode tensor was saved for backward"
+            : f->message                        ? f->message
+                                                : "";
+        const gp_finding_item *it = f->n_items ? &f->items[0] : NULL;
+        size_t n = (size_t)snprintf(buf, size, "autograd error: %s", what);
+        if (it && *it->op && n < size)
+            n += (size_t)snprintf(buf + n, size - n, " (%s%s%s)", it->op,
+                                  *it->module ? ", saved by " : "", it->module);
+        if (f->where && *f->where && n < size)
+            snprintf(buf + n, size - n, " at %s", f->where);
+        return buf;
+    }
+    if ((f = gp__finding_of(p, GP_FIND_GROWTH))) {
+        uint64_t per = f->count ? f->bytes / f->count : f->bytes;
+        snprintf(buf, size, "graph kept across iterations%s: +%s per iteration (%s in all)",
+                 *by ? by : "", gp_format_bytes(per, b1, sizeof b1),
+                 gp_format_bytes(f->bytes, b2, sizeof b2));
+        return buf;
+    }
+    if ((f = gp__finding_of(p, GP_FIND_GRAPH_ESCAPES))) {
+        snprintf(buf, size, "graphs kept beyond the next iteration%s: %s of graph memory",
+                 *by ? by : "", gp_format_bytes(f->bytes, b1, sizeof b1));
+        return buf;
+    }
+    if ((f = gp__finding_of(p, GP_FIND_FORGOT_NO_GRAD))) {
+        size_t mods = saved_modules(f);
+        const gp_device_stats *d = gp__primary_device(p);
+        uint64_t at_peak = d ? d->by_category_at_peak[LP_CAT_SAVED] : 0;
+        if (saved_bytes(f))
+            snprintf(buf, size,
+                     "forgot no_grad: %s saved for backward at the peak by %zu module%s, %" PRIu64
+                     " graph%s alive then",
+                     gp_format_bytes(at_peak, b1, sizeof b1), mods, mods == 1 ? "" : "s",
+                     p->graphs_at_peak, p->graphs_at_peak == 1 ? "" : "s");
+        else
+            snprintf(buf, size, "forgot no_grad: %s of graph memory built inside '%s'",
+                     gp_format_bytes(f->bytes, b1, sizeof b1), f->region);
+        return buf;
+    }
+    if ((f = gp__finding_of(p, GP_FIND_PARAM_GRAD_IN_INFERENCE))) {
+        snprintf(buf, size, "gradients allocated during inference: %s",
+                 gp_format_bytes(f->bytes, b1, sizeof b1));
+        return buf;
+    }
+    if ((f = gp__finding_of(p, GP_FIND_GRAPH_WITHOUT_GRAD))) {
+        snprintf(buf, size, "graph memory where grad is off: %s in '%s'",
+                 gp_format_bytes(f->bytes, b1, sizeof b1), f->region);
+        return buf;
+    }
+    return NULL;
 }
 
 const gp_device_stats *gp__primary_device(const gp_profile *p)

@@ -261,6 +261,9 @@ static void findings(gp__jw *j, gp_profile *p)
         gp__jw_u64(j, "count", f->count);
         gp__jw_u64(j, "first_time_ns", f->first_time_ns);
         j_str(j, "message", gp__finding_text(f));
+        j_str(j, "error_kind", f->error_kind ? f->error_kind : "");
+        j_str(j, "error", f->message ? f->message : "");
+        j_str(j, "where", f->where ? f->where : "");
         size_t *ix = gp__sorted_finding_items(f);
         if (f->n_items && !ix)
             gp__jw_fail(j);
@@ -278,6 +281,26 @@ static void findings(gp__jw *j, gp_profile *p)
         }
         gp__jw_end(j);
         free(ix);
+        gp__jw_end(j);
+    }
+    gp__jw_end(j);
+}
+
+/* Who kept graphs alive when the PyTorch helper last looked. */
+static void holders(gp__jw *j, const gp_profile *p)
+{
+    gp__jw_array(j, "holders", false);
+    for (size_t i = 0; i < p->n_holders; i++) {
+        const gp_holder *h = &p->holders[i];
+        gp__jw_object(j, NULL, true);
+        j_str(j, "name", h->name);
+        j_str(j, "kind", h->kind);
+        j_str(j, "where", h->where);
+        j_str(j, "container", h->container);
+        j_str(j, "grad_fn", h->grad_fn);
+        gp__jw_u64(j, "tensors", h->tensors);
+        gp__jw_u64(j, "nodes", h->nodes);
+        gp__jw_u64(j, "time_ns", h->time_ns);
         gp__jw_end(j);
     }
     gp__jw_end(j);
@@ -314,6 +337,8 @@ int gp_render_json(FILE *out, gp_profile *p, const gp_render_options *o)
 
     gp__jw_object(&j, NULL, false);
     j_str(&j, "schema", "gradprof-report/1");
+    char verdict[512];
+    j_str(&j, "summary", gp__verdict(p, verdict, sizeof verdict) ? verdict : "");
     trace_section(&j, p);
     j_device(&j, "primary_device", p->primary_device);
     gp__jw_u64(&j, "peak_bytes", p->peak_bytes);
@@ -327,6 +352,7 @@ int gp_render_json(FILE *out, gp_profile *p, const gp_render_options *o)
     gp__jw_u64(&j, "leaked_count", p->leaked_count);
     gp__jw_u64(&j, "temporary_count", p->temporary_count);
     gp__jw_u64(&j, "unknown_frees", p->unknown_frees);
+    gp__jw_u64(&j, "graphs_at_peak", p->graphs_at_peak);
     by_category(&j, "by_category", gp__primary_device(p));
     devices(&j, p);
     j_str(&j, "order", gp__measure_name(m));
@@ -344,6 +370,7 @@ int gp_render_json(FILE *out, gp_profile *p, const gp_render_options *o)
     iterations(&j, p);
     saved_tensors(&j, p, o->top);
     findings(&j, p);
+    holders(&j, p);
     notes(&j, p);
     gp__jw_end(&j);
     return gp__jw_finish(&j);

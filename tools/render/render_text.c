@@ -122,6 +122,11 @@ static void summary(gp__text_ctx *c)
     if (p->info && p->info->damaged)
         fputs("; trace damaged", c->out);
     fputc('\n', c->out);
+    char verdict[512];
+    if (gp__verdict(p, verdict, sizeof verdict)) {
+        gp__text_put(c, "verdict: %s", verdict);
+        fputc('\n', c->out);
+    }
 }
 
 static void header(gp__text_ctx *c)

@@ -69,5 +69,8 @@ void gp__text_regions(gp__text_ctx *c);
 void gp__text_iterations(gp__text_ctx *c);
 void gp__text_saved(gp__text_ctx *c);
 void gp__text_findings(gp__text_ctx *c);
+/* "kept by total_loss (local, eval.py:36; 8 tensors with a graph, 312 graph nodes)": the
+ * holders of p, one line each (at most top), each line starting with indent. */
+void gp__text_holders(gp__text_ctx *c, const char *indent);
 
 #endif /* GRADPROF_TOOLS_RENDER_TEXT_COMMON_H */

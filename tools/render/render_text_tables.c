@@ -369,6 +369,21 @@ void gp__text_saved(gp__text_ctx *c)
 
 /* ---- findings -------------------------------------------------------------------------------- */
 
+void gp__text_holders(gp__text_ctx *c, const char *indent)
+{
+    const gp_profile *p = c->p;
+    for (size_t i = 0; i < p->n_holders && i < c->top; i++) {
+        const gp_holder *h = &p->holders[i];
+        char n1[32], n2[32];
+        gp__text_put(c, "%s%s %s (%s%s%s%s%s; %s tensor%s with a graph, %s graph nodes)",
+                     indent, i ? "       " : "kept by", h->name, h->kind,
+                     *h->container ? ", a " : "", h->container, *h->where ? ", " : "",
+                     h->where, gp__format_count(h->tensors, n1, sizeof n1),
+                     h->tensors == 1 ? "" : "s", gp__format_count(h->nodes, n2, sizeof n2));
+        fputc('\n', c->out);
+    }
+}
+
 void gp__text_findings(gp__text_ctx *c)
 {
     gp_profile *p = c->p;
@@ -392,6 +407,16 @@ void gp__text_findings(gp__text_ctx *c)
                 gp__format_bytes_exact(f->bytes, x1, sizeof x1),
                 gp__format_count(f->count, c1, sizeof c1), f->count == 1 ? "" : "s",
                 gp__format_ns(f->first_time_ns, t1, sizeof t1));
+        if (f->message && *f->message) {
+            gp__text_put(c, "%s   %s", GP__TEXT_INDENT, f->message);
+            fputc('\n', c->out);
+        }
+        if (f->where && *f->where) {
+            gp__text_put(c, "%s   at %s", GP__TEXT_INDENT, f->where);
+            fputc('\n', c->out);
+        }
+        if (f->kind == GP_FIND_GROWTH || f->kind == GP_FIND_GRAPH_ESCAPES)
+            gp__text_holders(c, GP__TEXT_INDENT "   ");
         if (!f->n_items)
             continue;
         size_t *ix = gp__sorted_finding_items(f);
