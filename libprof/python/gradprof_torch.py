@@ -724,7 +724,8 @@ def _enter_module(s, mod, path, root, args, frame):
         torch._C._autograd._push_saved_tensors_default_hooks(s.pack, _unpack)
         e.hooks = True
         tls.hooks += 1
-        s.saved_cur = {}
+        if not root.weak:  # saved_bytes_by_module("last"): an instrumented model's forward
+            s.saved_cur = {}
 
 
 def _exit_module(s, mod):
