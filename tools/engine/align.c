@@ -23,9 +23,8 @@
 /* ---- a compact map ---------------------------------------------------------------------------- */
 
 /* u64 key -> u64 value in 16-byte slots (value 0 marks an empty slot: callers store v + 1),
- * linear probing, removal by shifting the probe run back. Its users are the live records (seq ->
- * record) and the occurrence counts (twin key -> count): one entry per live buffer or per
- * distinct key, probed on every event. */
+ * linear probing. Its user is the occurrence counts (twin key -> count): one entry per distinct
+ * key, probed on every allocation. */
 typedef struct u64map {
     struct u64slot {
         uint64_t key, val;
@@ -80,24 +79,6 @@ static bool u64map_put(u64map *m, uint64_t key, uint64_t val)
     return true;
 }
 
-static void u64map_remove(u64map *m, struct u64slot *s)
-{
-    size_t mask = m->cap - 1, i = (size_t)(s - m->slots);
-    for (size_t j = (i + 1) & mask;; j = (j + 1) & mask) {
-        struct u64slot *t = &m->slots[j];
-        if (!t->val)
-            break;
-        size_t home = u64map_home(m, t->key);
-        bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-        if (!stays) {
-            m->slots[i] = *t;
-            i = j;
-        }
-    }
-    m->slots[i].val = 0;
-    m->len--;
-}
-
 static void u64map_free(u64map *m)
 {
     free(m->slots);
@@ -140,7 +121,7 @@ typedef struct side {
     rec *recs;
     size_t n_recs, cap_recs;
     uint32_t free_rec;
-    u64map live; /* seq -> record + 1 */
+    size_t n_live; /* records of live buffers (a buffer's record: its gp_buffer_event.handle - 1) */
     uint32_t *gone;
     size_t n_gone, cap_gone;
     uint64_t snap_seq, snap_ns, epoch;
@@ -185,8 +166,15 @@ static uint32_t rec_new(gp_align *al, side *s)
 
 static void rec_delete(side *s, uint32_t i)
 {
+    s->recs[i].seq = 0; /* not in use */
     s->recs[i].next_free = s->free_rec;
     s->free_rec = i;
+}
+
+/* Whether record r is a live buffer's (in use, not freed). */
+static bool rec_live(const rec *r)
+{
+    return r->seq != 0 && r->free_allocs == UINT64_MAX;
 }
 
 /* The labels a record had at its side's instant. */
@@ -410,10 +398,8 @@ static void on_alloc(gp_align *al, int which, gp_profile *p, const gp_buffer_eve
                .stack = b->stack, .twin = NONE, .cat = b->category, .op = b->op,
                .module = b->module, .ever_saved = b->category == LP_CAT_SAVED,
                .next_free = NONE};
-    if (!u64map_put(&s->live, b->seq, (uint64_t)i + 1)) {
-        in->oom = true;
-        return;
-    }
+    *b->handle = i + 1;
+    s->n_live++;
     if (which == 0) {
         if (s->snap_seq && b->seq > s->snap_seq)
             anchor_note(al, r);
@@ -440,10 +426,9 @@ static void on_alloc(gp_align *al, int which, gp_profile *p, const gp_buffer_eve
 static void on_retag(gp_align *al, int which, const gp_buffer_event *b)
 {
     side *s = &al->internal->s[which];
-    struct u64slot *m = u64map_find(&s->live, b->seq);
-    if (!m)
+    if (!*b->handle)
         return;
-    rec *r = &s->recs[m->val - 1];
+    rec *r = &s->recs[*b->handle - 1];
     /* A buffer in the snapshot keeps the labels it had at the instant, except the one that made
      * the instant getting its first tag right after (the engine counts it so too). */
     bool in_snapshot = r->seq <= s->snap_seq && !(b->first_tag && r->seq == s->snap_seq);
@@ -464,11 +449,10 @@ static void on_free(gp_align *al, int which, const gp_buffer_event *b)
     struct gp__align_internal *in = al->internal;
     side *s = &in->s[which];
     s->end_ns = b->time_ns;
-    struct u64slot *m = u64map_find(&s->live, b->seq);
-    if (!m)
+    if (!*b->handle)
         return;
-    uint32_t i = (uint32_t)(m->val - 1);
-    u64map_remove(&s->live, m);
+    uint32_t i = *b->handle - 1;
+    s->n_live--;
     rec *r = &s->recs[i];
     r->free_ns = b->time_ns;
     r->free_allocs = b->allocs;
@@ -536,17 +520,15 @@ static void a_done(gp_align *al)
 {
     struct gp__align_internal *in = al->internal;
     side *s = &in->s[0];
-    size_t n = 0, cap = s->n_gone + s->live.len;
+    size_t n = 0, cap = s->n_gone + s->n_live;
     in->peak = calloc(cap ? cap : 1, sizeof *in->peak);
     if (!in->peak) {
         in->oom = true;
         return;
     }
-    for (size_t i = 0; i < s->live.cap; i++) {
-        const struct u64slot *m = &s->live.slots[i];
-        if (m->val && s->recs[m->val - 1].seq <= s->snap_seq)
-            in->peak[n++].a = s->recs[m->val - 1];
-    }
+    for (size_t i = 0; i < s->n_recs; i++)
+        if (rec_live(&s->recs[i]) && s->recs[i].seq <= s->snap_seq)
+            in->peak[n++].a = s->recs[i];
     for (size_t i = 0; i < s->n_gone; i++)
         in->peak[n++].a = s->recs[s->gone[i]];
     qsort(in->peak, n, sizeof *in->peak, cmp_peak_seq);
@@ -569,7 +551,7 @@ static void a_done(gp_align *al)
     s->recs = NULL;
     s->n_recs = s->cap_recs = 0;
     s->free_rec = NONE;
-    u64map_free(&s->live);
+    s->n_live = 0;
     free(s->gone);
     s->gone = NULL;
     s->n_gone = s->cap_gone = 0;
@@ -737,10 +719,10 @@ static void pair_loose(gp_align *al, int pass)
             goto out;
     }
     for (int list = 0; list < 2; list++) {
-        size_t n = list == 0 ? b->live.cap : b->n_gone;
+        size_t n = list == 0 ? b->n_recs : b->n_gone;
         for (size_t i = 0; i < n; i++) {
-            uint32_t ri = list == 0 ? (uint32_t)(b->live.slots[i].val - 1) : b->gone[i];
-            if (ri == NONE)
+            uint32_t ri = list == 0 ? (uint32_t)i : b->gone[i];
+            if (list == 0 && !rec_live(&b->recs[ri]))
                 continue;
             const rec *r = &b->recs[ri];
             if (r->seq > b->snap_seq || r->twin != NONE)
@@ -892,12 +874,12 @@ int gp_align_finish(gp_align *al)
     /* B's snapshot: its live records born up to the instant and the gone list, in birth order
      * (the buffers' order, so the rows' labels, does not depend on a hash table's layout) */
     size_t n_snap = 0;
-    uint32_t *snap = malloc((b->live.len + b->n_gone + 1) * sizeof *snap);
+    uint32_t *snap = malloc((b->n_live + b->n_gone + 1) * sizeof *snap);
     if (!snap)
         return -1;
-    for (size_t i = 0; i < b->live.cap; i++)
-        if (b->live.slots[i].val && b->recs[b->live.slots[i].val - 1].seq <= bs)
-            snap[n_snap++] = (uint32_t)(b->live.slots[i].val - 1);
+    for (size_t i = 0; i < b->n_recs; i++)
+        if (rec_live(&b->recs[i]) && b->recs[i].seq <= bs)
+            snap[n_snap++] = (uint32_t)i;
     for (size_t i = 0; i < b->n_gone; i++)
         if (b->recs[b->gone[i]].seq <= bs)
             snap[n_snap++] = b->gone[i];
@@ -958,7 +940,6 @@ void gp_align_free(gp_align *al)
     for (int i = 0; in && i < 2; i++) {
         side *s = &in->s[i];
         free(s->recs);
-        u64map_free(&s->live);
         free(s->gone);
         u64map_free(&s->occ);
         free(s->site_hashes);

@@ -39,9 +39,10 @@ typedef struct object { /* a live buffer (its address is its key in the live set
     uint64_t size;
     uint64_t seq;                          /* birth number (slots are reused, numbers not) */
     int32_t device;
-    lp_category category;
     uint32_t tag_key, site, module, saved; /* indexes; saved = NONE unless SAVED */
     uint32_t instance;                     /* innermost region instance at birth, or NONE */
+    uint32_t handle;                       /* the observer's word (gp_buffer_event.handle) */
+    uint8_t category;                      /* an lp_category */
     bool tagged;
 } object;
 
@@ -273,6 +274,8 @@ struct gp__profile_internal {
     frame_info *frames;
     size_t n_frames, cap_frames;
     const char **site_labels; /* by site index, filled on demand (gp__site_label_at) */
+    struct site_key_slot *site_keys; /* gp_site_key's memo */
+    size_t n_site_keys, cap_site_keys;
     uint32_t symbolized_modules;
 };
 
@@ -1218,7 +1221,7 @@ static void detect_growth(gp_profile *p)
 
 /* Tells the observer, if any, about buffer o (see gp_replay_observer). */
 static void observe(gp_profile *p, void (*fn)(void *, gp_profile *, const gp_buffer_event *),
-                    const object *o, uint32_t thread, bool first_tag)
+                    object *o, uint32_t thread, bool first_tag)
 {
     const gp_replay_observer *obs = p->internal->opts->observer;
     if (!obs || !fn)
@@ -1229,7 +1232,8 @@ static void observe(gp_profile *p, void (*fn)(void *, gp_profile *, const gp_buf
                          .thread = thread, .device = o->device, .size = o->size,
                          .stack = p->sites[o->site].stack, .site = o->site,
                          .category = o->category, .op = k->op,
-                         .module = k->module, .scope = "", .first_tag = first_tag};
+                         .module = k->module, .scope = "", .first_tag = first_tag,
+                         .handle = (uint32_t *)&o->handle};
     uint32_t i = o->instance;
     while (i != NONE && e->instances[i].scope != SCOPE_NONE)
         i = e->instances[i].parent;
@@ -1735,6 +1739,7 @@ void gp_profile_free(gp_profile *p)
         free(e->frame_map.slots);
         free(e->frames);
         free(e->site_labels);
+        free(e->site_keys);
         free(e);
     }
     for (size_t i = 0; i < p->n_findings; i++)
@@ -1762,12 +1767,17 @@ void gp_profile_free(gp_profile *p)
 static const char *own(gp_profile *p, const char *s)
 {
     engine *e = p->internal;
-    uint64_t h1 = 0xcbf29ce484222325ull, h2 = 0x84222325cbf29ce4ull;
+    /* Two independent 64-bit hashes of the bytes, 8 at a time, and the length: the key. */
     size_t n = strlen(s);
-    for (size_t i = 0; i < n; i++) {
-        h1 = (h1 ^ (uint8_t)s[i]) * 0x100000001b3ull;
-        h2 = gp__mix64(h2 + (uint8_t)s[i]);
+    uint64_t h1 = 0xcbf29ce484222325ull ^ n, h2 = 0x84222325cbf29ce4ull + n;
+    for (size_t i = 0; i < n; i += 8) {
+        uint64_t w = 0;
+        memcpy(&w, s + i, n - i < 8 ? n - i : 8);
+        h1 = gp__mix64(h1 ^ w);
+        h2 = (h2 ^ w) * 0x9E3779B97F4A7C15ull;
+        h2 ^= h2 >> 29;
     }
+    h2 = gp__mix64(h2);
     struct gp_map_slot *found = gp__map_find(&e->strings_map, h1, h2, n);
     if (found)
         return e->owned_strings[found->v];
@@ -1918,13 +1928,65 @@ const char *gp__site_label_at(gp_profile *p, size_t site)
     return e->site_labels[site];
 }
 
+/* Site keys by their functions (up to 4 symbolizer-interned names, NULL-padded): open
+ * addressing, grown at 3/4. */
+typedef struct site_key_slot {
+    const char *fn[4];
+    const char *key; /* NULL = empty */
+} site_key_slot;
+
+static size_t site_key_home(const char *const fn[4], size_t cap)
+{
+    uint64_t h = 0;
+    for (int i = 0; i < 4; i++)
+        h = gp__mix64(h ^ (uint64_t)(uintptr_t)fn[i]);
+    return h & (cap - 1);
+}
+
+/* The slot of key fn (found or where it goes); NULL when out of memory. */
+static site_key_slot *site_key_find(engine *e, const char *const fn[4])
+{
+    if ((e->n_site_keys + 1) * 4 > e->cap_site_keys * 3) {
+        size_t cap = e->cap_site_keys ? 2 * e->cap_site_keys : 1024;
+        site_key_slot *t = calloc(cap, sizeof *t);
+        if (!t)
+            return NULL;
+        for (size_t i = 0; i < e->cap_site_keys; i++) {
+            const site_key_slot *o = &e->site_keys[i];
+            if (!o->key)
+                continue;
+            size_t j = site_key_home(o->fn, cap);
+            while (t[j].key)
+                j = (j + 1) & (cap - 1);
+            t[j] = *o;
+        }
+        free(e->site_keys);
+        e->site_keys = t;
+        e->cap_site_keys = cap;
+    }
+    size_t mask = e->cap_site_keys - 1;
+    for (size_t j = site_key_home(fn, e->cap_site_keys);; j = (j + 1) & mask) {
+        site_key_slot *s = &e->site_keys[j];
+        if (!s->key || !memcmp(s->fn, fn, sizeof s->fn))
+            return s;
+    }
+}
+
+static void site_key_put(engine *e, site_key_slot *s, const char *const fn[4], const char *key)
+{
+    memcpy(s->fn, fn, sizeof s->fn);
+    s->key = key;
+    e->n_site_keys++;
+}
+
 const char *gp_site_key(gp_profile *p, uint32_t stack)
 {
     if (!stack)
         return "[no stack]";
     sync_modules(p);
-    char key[1024] = "";
-    size_t used = 0, n = 0;
+    /* the functions of the key (interned by the symbolizer), then the key made of them once */
+    const char *fn[4] = {NULL, NULL, NULL, NULL};
+    size_t n = 0;
     bool leading = true;
     uint32_t module, parent;
     uint64_t offset;
@@ -1935,14 +1997,27 @@ const char *gp_site_key(gp_profile *p, uint32_t stack)
         if (!f || !f->sym || (leading && frame_plumbing(f)))
             continue;
         leading = false;
-        /* Unresolved frames carry an offset that is the same across runs of the same binary. */
-        used += (size_t)snprintf(key + used, sizeof key - used, "%s%s", n ? ";" : "",
-                                 f->sym->function);
-        if (used >= sizeof key)
-            break;
-        n++;
+        fn[n++] = f->sym->function;
     }
-    return own(p, n ? key : "[no stack]");
+    if (!n)
+        return own(p, "[no stack]");
+    engine *e = p->internal;
+    site_key_slot *slot = site_key_find(e, fn);
+    if (slot && slot->key)
+        return slot->key;
+    char key[1024] = "";
+    size_t used = 0, kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        /* Unresolved frames carry an offset that is the same across runs of the same binary. */
+        used += (size_t)snprintf(key + used, sizeof key - used, "%s%s", i ? ";" : "", fn[i]);
+        if (used >= sizeof key)
+            break; /* cut short; a first frame that long alone leaves no frame kept */
+        kept++;
+    }
+    const char *k = own(p, kept || used < sizeof key ? key : "[no stack]");
+    if (slot)
+        site_key_put(e, slot, fn, k);
+    return k;
 }
 
 /* ---- sorting --------------------------------------------------------------------------------- */
