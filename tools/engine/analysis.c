@@ -377,6 +377,7 @@ typedef struct stack_class {
     int rule;
     lp_category category;
     const char *op; /* interned (own) or empty_label */
+    bool boundary;  /* a frame's class only: the frames outside it do not count (rules.h) */
 } stack_class;
 
 #define CLASS_NONE 0 /* class 0 is {-1, OTHER, ""}: nothing matched */
@@ -385,7 +386,8 @@ typedef struct stack_class {
 static uint32_t class_intern(gp_profile *p, stack_class c)
 {
     engine *e = p->internal;
-    uint64_t k1 = (uint64_t)(uint32_t)c.rule << 32 | (uint32_t)c.category;
+    uint64_t k1 = (uint64_t)(uint32_t)c.rule << 32 | (uint32_t)c.category |
+                  (c.boundary ? 1u << 31 : 0);
     struct gp_map_slot *s = gp__map_find(&e->class_map, k1, (uintptr_t)c.op, 0);
     if (s)
         return s->v;
@@ -402,7 +404,10 @@ static uint32_t class_intern(gp_profile *p, stack_class c)
     return (uint32_t)(e->n_classes - 1);
 }
 
-/* The class of a frame: what the rules say of its function (memoized by function). */
+static bool is_python(const gp_symbol *s);
+
+/* The class of a frame: what the rules say of its function (memoized by function); a boundary
+ * class for Python frames. */
 static uint32_t frame_class(gp_profile *p, frame_info *f)
 {
     engine *e = p->internal;
@@ -418,9 +423,14 @@ static uint32_t frame_class(gp_profile *p, frame_info *f)
             gp_rule_match m;
             gp_rules_match(e->opts->rules, sym->function, &m);
             c = class_intern(p, (stack_class){m.rule, m.category,
-                                              m.op[0] ? own(p, m.op) : empty_label});
+                                              m.op[0] ? own(p, m.op) : empty_label, m.boundary});
             if (!gp__map_put(&e->function_memo, (uintptr_t)sym->function, 0, 0, c))
                 e->oom = true;
+        }
+        if (is_python(sym) && !e->classes[c].boundary) { /* every Python frame is a boundary */
+            stack_class b = e->classes[c];
+            b.boundary = true;
+            c = class_intern(p, b);
         }
     }
     f->cls = c + 1;
@@ -501,6 +511,8 @@ static uint32_t stack_classify(gp_profile *p, uint32_t stack)
             break;
         frame_info *fr = frame_get(p, module, offset);
         uint32_t fi = fr ? frame_class(p, fr) : CLASS_NONE;
+        if (e->classes[fi].boundary) /* the frames outside a boundary do not classify inside */
+            ci = CLASS_NONE;
         if (fi != CLASS_NONE) {
             stack_class c = e->classes[ci], f = e->classes[fi];
             bool changed = false;
@@ -1652,7 +1664,7 @@ int gp__profile_load_with(const char *path, const gp_analysis_options *opts,
         gp_profile_free(p);
         return -1;
     }
-    class_intern(p, (stack_class){-1, LP_CAT_OTHER, empty_label}); /* CLASS_NONE */
+    class_intern(p, (stack_class){-1, LP_CAT_OTHER, empty_label, false}); /* CLASS_NONE */
     e->bucket_width = 1000; /* 1 µs, doubling as the run gets longer */
     e->bucket_end = e->bucket_width;
     device_get(p, LP_DEVICE_HOST);
@@ -1807,9 +1819,10 @@ static void sync_modules(gp_profile *p)
 }
 
 /* Whether a frame is allocator or profiler plumbing rather than the code that wanted memory:
- * the malloc family, libprof, the tensor library's allocator, C++ new, c10's CPU allocator; any
- * frame of libprof's own modules or of the CUDA runtime, driver and CUPTI; and frames of the C
- * library that could not be symbolized. */
+ * the malloc family, libprof, the tensor library's allocator, C++ new, c10's CPU allocator
+ * (c10::alloc_cpu, c10::DefaultCPUAllocator, at::detail::empty_*); any frame of libprof's own
+ * modules or of the CUDA runtime, driver and CUPTI; and frames of the C library and of libc10
+ * that could not be symbolized. */
 static bool is_plumbing(const gp_symbol *s)
 {
     static const char *const prefixes[] = {
@@ -1817,7 +1830,7 @@ static bool is_plumbing(const gp_symbol *s)
         "valloc", "pvalloc", "reallocarray", "__libc_", "_int_", "operator new", "operator delete",
         "lp_", "lp__", "__wrap_", "tn__alloc", "tn__default_alloc", "tn__storage_new", "tn__node_",
         "tn__new_tensor", "tn__new_output", "tn_empty", "tn_zeros", "tn_full", "__GI_", "tcache",
-        "sysmalloc", "c10::alloc_cpu", "c10::DefaultCPUAllocator"};
+        "sysmalloc", "c10::alloc_cpu", "c10::DefaultCPUAllocator", "at::detail::empty_"};
     const char *f = s->function;
     for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++)
         if (!strncmp(f, prefixes[i], strlen(prefixes[i])))
@@ -1829,12 +1842,40 @@ static bool is_plumbing(const gp_symbol *s)
     for (size_t i = 0; i < sizeof plumbing_modules / sizeof *plumbing_modules; i++)
         if (strstr(base, plumbing_modules[i]))
             return true;
-    return !s->resolved && (!strncmp(base, "libc.so", 7) || !strncmp(base, "libc-", 5));
+    return !s->resolved && (!strncmp(base, "libc.so", 7) || !strncmp(base, "libc-", 5) ||
+                            !strncmp(base, "libc10.so", 9));
 }
 
+/* Whether a symbolized frame is a Python frame (a "py:" pseudo-module, trace_format.h). */
+static bool is_python(const gp_symbol *s)
+{
+    return s->resolved && !strncmp(s->module, "py:", 3);
+}
+
+/* Whether a Python frame's file is the library's or the profiler's rather than the program's:
+ * torch's own (a path with a "/torch/" folder), gradprof's helper, pytest plugin and startup
+ * hook (gradprof_torch.py, gradprof_pytest.py, a sitecustomize.py in a gradprof folder), and
+ * Python's import machinery ("<frozen importlib...>"). A site is labelled by the innermost
+ * Python frame that is none of these. */
+static bool is_python_library(const gp_symbol *s)
+{
+    const char *file = s->file ? s->file : "";
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    return strstr(file, "/torch/") || !strncmp(file, "torch/", 6) ||
+           !strcmp(base, "gradprof_torch.py") || !strcmp(base, "gradprof_pytest.py") ||
+           (!strcmp(base, "sitecustomize.py") && strstr(file, "gradprof")) ||
+           !strncmp(file, "<frozen importlib", 17);
+}
+
+/* "function (file:line)" for native frames; "file:line (function)" for Python frames, as Python
+ * tracebacks put them. */
 static const char *frame_text(const gp_symbol *s, char *buf, size_t size)
 {
-    if (s->file && s->line > 0) {
+    if (is_python(s) && s->file) {
+        const char *base = strrchr(s->file, '/');
+        snprintf(buf, size, "%s:%d (%s)", base ? base + 1 : s->file, s->line, s->function);
+    } else if (s->file && s->line > 0) {
         const char *base = strrchr(s->file, '/');
         snprintf(buf, size, "%s (%s:%d)", s->function, base ? base + 1 : s->file, s->line);
     } else {
@@ -1873,7 +1914,7 @@ static bool frame_plumbing(frame_info *f)
 static const char *frame_label(gp_profile *p, frame_info *f)
 {
     if (!f->text) {
-        char buf[512];
+        char buf[4096];
         f->text = own(p, frame_text(f->sym, buf, sizeof buf));
     }
     return f->text;
@@ -1909,10 +1950,31 @@ size_t gp_site_frames(gp_profile *p, uint32_t stack, const char **frames, size_t
     return n;
 }
 
+/* The innermost Python frame of the program's own code on a stack (not torch's, not gradprof's:
+ * is_python_library), or NULL. */
+static frame_info *program_python_frame(gp_profile *p, uint32_t stack)
+{
+    uint32_t parent;
+    for (uint32_t id = stack; id; id = parent) {
+        frame_info *f = stack_frame(p, id, &parent);
+        if (!f)
+            break;
+        if (is_python(f->sym) && !is_python_library(f->sym))
+            return f;
+    }
+    return NULL;
+}
+
 const char *gp_site_label(gp_profile *p, uint32_t stack)
 {
+    if (!stack)
+        return "[no stack]";
+    sync_modules(p);
+    frame_info *py = program_python_frame(p, stack);
+    if (py)
+        return frame_label(p, py);
     const char *frame;
-    if (!stack || gp_site_frames(p, stack, &frame, 1) == 0)
+    if (gp_site_frames(p, stack, &frame, 1) == 0)
         return "[no stack]";
     return frame;
 }
@@ -1928,23 +1990,24 @@ const char *gp__site_label_at(gp_profile *p, size_t site)
     return e->site_labels[site];
 }
 
-/* Site keys by their functions (up to 4 symbolizer-interned names, NULL-padded): open
- * addressing, grown at 3/4. */
+/* Site keys by what they are made of: up to 4 symbolizer-interned function names (NULL-padded)
+ * and the program's Python frame (its symbol, or NULL); open addressing, grown at 3/4. */
 typedef struct site_key_slot {
     const char *fn[4];
+    const gp_symbol *py;
     const char *key; /* NULL = empty */
 } site_key_slot;
 
-static size_t site_key_home(const char *const fn[4], size_t cap)
+static size_t site_key_home(const char *const fn[4], const gp_symbol *py, size_t cap)
 {
-    uint64_t h = 0;
+    uint64_t h = gp__mix64((uint64_t)(uintptr_t)py);
     for (int i = 0; i < 4; i++)
         h = gp__mix64(h ^ (uint64_t)(uintptr_t)fn[i]);
     return h & (cap - 1);
 }
 
-/* The slot of key fn (found or where it goes); NULL when out of memory. */
-static site_key_slot *site_key_find(engine *e, const char *const fn[4])
+/* The slot of key (fn, py) (found or where it goes); NULL when out of memory. */
+static site_key_slot *site_key_find(engine *e, const char *const fn[4], const gp_symbol *py)
 {
     if ((e->n_site_keys + 1) * 4 > e->cap_site_keys * 3) {
         size_t cap = e->cap_site_keys ? 2 * e->cap_site_keys : 1024;
@@ -1955,7 +2018,7 @@ static site_key_slot *site_key_find(engine *e, const char *const fn[4])
             const site_key_slot *o = &e->site_keys[i];
             if (!o->key)
                 continue;
-            size_t j = site_key_home(o->fn, cap);
+            size_t j = site_key_home(o->fn, o->py, cap);
             while (t[j].key)
                 j = (j + 1) & (cap - 1);
             t[j] = *o;
@@ -1965,16 +2028,18 @@ static site_key_slot *site_key_find(engine *e, const char *const fn[4])
         e->cap_site_keys = cap;
     }
     size_t mask = e->cap_site_keys - 1;
-    for (size_t j = site_key_home(fn, e->cap_site_keys);; j = (j + 1) & mask) {
+    for (size_t j = site_key_home(fn, py, e->cap_site_keys);; j = (j + 1) & mask) {
         site_key_slot *s = &e->site_keys[j];
-        if (!s->key || !memcmp(s->fn, fn, sizeof s->fn))
+        if (!s->key || (s->py == py && !memcmp(s->fn, fn, sizeof s->fn)))
             return s;
     }
 }
 
-static void site_key_put(engine *e, site_key_slot *s, const char *const fn[4], const char *key)
+static void site_key_put(engine *e, site_key_slot *s, const char *const fn[4],
+                         const gp_symbol *py, const char *key)
 {
     memcpy(s->fn, fn, sizeof s->fn);
+    s->py = py;
     s->key = key;
     e->n_site_keys++;
 }
@@ -1986,37 +2051,40 @@ const char *gp_site_key(gp_profile *p, uint32_t stack)
     sync_modules(p);
     /* the functions of the key (interned by the symbolizer), then the key made of them once */
     const char *fn[4] = {NULL, NULL, NULL, NULL};
-    size_t n = 0;
+    size_t nf = 0;
     bool leading = true;
     uint32_t module, parent;
     uint64_t offset;
-    for (uint32_t id = stack; id && n < 4; id = parent) {
+    for (uint32_t id = stack; id && nf < 4; id = parent) {
         if (gp_trace_stack_frame(p->trace, id, &module, &offset, &parent) != 0)
             break;
         frame_info *f = frame_get(p, module, offset);
         if (!f || !f->sym || (leading && frame_plumbing(f)))
             continue;
         leading = false;
-        fn[n++] = f->sym->function;
+        fn[nf++] = f->sym->function;
     }
-    if (!n)
-        return own(p, "[no stack]");
+    frame_info *py = program_python_frame(p, stack);
     engine *e = p->internal;
-    site_key_slot *slot = site_key_find(e, fn);
+    site_key_slot *slot = site_key_find(e, fn, py ? py->sym : NULL);
     if (slot && slot->key)
         return slot->key;
     char key[1024] = "";
-    size_t used = 0, kept = 0;
-    for (size_t i = 0; i < n; i++) {
+    size_t used = 0, n = 0;
+    for (size_t i = 0; i < nf; i++) {
         /* Unresolved frames carry an offset that is the same across runs of the same binary. */
-        used += (size_t)snprintf(key + used, sizeof key - used, "%s%s", i ? ";" : "", fn[i]);
+        used += (size_t)snprintf(key + used, sizeof key - used, "%s%s", n ? ";" : "", fn[i]);
         if (used >= sizeof key)
             break; /* cut short; a first frame that long alone leaves no frame kept */
-        kept++;
+        n++;
     }
-    const char *k = own(p, kept || used < sizeof key ? key : "[no stack]");
+    /* Python programs: the program's own line too, so that the same native path from two lines
+     * is two keys (file:line is as stable across runs as a function name). */
+    if (used < sizeof key && py)
+        snprintf(key + used, sizeof key - used, "%s%s", n++ ? ";" : "", frame_label(p, py));
+    const char *k = own(p, n ? key : "[no stack]");
     if (slot)
-        site_key_put(e, slot, fn, k);
+        site_key_put(e, slot, fn, py ? py->sym : NULL, k);
     return k;
 }
 

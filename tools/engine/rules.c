@@ -7,7 +7,8 @@
 #include <string.h>
 
 typedef struct rule {
-    bool is_op;           /* an "op" rule; otherwise a category rule */
+    bool is_op;           /* an "op" rule */
+    bool is_boundary;     /* a "boundary" rule; neither: a category rule */
     lp_category category;
     char *pattern;
 } rule;
@@ -91,16 +92,19 @@ gp_rules *gp_rules_parse(const char *text, const char *origin, char *err, size_t
         if (fields <= 0)
             continue; /* blank or comment */
         if (fields != 2) {
-            snprintf(err, err_size, "%s:%zu: expected 'CATEGORY PATTERN' or 'op PATTERN', got '%s'",
+            snprintf(err, err_size,
+                     "%s:%zu: expected 'CATEGORY PATTERN', 'op PATTERN' or 'boundary PATTERN', "
+                     "got '%s'",
                      origin, line_no, buf);
             gp_rules_free(r);
             return NULL;
         }
-        rule item = {.is_op = !strcmp(word, "op")};
-        if (!item.is_op && lp_category_parse(word, &item.category) != 0) {
+        rule item = {.is_op = !strcmp(word, "op"), .is_boundary = !strcmp(word, "boundary")};
+        if (!item.is_op && !item.is_boundary && lp_category_parse(word, &item.category) != 0) {
             snprintf(err, err_size,
-                     "%s:%zu: unknown category '%s' (expected op or one of parameter, input, "
-                     "activation, saved, gradient, optimizer_state, autograd, temporary, other)",
+                     "%s:%zu: unknown category '%s' (expected op, boundary or one of parameter, "
+                     "input, activation, saved, gradient, optimizer_state, autograd, temporary, "
+                     "other)",
                      origin, line_no, word);
             gp_rules_free(r);
             return NULL;
@@ -212,13 +216,16 @@ void gp_rules_match(const gp_rules *r, const char *function, gp_rule_match *m)
     m->rule = -1;
     m->category = LP_CAT_OTHER;
     m->op[0] = '\0';
+    m->boundary = false;
     if (!r)
         return;
     char name[1024];
     strip_params(function, name, sizeof name);
     for (size_t k = 0; k < r->n; k++) {
         const rule *it = &r->items[k];
-        if (it->is_op) {
+        if (it->is_boundary) {
+            m->boundary = m->boundary || gp__glob(it->pattern, name);
+        } else if (it->is_op) {
             if (!m->op[0] && gp__glob(it->pattern, name))
                 capture(it->pattern, name, m->op, sizeof m->op);
         } else if (m->rule < 0 && gp__glob(it->pattern, name)) {
@@ -238,6 +245,12 @@ bool gp_rules_classify(const gp_rules *r, const char *const *functions, size_t n
     for (size_t i = n; i-- > 0;) { /* outermost first: the first op found is the outermost */
         gp_rule_match m;
         gp_rules_match(r, functions[i], &m);
+        if (m.boundary) { /* what the frames outside it said does not hold inside */
+            best = -1;
+            *category = LP_CAT_OTHER;
+            if (op_size)
+                op_buf[0] = '\0';
+        }
         if (m.rule >= 0 && (best < 0 || m.rule < best)) {
             best = m.rule;
             *category = m.category;

@@ -23,12 +23,17 @@ void gp_rules_free(gp_rules *r); /* NULL is a no-op */
 
 /* What one frame's function says (parameter lists are ignored): `rule`, the index of the first
  * category rule it matches (-1 if none) and that rule's category; `op`, the label an op rule
- * captures from it ("" if none). A stack's classification combines its frames: the category of
- * the lowest rule index over all frames, the op of the outermost frame that has one. */
+ * captures from it ("" if none); `boundary`, whether a boundary rule matches it. A stack's
+ * classification combines its frames inside the innermost boundary frame (the frames outside it
+ * are a caller that hands control to other code, e.g. an interpreter running Python: what they
+ * say does not hold inside): the category of the lowest rule index over those frames and the
+ * boundary frame itself, the op of the outermost of them that has one. The replay engine also
+ * takes every Python frame (a "py:" module) as a boundary. */
 typedef struct gp_rule_match {
     int rule;
     lp_category category;
     char op[128];
+    bool boundary;
 } gp_rule_match;
 
 void gp_rules_match(const gp_rules *r, const char *function, gp_rule_match *m);
