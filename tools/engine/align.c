@@ -86,19 +86,28 @@ static void u64map_free(u64map *m)
 }
 
 
-typedef struct rec {
-    uint64_t key, occ, seq, size;
+typedef struct rec { /* 104 bytes */
+    uint64_t key, occ, seq, size; /* seq 0: not in use (on the free list) */
     uint64_t loose_key; /* the twin key with only GP_ALIGN_LOOSE_FRAMES frames */
     uint64_t alloc_ns, alloc_allocs, free_ns, free_allocs; /* free_allocs = UINT64_MAX: live */
+    const char *op, *module;
     uint32_t stack;
-    uint32_t twin; /* B: index of its twin among A's peak buffers (a_peak[]), NONE if none */
-    lp_category cat, snap_cat;
-    const char *op, *module, *snap_op, *snap_module;
-    uint64_t label_epoch; /* == side's epoch: snap_* hold the labels at the instant */
-    bool ever_saved;      /* tagged SAVED at some point of its life (A: after the peak too) */
-    uint32_t next_free;
-    bool loose_paired;    /* B: paired with a leftover of A's peak by the loose key */
+    union {
+        uint32_t twin;      /* B: index of its twin among A's peak buffers (a_peak[]), or NONE */
+        uint32_t next_free; /* not in use: the next free record */
+    };
+    uint32_t frozen; /* 1 + index into the side's frozen labels, 0 if none (rec_snap_labels) */
+    uint8_t cat;     /* an lp_category */
+    bool ever_saved; /* tagged SAVED at some point of its life (A: after the peak too) */
 } rec;
+
+/* The labels a record in the snapshot had at the instant, kept when it is retagged after it;
+ * the list is emptied whenever the instant moves. */
+typedef struct frozen_labels {
+    uint32_t rec; /* whose */
+    uint8_t cat;
+    const char *op, *module;
+} frozen_labels;
 
 /* A buffer live at A's peak, with what B did with its twin. */
 typedef struct peak_buf {
@@ -124,7 +133,9 @@ typedef struct side {
     size_t n_live; /* records of live buffers (a buffer's record: its gp_buffer_event.handle - 1) */
     uint32_t *gone;
     size_t n_gone, cap_gone;
-    uint64_t snap_seq, snap_ns, epoch;
+    uint64_t snap_seq, snap_ns;
+    frozen_labels *frozen;
+    size_t n_frozen, cap_frozen;
     u64map occ;  /* twin key -> its buffers so far (occurrence of the last + 1) */
     gp_map threads; /* the reader's thread index -> its stable identity (thread_identity) */
     gp_map memo;  /* (kind, id) -> index into hashes: string hashes (kind 1) */
@@ -177,18 +188,22 @@ static bool rec_live(const rec *r)
     return r->seq != 0 && r->free_allocs == UINT64_MAX;
 }
 
-/* The labels a record had at its side's instant. */
-static void rec_snap_labels(const side *s, const rec *r, lp_category *cat, const char **op,
+/* The labels record i had at its side's instant. */
+static void rec_snap_labels(const side *s, uint32_t i, lp_category *cat, const char **op,
                             const char **module)
 {
-    bool frozen = r->label_epoch == s->epoch;
-    *cat = frozen ? r->snap_cat : r->cat;
-    *op = frozen ? r->snap_op : r->op;
-    *module = frozen ? r->snap_module : r->module;
+    const rec *r = &s->recs[i];
+    const frozen_labels *f = r->frozen && r->frozen <= s->n_frozen &&
+                                     s->frozen[r->frozen - 1].rec == i
+                                 ? &s->frozen[r->frozen - 1]
+                                 : NULL;
+    *cat = (lp_category)(f ? f->cat : r->cat);
+    *op = f ? f->op : r->op;
+    *module = f ? f->module : r->module;
 }
 
 /* Moves the instant to right after allocation `seq`: records freed since the last instant are
- * no longer in the snapshot. */
+ * no longer in the snapshot, and no labels are frozen at the new one yet. */
 static void snapshot_move(side *s, uint64_t seq, uint64_t now)
 {
     for (size_t i = 0; i < s->n_gone; i++)
@@ -196,7 +211,7 @@ static void snapshot_move(side *s, uint64_t seq, uint64_t now)
     s->n_gone = 0;
     s->snap_seq = seq;
     s->snap_ns = now;
-    s->epoch++;
+    s->n_frozen = 0;
 }
 
 /* ---- twin keys ------------------------------------------------------------------------------- */
@@ -395,9 +410,8 @@ static void on_alloc(gp_align *al, int which, gp_profile *p, const gp_buffer_eve
     *r = (rec){.key = key, .occ = occurrence(al, s, key), .seq = b->seq, .size = b->size,
                .loose_key = loose,
                .alloc_ns = b->time_ns, .alloc_allocs = b->allocs, .free_allocs = UINT64_MAX,
-               .stack = b->stack, .twin = NONE, .cat = b->category, .op = b->op,
-               .module = b->module, .ever_saved = b->category == LP_CAT_SAVED,
-               .next_free = NONE};
+               .stack = b->stack, .twin = NONE, .cat = (uint8_t)b->category, .op = b->op,
+               .module = b->module, .ever_saved = b->category == LP_CAT_SAVED};
     *b->handle = i + 1;
     s->n_live++;
     if (which == 0) {
@@ -428,17 +442,23 @@ static void on_retag(gp_align *al, int which, const gp_buffer_event *b)
     side *s = &al->internal->s[which];
     if (!*b->handle)
         return;
-    rec *r = &s->recs[*b->handle - 1];
+    uint32_t i = *b->handle - 1;
+    rec *r = &s->recs[i];
     /* A buffer in the snapshot keeps the labels it had at the instant, except the one that made
      * the instant getting its first tag right after (the engine counts it so too). */
     bool in_snapshot = r->seq <= s->snap_seq && !(b->first_tag && r->seq == s->snap_seq);
-    if (in_snapshot && r->label_epoch != s->epoch) {
-        r->snap_cat = r->cat;
-        r->snap_op = r->op;
-        r->snap_module = r->module;
-        r->label_epoch = s->epoch;
+    bool frozen = r->frozen && r->frozen <= s->n_frozen && s->frozen[r->frozen - 1].rec == i;
+    if (in_snapshot && !frozen) {
+        frozen_labels *f =
+            gp__push((void **)&s->frozen, &s->n_frozen, &s->cap_frozen, sizeof *f);
+        if (!f) {
+            al->internal->oom = true;
+            return;
+        }
+        *f = (frozen_labels){i, r->cat, r->op, r->module};
+        r->frozen = (uint32_t)s->n_frozen;
     }
-    r->cat = b->category;
+    r->cat = (uint8_t)b->category;
     r->op = b->op;
     r->module = b->module;
     r->ever_saved = r->ever_saved || b->category == LP_CAT_SAVED;
@@ -526,17 +546,24 @@ static void a_done(gp_align *al)
         in->oom = true;
         return;
     }
-    for (size_t i = 0; i < s->n_recs; i++)
-        if (rec_live(&s->recs[i]) && s->recs[i].seq <= s->snap_seq)
-            in->peak[n++].a = s->recs[i];
-    for (size_t i = 0; i < s->n_gone; i++)
-        in->peak[n++].a = s->recs[s->gone[i]];
+    for (size_t list = 0; list < 2; list++) {
+        size_t m = list == 0 ? s->n_recs : s->n_gone;
+        for (size_t k = 0; k < m; k++) {
+            uint32_t i = list == 0 ? (uint32_t)k : s->gone[k];
+            if (list == 0 && !(rec_live(&s->recs[i]) && s->recs[i].seq <= s->snap_seq))
+                continue;
+            rec *r = &in->peak[n++].a; /* the record, with its labels at the peak */
+            *r = s->recs[i];
+            lp_category cat;
+            rec_snap_labels(s, i, &cat, &r->op, &r->module);
+            r->cat = (uint8_t)cat;
+            r->frozen = 0;
+        }
+    }
     qsort(in->peak, n, sizeof *in->peak, cmp_peak_seq);
     in->n_peak = n;
     for (size_t i = 0; i < n && !in->oom; i++) {
         rec *r = &in->peak[i].a;
-        rec_snap_labels(s, r, &r->cat, &r->op, &r->module);
-        r->label_epoch = 0;
         if (!gp__map_put(&in->twins, r->key, r->occ, 0, (uint32_t)i))
             in->oom = true;
     }
@@ -552,6 +579,9 @@ static void a_done(gp_align *al)
     s->n_recs = s->cap_recs = 0;
     s->free_rec = NONE;
     s->n_live = 0;
+    free(s->frozen);
+    s->frozen = NULL;
+    s->n_frozen = s->cap_frozen = 0;
     free(s->gone);
     s->gone = NULL;
     s->n_gone = s->cap_gone = 0;
@@ -729,7 +759,7 @@ static void pair_loose(gp_align *al, int pass)
                 continue;
             lp_category cat;
             const char *op, *module;
-            rec_snap_labels(b, r, &cat, &op, &module);
+            rec_snap_labels(b, ri, &cat, &op, &module);
             bool want = pass == 1 ? !has_twin_in_a(in, r) : is_raw(cat);
             if (want && !add_leftover(al, &lb, &nb, &cb, (leftover){r->loose_key, r->seq, ri}))
                 goto out;
@@ -820,8 +850,8 @@ int gp_align_finish(gp_align *al)
         if (!x)
             break;
         const rec *r = &pb->a;
-        *x = (gp_aligned){.side = 0, .category = r->cat, .op = r->op, .module = r->module,
-                          .stack = r->stack, .size = r->size};
+        *x = (gp_aligned){.side = 0, .category = (lp_category)r->cat, .op = r->op,
+                          .module = r->module, .stack = r->stack, .size = r->size};
         bool b_freed = twin_freed(al, pb);
         if (!pb->b_seq)
             x->state = GP_TWIN_NONE;
@@ -894,7 +924,7 @@ int gp_align_finish(gp_align *al)
             break;
         *x = (gp_aligned){.state = GP_TWIN_B_MORE, .side = 1, .size = r->size,
                           .stack = r->stack};
-        rec_snap_labels(b, r, &x->category, &x->op, &x->module);
+        rec_snap_labels(b, snap[i], &x->category, &x->op, &x->module);
         al->b_more_bytes += r->size;
     }
     free(snap);
@@ -940,6 +970,7 @@ void gp_align_free(gp_align *al)
     for (int i = 0; in && i < 2; i++) {
         side *s = &in->s[i];
         free(s->recs);
+        free(s->frozen);
         free(s->gone);
         u64map_free(&s->occ);
         free(s->site_hashes);
