@@ -132,8 +132,12 @@ static size_t sample_get(gp_samples *ss, const gp_buffer_event *b, const char *g
         s->oom = true;
         return SIZE_MAX;
     }
-    *it = (gp_sample){.stack = b->stack, .device = b->device, .category = b->category,
-                      .op = b->op, .module = b->module, .grad = grad};
+    *it = (gp_sample){.stack = b->stack,
+                      .device = b->device,
+                      .category = b->category,
+                      .op = b->op,
+                      .module = b->module,
+                      .grad = grad};
     st->epoch = dev_of(s, b->device)->epoch;
     return ss->n++;
 }
@@ -237,8 +241,8 @@ int gp_samples_load(const char *path, const gp_analysis_options *opts, gp_profil
         s->notes = NULL;
         s->n_notes = 0;
     }
-    gp_replay_observer obs = {.ctx = ss, .alloc = on_alloc, .retag = on_retag, .free = on_free,
-                              .peak = on_peak};
+    gp_replay_observer obs = {
+        .ctx = ss, .alloc = on_alloc, .retag = on_retag, .free = on_free, .peak = on_peak};
     gp_analysis_options o;
     if (opts)
         o = *opts;

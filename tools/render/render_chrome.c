@@ -54,7 +54,10 @@ static void metadata_events(gp__jw *j, const gp_profile *p, long pid, const char
 {
     char name[512];
     snprintf(name, sizeof name, "gradprof: %s%s%s%s", rank ? "rank " : "", rank ? rank : "",
-             rank ? ": " : "", command ? command : p->path ? p->path : "trace");
+             rank ? ": " : "",
+             command   ? command
+             : p->path ? p->path
+                       : "trace");
     event_begin(j, "process_name", "M", pid, 0, 0);
     gp__jw_object(j, "args", true);
     gp__jw_str(j, "name", name);
