@@ -278,7 +278,10 @@ struct lp__thread {
     lp__map stacks;   /* (hash of the ips, depth) -> stack id */
     lp__map ip_cache; /* (ip, 1) -> module id << 48 | offset */
     lp__map py_modules; /* (code, its names and first line) -> "py:" module id */
-    lp__map py_lines;   /* (code, first line << 32 | instruction) -> line */
+    lp__map py_lines;   /* (code, its names and first line | instruction) -> module << 32 | line */
+    struct lp__py_memo { /* py_lines' recent entries, direct-mapped (0: empty) */
+        uint64_t k1, k2, where;
+    } py_memo[256];
     /* Scratch of lp__capture_stack (here rather than on the program's stack): the Python
      * frames read, the merged stack and the words its hash is taken of. */
     lp__pyframe py[LP_MAX_STACK_DEPTH];
@@ -1035,6 +1038,7 @@ static void lp__thread_reset(lp__thread *th)
     lp__map_clear(&th->ip_cache);
     lp__map_clear(&th->py_modules);
     lp__map_clear(&th->py_lines);
+    memset(th->py_memo, 0, sizeof th->py_memo);
     th->next_string_id = 1;
     th->next_stack_id = 1;
     th->len = 0;
@@ -1388,17 +1392,28 @@ static uint32_t lp__py_module(lp__thread *th, const lp__pyframe *f)
     return (uint32_t)id;
 }
 
-/* A Python frame's line, computed once per (code, instruction) per thread. */
-static uint32_t lp__py_line_of(lp__thread *th, const lp__pyframe *f)
+/* A Python frame's place, module id << 32 | line, computed once per (code, instruction) per
+ * thread: one lookup per frame on the way (the key's high half checks the code object's names
+ * and first line, as lp__py_module's does). */
+static uint64_t lp__py_where(lp__thread *th, const lp__pyframe *f)
 {
     uint64_t k1 = (uint64_t)(uintptr_t)f->code,
-             k2 = (uint64_t)(uint32_t)f->firstlineno << 32 | (uint32_t)f->lasti, line;
-    if (lp__map_get(&th->py_lines, k1, k2, &line))
-        return (uint32_t)line;
-    int l = lp__py_line(f);
-    line = l > 0 ? (uint32_t)l & 0x7FFFFFFF : 0;
-    lp__map_put(&th->py_lines, k1, k2, line);
-    return (uint32_t)line;
+             k2 = (lp__mix((uint64_t)(uintptr_t)f->filename ^
+                           lp__mix((uint64_t)(uintptr_t)f->qualname) ^ (uint32_t)f->firstlineno) &
+                   ~0xFFFFFFFFull) |
+                  (uint32_t)f->lasti,
+             where;
+    struct lp__py_memo *memo = &th->py_memo[lp__mix(k1 ^ k2) & 255];
+    if (memo->k1 == k1 && memo->k2 == k2)
+        return memo->where;
+    if (!lp__map_get(&th->py_lines, k1, k2, &where)) {
+        int line = lp__py_line(f);
+        where = (uint64_t)lp__py_module(th, f) << 32 |
+                (line > 0 ? (uint32_t)line & 0x7FFFFFFF : 0);
+        lp__map_put(&th->py_lines, k1, k2, where);
+    }
+    *memo = (struct lp__py_memo){k1, k2, where};
+    return where;
 }
 
 /*
@@ -1496,10 +1511,10 @@ __attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
         if (f->py < 0) {
             key = f->ip;
         } else {
-            uint64_t module = lp__py_module(th, &th->py[f->py]);
-            uint64_t line = lp__py_line_of(th, &th->py[f->py]);
+            uint64_t place = lp__py_where(th, &th->py[f->py]), module = place >> 32,
+                     line = place & 0xFFFFFFFF;
             where = module << 48 | line;
-            key = 1ull << 63 | module << 32 | line;
+            key = 1ull << 63 | place;
         }
         if (!lp__map_get(&th->frames, parent + 1, key, &node)) {
             if (f->py < 0)
