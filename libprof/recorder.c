@@ -71,6 +71,7 @@
 #include <libunwind.h>
 
 #include "gradprof/trace_format.h"
+#include "pyframes.h"
 #include "recorder.h"
 
 #define LP__BUF_BYTES (64u * 1024)  /* a thread's chunk payload */
@@ -242,6 +243,10 @@ static struct {
     atomic_uint_fast64_t modules_generation;
     uint32_t next_module_id;
     unsigned long long dl_subs;
+    atomic_ullong dl_adds; /* dlpi_adds at the last rescan: objects loaded so far */
+    lp__map py_modules;    /* (hash of a "py:" path) -> its pseudo-module id; under `lock` */
+    uint32_t py_overflow_id; /* the "py:?:?" module used once the module ids run out */
+    atomic_bool py_meta_written; /* the "python_frames" metadata is in this trace */
     uintptr_t self_lo, self_hi; /* libprof's own object, when it is a separate one */
 
     lp_unwind_fn unwinder;
@@ -272,6 +277,19 @@ struct lp__thread {
     lp__map frames;   /* (parent stack id + 1, ip) -> stack id */
     lp__map stacks;   /* (hash of the ips, depth) -> stack id */
     lp__map ip_cache; /* (ip, 1) -> module id << 48 | offset */
+    lp__map py_modules; /* (code, its names and first line) -> "py:" module id */
+    lp__map py_lines;   /* (code, its names and first line | instruction) -> module << 32 | line */
+    struct lp__py_memo { /* py_lines' recent entries, direct-mapped (0: empty) */
+        uint64_t k1, k2, where;
+    } py_memo[256];
+    /* Scratch of lp__capture_stack (here rather than on the program's stack): the Python
+     * frames read, the merged stack and the words its hash is taken of. */
+    lp__pyframe py[LP_MAX_STACK_DEPTH];
+    struct lp__mframe {
+        uintptr_t ip;    /* a native return address, if py < 0 */
+        int16_t py;      /* else the index of a Python frame in `py` */
+    } merged[LP_MAX_STACK_DEPTH];
+    uintptr_t words[3 * LP_MAX_STACK_DEPTH];
     uint32_t next_string_id, next_stack_id;
     int64_t sample_left;
     uint64_t rng;
@@ -766,6 +784,11 @@ static void lp__write_metadata(void)
     lp__write_meta("gradprof_version", LP__VERSION);
     snprintf(buf, sizeof buf, "%d.%d", GP_VERSION_MAJOR, GP_VERSION_MINOR);
     lp__write_meta("trace_format", buf);
+    /* Python frames: known once a Python runtime was looked for (a forked child, a restart). */
+    const char *py = lp__py_status();
+    atomic_store(&R.py_meta_written, py != NULL);
+    if (py)
+        lp__write_meta("python_frames", py);
     /* A process of a job: the launcher's variables (torchrun's), when each is a plain number. */
     static const char *const job[][2] = {
         {"RANK", "rank"}, {"LOCAL_RANK", "local_rank"}, {"WORLD_SIZE", "world_size"}};
@@ -777,6 +800,13 @@ static void lp__write_metadata(void)
     }
 }
 
+/* A new trace file: the "py:" modules are written into it afresh. R.lock held. */
+static void lp__py_modules_reset(void)
+{
+    lp__map_clear(&R.py_modules);
+    R.py_overflow_id = 0;
+}
+
 /* ---- the module map -------------------------------------------------------------------------- */
 
 typedef struct lp__scan {
@@ -784,7 +814,7 @@ typedef struct lp__scan {
     char paths[1024][256];
     char build_ids[1024][41];
     size_t len;
-    unsigned long long subs;
+    unsigned long long subs, adds;
 } lp__scan;
 
 static lp__scan lp__scan_buf; /* used under R.lock only */
@@ -824,6 +854,7 @@ static int lp__scan_one(struct dl_phdr_info *info, size_t size, void *data)
 {
     lp__scan *s = data;
     s->subs = info->dlpi_subs;
+    s->adds = info->dlpi_adds;
     if (s->len >= sizeof s->items / sizeof *s->items)
         return 0;
     uintptr_t lo = UINTPTR_MAX, hi = 0;
@@ -898,6 +929,7 @@ static void lp__rescan_modules(void)
     if (old && s->subs != R.dl_subs) /* something was unloaded: per-thread caches are stale */
         atomic_fetch_add(&R.modules_generation, 1);
     R.dl_subs = s->subs;
+    atomic_store_explicit(&R.dl_adds, s->adds, memory_order_relaxed);
     atomic_store(&R.modules, map);
 }
 
@@ -1004,6 +1036,9 @@ static void lp__thread_reset(lp__thread *th)
     lp__map_clear(&th->frames);
     lp__map_clear(&th->stacks);
     lp__map_clear(&th->ip_cache);
+    lp__map_clear(&th->py_modules);
+    lp__map_clear(&th->py_lines);
+    memset(th->py_memo, 0, sizeof th->py_memo);
     th->next_string_id = 1;
     th->next_stack_id = 1;
     th->len = 0;
@@ -1286,8 +1321,131 @@ static bool lp__want_stack(lp__thread *th, size_t size)
     return true;
 }
 
+/* ---- Python frames (pyframes.h) ------------------------------------------------------------ */
+
+/* Whether Python frames can be read in this process (looked for again when objects were loaded);
+ * the first answer is written as the "python_frames" metadata. */
+static bool lp__py_on(void)
+{
+    bool on = lp__py_ready(atomic_load_explicit(&R.dl_adds, memory_order_relaxed));
+    if (!atomic_load_explicit(&R.py_meta_written, memory_order_relaxed) && lp__py_status() &&
+        !atomic_exchange(&R.py_meta_written, true)) {
+        int saved_errno = errno, cancel = lp__cancel_off();
+        pthread_mutex_lock(&R.lock);
+        if (lp__ensure_file())
+            lp__write_meta("python_frames", lp__py_status());
+        pthread_mutex_unlock(&R.lock);
+        lp__cancel_restore(cancel);
+        errno = saved_errno;
+    }
+    return on;
+}
+
+#define LP__MAX_MODULE_ID 60000 /* below the trace's 16-bit module ids (lp__locate, the reader) */
+
+/* The id of the pseudo-module "py:<file>:<qualname>" of a Python frame's function, writing its
+ * MODULE record the first time any thread meets it (per process, under R.lock); cached per
+ * thread by the code object and what identifies it, so that a code object freed and another
+ * made at its address is not taken for it. 0 when none can be had. */
+static uint32_t lp__py_module(lp__thread *th, const lp__pyframe *f)
+{
+    uint64_t k1 = (uint64_t)(uintptr_t)f->code,
+             k2 = lp__mix((uint64_t)(uintptr_t)f->filename ^
+                          lp__mix((uint64_t)(uintptr_t)f->qualname) ^ (uint32_t)f->firstlineno),
+             id;
+    if (lp__map_get(&th->py_modules, k1, k2, &id))
+        return (uint32_t)id;
+    char path[1024];
+    size_t n = lp__py_path(f, path, sizeof path);
+    uint64_t h1, h2;
+    lp__hash_bytes(path, n, &h1, &h2);
+    int saved_errno = errno, cancel = lp__cancel_off(); /* the MODULE record is written here */
+    pthread_mutex_lock(&R.lock);
+    if (!lp__map_get(&R.py_modules, h1, h2, &id)) {
+        bool fresh = true;
+        if (R.next_module_id < LP__MAX_MODULE_ID) {
+            id = ++R.next_module_id;
+            lp__map_put(&R.py_modules, h1, h2, id);
+        } else { /* out of ids: every further function shares one "py:?:?" module */
+            fresh = R.py_overflow_id == 0;
+            if (fresh)
+                R.py_overflow_id = ++R.next_module_id;
+            id = R.py_overflow_id;
+            memcpy(path, "py:?:?", 7);
+        }
+        if (fresh && lp__ensure_file()) {
+            uint8_t *p = lp__global_buf;
+            size_t k = 0;
+            p[k++] = GP_REC_MODULE;
+            k += gp_put_varint(p + k, id);
+            k += gp_put_varint(p + k, 0); /* base */
+            k += gp_put_varint(p + k, 0); /* size */
+            k += lp__put_str(p + k, path, sizeof path);
+            k += lp__put_str(p + k, "", 0); /* build id */
+            lp__write_chunk(0, 0, p, k);
+        }
+    }
+    pthread_mutex_unlock(&R.lock);
+    lp__cancel_restore(cancel);
+    errno = saved_errno;
+    lp__map_put(&th->py_modules, k1, k2, id);
+    return (uint32_t)id;
+}
+
+/* A Python frame's place, module id << 32 | line, computed once per (code, instruction) per
+ * thread: one lookup per frame on the way (the key's high half checks the code object's names
+ * and first line, as lp__py_module's does). */
+static uint64_t lp__py_where(lp__thread *th, const lp__pyframe *f)
+{
+    uint64_t k1 = (uint64_t)(uintptr_t)f->code,
+             k2 = (lp__mix((uint64_t)(uintptr_t)f->filename ^
+                           lp__mix((uint64_t)(uintptr_t)f->qualname) ^ (uint32_t)f->firstlineno) &
+                   ~0xFFFFFFFFull) |
+                  (uint32_t)f->lasti,
+             where;
+    struct lp__py_memo *memo = &th->py_memo[lp__mix(k1 ^ k2) & 255];
+    if (memo->k1 == k1 && memo->k2 == k2)
+        return memo->where;
+    if (!lp__map_get(&th->py_lines, k1, k2, &where)) {
+        int line = lp__py_line(f);
+        where = (uint64_t)lp__py_module(th, f) << 32 |
+                (line > 0 ? (uint32_t)line & 0x7FFFFFFF : 0);
+        lp__map_put(&th->py_lines, k1, k2, where);
+    }
+    *memo = (struct lp__py_memo){k1, k2, where};
+    return where;
+}
+
+/*
+ * Merges the native return addresses ips[0..n) (innermost first) with the thread's Python
+ * frames into th->merged, at most `depth` frames: each activation of the eval loop is replaced by
+ * the Python frames it runs (pyframes.c), innermost first; an activation left without frames (a
+ * mismatch) stays as it is. Returns the merged count.
+ */
+static int lp__merge_python(lp__thread *th, void *const *ips, int n, int depth)
+{
+    int np = -1, k = 0, m = 0;
+    for (int i = 0; i < n && m < depth; i++) {
+        uintptr_t ip = (uintptr_t)ips[i];
+        if (lp__py_is_eval(ip)) {
+            if (np < 0)
+                np = lp__py_walk(th->py, depth);
+            if (k < np) {
+                do
+                    th->merged[m++] = (struct lp__mframe){0, (int16_t)k};
+                while (!th->py[k++].entry && k < np && m < depth);
+                continue;
+            }
+        }
+        th->merged[m++] = (struct lp__mframe){ip, -1};
+    }
+    return m;
+}
+
 /* The stack id of the current call chain, writing STACK records for nodes not seen before.
- * Frames inside libprof itself are dropped. Kept out of line so the frames to drop are ours. */
+ * Frames inside libprof itself are dropped; Python frames replace the eval loop's activations
+ * (pseudo-module "py:<file>:<qualname>", offset = line). Kept out of line so the frames to drop
+ * are ours. */
 __attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
 {
     void *ips[LP_MAX_STACK_DEPTH + 8];
@@ -1307,8 +1465,6 @@ __attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
     } else if (!R.unwinder) {
         first = n < 3 ? n : 3; /* statically linked: this function, lp__record_*, the hook */
     }
-    if (n - first > R.opts.stack_depth)
-        n = first + R.opts.stack_depth;
     if (n <= first)
         return 0;
     if (th->modules_generation != atomic_load_explicit(&R.modules_generation,
@@ -1320,19 +1476,51 @@ __attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
         lp__map_clear(&th->stacks);
         th->modules_generation = atomic_load(&R.modules_generation);
     }
+    /* The frames, merged with Python's when the interpreter runs here, and their hash: return
+     * addresses, and for a Python frame its code object, names and instruction. */
+    int depth = R.opts.stack_depth, m = 0;
+    if (lp__py_on()) {
+        m = lp__merge_python(th, ips + first, n - first, depth);
+    } else {
+        for (int i = first; i < n && m < depth; i++)
+            th->merged[m++] = (struct lp__mframe){(uintptr_t)ips[i], -1};
+    }
+    size_t nw = 0;
+    for (int i = 0; i < m; i++) {
+        const struct lp__mframe *f = &th->merged[i];
+        if (f->py < 0) {
+            th->words[nw++] = f->ip;
+            continue;
+        }
+        const lp__pyframe *pf = &th->py[f->py];
+        th->words[nw++] = (uintptr_t)pf->code;
+        th->words[nw++] = (uintptr_t)pf->filename ^ ((uintptr_t)pf->qualname << 17);
+        th->words[nw++] = (uintptr_t)((uint64_t)(uint32_t)pf->firstlineno << 32 |
+                                      (uint32_t)pf->lasti);
+    }
     uint64_t h1, h2, id;
-    lp__hash_words((const uintptr_t *)(ips + first), (size_t)(n - first), &h1, &h2);
+    lp__hash_words(th->words, nw, &h1, &h2);
     if (lp__map_get(&th->stacks, h1, h2, &id))
         return (uint32_t)id;
-    /* Walk from the outermost frame inwards, adding tree nodes as needed. */
+    /* Walk from the outermost frame inwards, adding tree nodes as needed. A Python frame's key
+     * in `frames` is its (module, line) with the top bit set (no return address has it). */
     uint64_t parent = 0;
-    for (int i = n - 1; i >= first; i--) {
-        uintptr_t ip = (uintptr_t)ips[i];
-        uint64_t node;
-        if (!lp__map_get(&th->frames, parent + 1, ip, &node)) {
-            uint64_t where = lp__locate(th, ip);
+    for (int i = m - 1; i >= 0; i--) {
+        const struct lp__mframe *f = &th->merged[i];
+        uint64_t key, where = 0, node;
+        if (f->py < 0) {
+            key = f->ip;
+        } else {
+            uint64_t place = lp__py_where(th, &th->py[f->py]), module = place >> 32,
+                     line = place & 0xFFFFFFFF;
+            where = module << 48 | line;
+            key = 1ull << 63 | place;
+        }
+        if (!lp__map_get(&th->frames, parent + 1, key, &node)) {
+            if (f->py < 0)
+                where = lp__locate(th, f->ip);
             node = th->next_stack_id++;
-            lp__map_put(&th->frames, parent + 1, ip, node);
+            lp__map_put(&th->frames, parent + 1, key, node);
             uint8_t *p = lp__reserve(th, 48);
             lp__start_untimed(th);
             *p++ = GP_REC_STACK;
@@ -1751,6 +1939,7 @@ static void lp__atfork_child(void)
     }
     atomic_store(&R.modules, NULL);
     R.next_module_id = 0;
+    lp__py_modules_reset();
     atomic_fetch_add(&R.generation, 1);
     R.start_ns = lp__now();
     lp__start_flusher();
@@ -1820,6 +2009,7 @@ int lp_start(const lp_options *o)
     atomic_store(&R.disabled, false);
     R.start_ns = lp__now();
     atomic_fetch_add(&R.generation, 1);
+    lp__py_modules_reset();
     lp__write_metadata();
     lp__rescan_modules();
     lp__find_self();

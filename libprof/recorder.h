@@ -76,7 +76,7 @@ extern atomic_bool lp__cancel_used;
 
 /* Warns on stderr, once per `key`, with the "gradprof: " prefix. Async-signal-safe. */
 void lp__warn_once(int key, const char *message);
-enum { LP__WARN_CONFIG = 0, LP__WARN_WRITE = 16, LP__WARN_MEMORY, LP__WARN_OTHER };
+enum { LP__WARN_CONFIG = 0, LP__WARN_WRITE = 16, LP__WARN_MEMORY, LP__WARN_OTHER, LP__WARN_PYTHON };
 
 #pragma GCC visibility pop
 

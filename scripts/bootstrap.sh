@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages gradprof needs, if any are missing.
-#   gradprof_bootstrap            what building and the demo need
+#   gradprof_bootstrap            what building and the demo need (python3.11-dev: CPython's
+#                                 internal headers, for Python frames in recorded stacks)
 #   gradprof_bootstrap --tests    also what the test suite runs: python3 (export checks), chromium
 #                                 (the HTML report in a headless browser), python3-torch (PyTorch
 #                                 integration tests, run with /usr/bin/python3), clang and its
@@ -14,7 +15,7 @@
 set -euo pipefail
 
 GRADPROF_PACKAGES=(build-essential cmake pkg-config libopenblas-dev libunwind-dev libcmocka-dev
-                   libdw-dev libelf-dev zlib1g-dev)
+                   libdw-dev libelf-dev zlib1g-dev python3.11-dev)
 GRADPROF_TEST_PACKAGES=(python3 chromium python3-torch python3-torchvision python3-pytest clang
                         libclang-rt-14-dev libtcmalloc-minimal4 libjemalloc2 debhelper golang-go)
 

@@ -13,8 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "analysis.h"
+#include "rules.h"
+#include "traces/trace_builder.h"
 
 enum { PARAMS = 536616, INPUT = 32768, A = 32768, N = 512, OUT = 1280 };
 
@@ -248,6 +251,98 @@ static void test_timeline_keeps_the_peak(void **state)
     gp_profile_free(p);
 }
 
+/* ---- Python frames ("py:" modules, trace format 1.1) ----------------------------------------- */
+
+enum { M_C10 = 1, M_TORCH, M_LINEAR, M_MAIN, M_MODULE, M_HOOK, M_STEP };
+
+/* A PyTorch-like program: native frames of libc10 (allocator plumbing, unsymbolized) and
+ * libtorch_cpu under Python frames of torch's own files and of the program's eval.py. */
+static const char *python_trace(void)
+{
+    static char path[4096];
+    snprintf(path, sizeof path, "%s/python_frames_%d.gptrace", GRADPROF_TEST_TRACES, (int)getpid());
+    tb *b = tb_open(path, "python3 eval.py");
+    assert_non_null(b);
+    tb_module(b, M_C10, 0x7f0000000000, 0x100000, "/nonexistent/libc10.so.1.13", "");
+    tb_module(b, M_TORCH, 0x7f1000000000, 0x100000, "/nonexistent/libtorch_cpu.so.1.13", "");
+    tb_module(b, M_LINEAR, 0, 0,
+              "py:/usr/lib/python3/dist-packages/torch/nn/modules/linear.py:Linear.forward", "");
+    tb_module(b, M_MAIN, 0, 0, "py:/srv/app/eval.py:main", "");
+    tb_module(b, M_MODULE, 0, 0, "py:/srv/app/eval.py:<module>", "");
+    tb_module(b, M_HOOK, 0, 0, "py:/srv/app/eval.py:hook", "");
+    tb_module(b, M_STEP, 0, 0, "py:/srv/app/eval.py:train_step", "");
+    tb_thread(b, 1, "main");
+    /* the same native path from two lines of main(), then from torch's code only, then none */
+    const uint32_t mods[] = {M_C10, M_TORCH, M_LINEAR, M_MAIN, M_MODULE};
+    const uint64_t line36[] = {0x10, 0x20, 114, 36, 50}, line37[] = {0x10, 0x20, 114, 37, 50};
+    uint32_t s36 = tb_stack(b, 5, mods, line36), s37 = tb_stack(b, 5, mods, line37);
+    uint32_t torch_only = tb_stack(b, 3, mods, line36), native = tb_stack(b, 2, mods, line36);
+    /* train_step (a rule says gradient) calls hook, which allocates: hook is a boundary */
+    const uint32_t hook_mods[] = {M_C10, M_HOOK, M_STEP}, step_mods[] = {M_C10, M_STEP};
+    const uint64_t hook_offs[] = {0x10, 7, 20}, step_offs[] = {0x10, 21};
+    uint32_t in_hook = tb_stack(b, 3, hook_mods, hook_offs);
+    uint32_t in_step = tb_stack(b, 2, step_mods, step_offs);
+    uint64_t t = 1000, addr = 0x10000;
+    const uint32_t stacks[] = {s36, s37, torch_only, native, in_hook, in_step};
+    for (size_t i = 0; i < sizeof stacks / sizeof *stacks; i++) {
+        tb_at(b, t += 100);
+        tb_alloc(b, addr + i * 0x1000, 1000 + i, stacks[i]);
+    }
+    tb_end(b);
+    assert_int_equal(tb_close(b), 0);
+    return path;
+}
+
+/* The site of the allocation of `size` bytes. */
+static const gp_site *site_of_size(const gp_profile *p, uint64_t size)
+{
+    for (size_t i = 0; i < p->n_sites; i++)
+        if (p->sites[i].stats.total_bytes == size)
+            return &p->sites[i];
+    fail_msg("no site allocated %llu bytes", (unsigned long long)size);
+    return NULL;
+}
+
+static void test_python_frames_label_sites(void **state)
+{
+    (void)state;
+    const char *path = python_trace();
+    char err[512];
+    gp_rules *rules = gp_rules_parse("gradient train_step\n", "t", err, sizeof err);
+    assert_non_null(rules);
+    gp_analysis_options o;
+    gp_analysis_options_default(&o);
+    o.rules = rules;
+    gp_profile *p = NULL;
+    if (gp_profile_load(path, &o, &p, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    /* two Python lines over one native path: two sites, each named by the program's line */
+    const gp_site *a = site_of_size(p, 1000), *b = site_of_size(p, 1001);
+    assert_int_not_equal(a->stack, b->stack);
+    assert_string_equal(gp_site_label(p, a->stack), "eval.py:36 (main)");
+    assert_string_equal(gp_site_label(p, b->stack), "eval.py:37 (main)");
+    assert_string_not_equal(gp_site_key(p, a->stack), gp_site_key(p, b->stack));
+    /* frames: libc10's unsymbolized allocator frame is plumbing; Python frames read as in a
+     * traceback */
+    const char *frames[8];
+    size_t n = gp_site_frames(p, a->stack, frames, 8);
+    assert_int_equal(n, 4);
+    assert_string_equal(frames[0], "libtorch_cpu.so.1.13+0x20");
+    assert_string_equal(frames[1], "linear.py:114 (Linear.forward)");
+    assert_string_equal(frames[2], "eval.py:36 (main)");
+    assert_string_equal(frames[3], "eval.py:50 (<module>)");
+    /* only torch's Python frames: the native label */
+    assert_string_equal(gp_site_label(p, site_of_size(p, 1002)->stack), "libtorch_cpu.so.1.13+0x20");
+    assert_string_equal(gp_site_label(p, site_of_size(p, 1003)->stack), "libtorch_cpu.so.1.13+0x20");
+    /* Python frames are rule boundaries: train_step's rule does not reach into hook */
+    assert_int_equal(site_of_size(p, 1004)->category, LP_CAT_OTHER);
+    assert_string_equal(gp_site_label(p, site_of_size(p, 1004)->stack), "eval.py:7 (hook)");
+    assert_int_equal(site_of_size(p, 1005)->category, LP_CAT_GRADIENT);
+    gp_profile_free(p);
+    gp_rules_free(rules);
+    remove(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -259,6 +354,7 @@ int main(void)
         cmocka_unit_test(test_damaged_trace_is_not_an_error),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_timeline_keeps_the_peak),
+        cmocka_unit_test(test_python_frames_label_sites),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

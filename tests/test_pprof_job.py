@@ -250,6 +250,11 @@ def test_job(a):
           "chrome: one pid per rank, named by rank: %s" % sorted(names.values()))
     check(all(any(e["pid"] == pid and e["ph"] == "C" for e in events) for pid in names),
           "chrome: each process has its counters")
+    later = procs[0]["pid"]  # rank 1 ran after rank 0, on this host: its times are shifted
+    check(chrome["otherData"]["one_time_axis"] is True and
+          min(float(e["ts"]) for e in events if e["pid"] == later) > 0 and
+          min(float(e["ts"]) for e in events if e["pid"] == procs[1]["pid"]) == 0,
+          "chrome: one host, one time axis (rank 1 starts after rank 0)")
 
     ss = json.loads(run([a.gradprof, "report", "--format", "speedscope"] + on).stdout)
     _, profiles = check_speedscope(ss, "speedscope of the job")

@@ -44,9 +44,11 @@
 #include "preload/cancel_alloc.h"
 #include "preload/cxx_forms.h"
 #include "preload/fd_games.h"
+#include "preload/py_alloc.h"
 #include "preload/realloc_race.h"
 #include "preload/tsd_alloc.h"
 #include "preload/vfork_exec.h"
+#include "analysis.h"
 #include "symbolize.h"
 
 #define RUN_TIMEOUT_S 120
@@ -1190,6 +1192,121 @@ static void test_allocator_check_non_pie(void **state)
     remove_dir(dir);
 }
 
+/* ---- Python frames (issue 13) ------------------------------------------------------------------ */
+
+/* The Python frames of a stack, innermost first, as "function:line" in buf (space-separated). */
+static void python_frames_of(gp_trace *t, gp_symbolizer *sym, uint32_t stack, char *buf,
+                             size_t size)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (uint32_t id = stack, parent; id; id = parent) {
+        uint32_t module;
+        uint64_t offset;
+        assert_int_equal(gp_trace_stack_frame(t, id, &module, &offset, &parent), 0);
+        const gp_module *m = gp_trace_module(t, module);
+        if (!m || strncmp(m->path, "py:", 3) != 0)
+            continue;
+        const gp_symbol *fn = gp_symbolize(sym, module, offset);
+        const char *base = fn->file ? strrchr(fn->file, '/') : NULL;
+        used += (size_t)snprintf(buf + used, size - used, "%s%s:%s:%d", used ? " " : "",
+                                 base ? base + 1 : fn->file ? fn->file : "?", fn->function,
+                                 fn->line);
+        assert_true(used < size);
+    }
+}
+
+/* A real /usr/bin/python3 program under the preload: its stacks hold its Python frames in
+ * place of the interpreter's eval loop, with file, function and line; the same native path
+ * reached from two Python lines is two stacks; the replay engine labels each site by the
+ * program's line. Skipped when the feature is off (no python3.11-dev at build time, another
+ * interpreter version). */
+static void test_python_frames(void **state)
+{
+#ifndef GP_HAVE_PYTHON_FRAMES
+    fprintf(stderr, "SKIPPED: built without CPython 3.11's internal headers (python3.11-dev): "
+                    "no Python frames\n");
+    skip();
+#endif
+    if (access("/usr/bin/python3", X_OK) != 0) {
+        fprintf(stderr, "SKIPPED: no /usr/bin/python3\n");
+        skip();
+    }
+    char *argv[] = {"/usr/bin/python3", "-S", "-E", GP_PY_ALLOC, NULL};
+    const char *dir = make_dir();
+    run_result r;
+    run(argv, true, dir, (const char *[]){"GRADPROF_VERBOSE=1", NULL}, &r);
+    assert_true(exited_with(&r, 0));
+    assert_string_equal(r.out, PA_STDOUT);
+    const uint64_t sizes[] = {PA_SIZE_A, PA_SIZE_B, PA_SIZE_C};
+    summary s;
+    gp_trace *t;
+    summarize_pid(dir, r.pid, sizes, 3, &s, &t);
+    const char *status = gp_trace_meta(t, "python_frames");
+    if (!status || strncmp(status, "on", 2) != 0) {
+        fprintf(stderr, "SKIPPED: Python frames are off here: %s\n", status ? status : "?");
+        gp_trace_close(t);
+        remove_dir(dir);
+        skip();
+    }
+    if (strstr(r.err, "gradprof:"))
+        fail_msg("python3 under the preload said: %s", r.err);
+    for (int i = 0; i < 3; i++) {
+        expect_size(&s, sizes[i], 1, 1);
+        assert_int_not_equal(s.sizes[i].stack, 0);
+    }
+    /* Two lines of main() over one native path (make -> bytearray): two stacks. */
+    assert_int_not_equal(s.sizes[0].stack, s.sizes[1].stack);
+
+    gp_symbolizer *sym = gp_symbolizer_new();
+    assert_non_null(sym);
+    for (uint32_t id = 1; id <= gp_trace_module_count(t); id++) {
+        const gp_module *m = gp_trace_module(t, id);
+        if (m)
+            assert_int_equal(
+                gp_symbolizer_add_module(sym, id, m->path, m->build_id, m->base, m->size), 0);
+    }
+    char got[1024], want[1024];
+    const int lines[3][3] = {{PA_MAKE_LINE, PA_LINE_A, PA_LINE_MODULE},
+                             {PA_MAKE_LINE, PA_LINE_B, PA_LINE_MODULE},
+                             {0, PA_LINE_C, PA_LINE_MODULE}};
+    for (int i = 0; i < 3; i++) {
+        python_frames_of(t, sym, s.sizes[i].stack, got, sizeof got);
+        if (lines[i][0])
+            snprintf(want, sizeof want, "py_alloc.py:make:%d py_alloc.py:main:%d "
+                                        "py_alloc.py:<module>:%d",
+                     lines[i][0], lines[i][1], lines[i][2]);
+        else
+            snprintf(want, sizeof want, "py_alloc.py:main:%d py_alloc.py:<module>:%d",
+                     lines[i][1], lines[i][2]);
+        assert_string_equal(got, want);
+    }
+    gp_symbolizer_free(sym);
+    gp_trace_close(t);
+
+    /* The replay engine names each site by the program's line. */
+    char paths[4][PATH_MAX + 64], err[512];
+    assert_int_equal(traces_of(dir, r.pid, paths, 4), 1);
+    gp_profile *p = NULL;
+    if (gp_profile_load(paths[0], NULL, &p, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    const char *labels[3] = {NULL, NULL, NULL};
+    for (size_t i = 0; i < p->n_sites; i++)
+        for (int k = 0; k < 3; k++)
+            if (p->sites[i].stats.total_bytes == sizes[k] && p->sites[i].stats.count == 1)
+                labels[k] = gp_site_label(p, p->sites[i].stack);
+    snprintf(want, sizeof want, "py_alloc.py:%d (make)", PA_MAKE_LINE);
+    assert_non_null(labels[0]);
+    assert_string_equal(labels[0], want);
+    assert_non_null(labels[1]);
+    assert_string_equal(labels[1], want);
+    snprintf(want, sizeof want, "py_alloc.py:%d (main)", PA_LINE_C);
+    assert_non_null(labels[2]);
+    assert_string_equal(labels[2], want);
+    gp_profile_free(p);
+    remove_dir(dir);
+}
+
 /* ---- how the recording ended, the command line, path messages (item 7) ------------------------ */
 
 /* end_reason: "exit" (exit, _exit), "exec" (before an exec), "signal 6" (abort). */
@@ -1326,6 +1443,7 @@ int main(void)
         cmocka_unit_test(test_forms_glibc),       cmocka_unit_test(test_forms_tcmalloc),
         cmocka_unit_test(test_forms_jemalloc),    cmocka_unit_test(test_allocator_first_is_said),
         cmocka_unit_test(test_allocator_check_non_pie),
+        cmocka_unit_test(test_python_frames),
         cmocka_unit_test(test_end_reason),        cmocka_unit_test(test_long_command_line),
         cmocka_unit_test(test_vfork_child_leaves_the_trace_alone),
         cmocka_unit_test(test_output_name_too_long),

@@ -50,26 +50,6 @@ static void test_parse_errors_name_the_line(void **state)
     gp_rules_free(NULL);
 }
 
-/* A boundary frame drops what the frames outside it said, category and op. */
-static void test_boundary(void **state)
-{
-    char err[256];
-    gp_rules *r = gp_rules_parse("autograd outer*\nop op_*\nboundary eval\nactivation alloc\n",
-                                 "t.rules", err, sizeof err);
-    assert_non_null(r);
-    lp_category c;
-    char op[64];
-    const char *f[] = {"alloc", "eval", "op_relu", "outer_node"}; /* innermost first */
-    assert_true(gp_rules_classify(r, f, 4, &c, op, sizeof op));
-    assert_int_equal(c, LP_CAT_ACTIVATION);
-    assert_string_equal(op, "");
-    assert_true(gp_rules_classify(r, f + 2, 2, &c, op, sizeof op)); /* no boundary below */
-    assert_int_equal(c, LP_CAT_AUTOGRAD);
-    assert_string_equal(op, "relu");
-    assert_null(gp_rules_parse("boundary\n", "t.rules", err, sizeof err));
-    gp_rules_free(r);
-}
-
 static void test_first_rule_wins_and_outermost_op(void **state)
 {
     char err[256];
@@ -158,6 +138,52 @@ static void test_builtin_pytorch_rules(void **state)
     assert_false(gp_rules_classify(r, plain, 2, &c, op, sizeof op));
     assert_int_equal(c, LP_CAT_OTHER);
     assert_string_equal(op, "");
+    gp_rules_free(r);
+}
+
+/* A boundary frame: the frames outside it (its callers) do not classify what happens inside;
+ * only the innermost boundary counts, and the boundary frame's own rules still apply. */
+static void test_boundary(void **state)
+{
+    char err[256];
+    gp_rules *r = gp_rules_parse("gradient torch::autograd::Engine::*\n"
+                                 "activation c10::alloc_cpu\n"
+                                 "op at::_ops::*::call\n"
+                                 "boundary _PyEval_EvalFrameDefault\n",
+                                 "t", err, sizeof err);
+    assert_non_null(r);
+    gp_rule_match m;
+    gp_rules_match(r, "_PyEval_EvalFrameDefault", &m);
+    assert_true(m.boundary);
+    assert_int_equal(m.rule, -1);
+    gp_rules_match(r, "c10::alloc_cpu", &m);
+    assert_false(m.boundary);
+    lp_category c;
+    char op[64];
+    /* a Python hook the engine runs: its own allocation is not the engine's gradient, and the
+     * op outside the interpreter is not its op */
+    const char *hook[] = {"c10::alloc_cpu(unsigned long)",
+                          "at::_ops::add::call(at::Tensor const&)",
+                          "_PyEval_EvalFrameDefault",
+                          "at::_ops::matmul::call(at::Tensor const&, at::Tensor const&)",
+                          "torch::autograd::Engine::evaluate_function(int)"};
+    assert_true(gp_rules_classify(r, hook, 5, &c, op, sizeof op));
+    assert_int_equal(c, LP_CAT_ACTIVATION);
+    assert_string_equal(op, "add");
+    /* inside the boundary nothing matches: nothing is said */
+    const char *plain[] = {"PyList_New", "_PyEval_EvalFrameDefault",
+                           "torch::autograd::Engine::evaluate_function(int)"};
+    assert_false(gp_rules_classify(r, plain, 3, &c, op, sizeof op));
+    assert_int_equal(c, LP_CAT_OTHER);
+    assert_string_equal(op, "");
+    /* without the boundary, the engine's rule reaches the innermost frame */
+    assert_true(gp_rules_classify(r, plain + 2, 1, &c, op, sizeof op));
+    assert_int_equal(c, LP_CAT_GRADIENT);
+    gp_rules_free(r);
+    /* the built-in rules have the interpreter's boundary */
+    r = gp_rules_default();
+    gp_rules_match(r, "_PyEval_EvalFrameDefault", &m);
+    assert_true(m.boundary);
     gp_rules_free(r);
 }
 

@@ -441,6 +441,39 @@ static void test_unknown_modules(void **state)
     assert_int_equal(gp_symbolizer_stats(s).modules_opened, 0);
 }
 
+/* "py:<file>:<qualname>" modules are Python functions: resolved from the path, the offset is the
+ * line (for return addresses too: no - 1), no file is opened, the quality is full. */
+static void test_python_modules(void **state)
+{
+    gp_symbolizer *s = *state;
+    assert_int_equal(gp_symbolizer_add_module(s, 7, "py:/srv/app/eval.py:Model.forward", "", 0, 0),
+                     0);
+    assert_int_equal(gp_symbolizer_add_module(s, 8, "py:<frozen importlib._bootstrap>:_load", "",
+                                              0, 0),
+                     0);
+    assert_int_equal(gp_symbolizer_add_module(s, 9, "py:c:/odd:name.py:<lambda>", "", 0, 0), 0);
+    assert_int_equal(gp_symbolizer_add_module(s, 10, "py:x.py:", "", 0, 0), 0);
+    const gp_symbol *sym = gp_symbolize(s, 7, 36);
+    assert_true(sym->resolved);
+    assert_string_equal(sym->function, "Model.forward");
+    assert_string_equal(sym->file, "/srv/app/eval.py");
+    assert_int_equal(sym->line, 36);
+    assert_null(sym->inlined_into);
+    assert_string_equal(sym->module, "py:/srv/app/eval.py:Model.forward");
+    assert_int_equal(gp_symbolize_pc(s, 7, 36)->line, 36);
+    sym = gp_symbolize(s, 8, 1);
+    assert_string_equal(sym->function, "_load");
+    assert_string_equal(sym->file, "<frozen importlib._bootstrap>");
+    sym = gp_symbolize(s, 9, 5); /* the file may hold ':'; the name never does */
+    assert_string_equal(sym->function, "<lambda>");
+    assert_string_equal(sym->file, "c:/odd:name.py");
+    sym = gp_symbolize(s, 10, 2);
+    assert_string_equal(sym->function, "?");
+    const char *why = "x";
+    assert_int_equal(gp_symbolizer_module_quality(s, 7, &why), GP_SYM_FULL);
+    assert_null(why);
+}
+
 static void test_api_errors(void **state)
 {
     gp_symbolizer *s = *state;
@@ -551,6 +584,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cache, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_modules, setup, teardown),
         cmocka_unit_test_setup_teardown(test_api_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_python_modules, setup, teardown),
         cmocka_unit_test_setup_teardown(test_non_pie_target, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

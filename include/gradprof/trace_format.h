@@ -56,6 +56,12 @@
  * GP_REC_META        str key, str value                       process metadata (thread 0)
  * GP_REC_MODULE      varint id, varint base, varint size, str path, str build_id (hex, may be "")
  *                                                             a loaded object (thread 0); ids from 1
+ *                    or a Python function (since 1.1): path "py:" + file name + ":" + qualified
+ *                    name ("py:/srv/eval.py:Model.forward"; split at the last ':', the name has
+ *                    none), base 0, size 0, build_id "", written once per distinct function. A
+ *                    STACK node of such a module is a Python frame: its offset is the line.
+ *                    Python frames replace the activations of CPython's eval loop in a native
+ *                    stack, innermost first, as the interpreter ran them (libprof/pyframes.c).
  * GP_REC_THREAD      varint os_tid, str name                  names the chunk's thread
  * GP_REC_STRING      varint id, str text
  * GP_REC_STACK       varint id, varint parent, varint module, varint offset

@@ -103,6 +103,13 @@ lib = gp._Lib()
 print("helper:", lib.mode, lib.path)
 assert lib.mode == "standalone" and lib.path.startswith(sys.argv[1]), (lib.mode, lib.path)
 ' "$P"
+    if [ -f "$P/lib/gradprof/python/gradprof_pytest.py" ] && /usr/bin/python3 -c 'import pytest' 2>/dev/null; then
+        # The .dist-info's pytest11 entry point: pytest loads the plugin without -p.
+        PYTHONPATH="$P/lib/gradprof/python" /usr/bin/python3 -m pytest -p no:cacheprovider --markers >markers.txt ||
+            fail "pytest --markers with the installed plugin"
+        grep -q "no_graph" markers.txt || fail "pytest did not load the installed gradprof plugin"
+        echo "pytest loads the installed plugin (pytest11 entry point): $(grep -c gradprof markers.txt) gradprof markers"
+    fi
 fi
 
 echo "== 3. a program outside the tree, against the installed package"

@@ -107,5 +107,11 @@ eps = [e for e in entry_points(group="pytest11") if e.name == "gradprof"]
 assert eps and eps[0].value == "gradprof_pytest", eps
 print("pytest11 entry point: gradprof = gradprof_pytest")
 EOF
+    if /usr/bin/python3 -c 'import pytest' 2>/dev/null; then
+        PYTHONPATH="$root/usr/lib/python3/dist-packages" /usr/bin/python3 -m pytest \
+            -p no:cacheprovider --markers >markers.txt || fail "pytest --markers with the packaged plugin"
+        grep -q "no_graph" markers.txt || fail "pytest did not load the packaged gradprof plugin"
+        echo "pytest loads the packaged plugin by itself"
+    fi
 fi
 echo "PASSED"

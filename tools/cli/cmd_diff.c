@@ -3,9 +3,9 @@
  * gradprof diff --rank R A... -- B...
  *
  * With --rank, each side may be a job's traces (files and folders, job.h): the trace of rank R is
- * taken from each. Loads both traces (a damaged one with a warning: the diff covers what was recovered), computes
- * the diff (diff.h) and renders it. Exit codes: 0 done, 2 bad command line or a trace that cannot
- * be read at all (the message names the file).
+ * taken from each. Loads both traces (a damaged one with a warning: the diff covers what was
+ * recovered), computes the diff (diff.h) and renders it. Exit codes: 0 done, 2 bad command line or
+ * a trace that cannot be read at all (the message names the file).
  */
 #include <getopt.h>
 #include <stdio.h>

@@ -25,10 +25,12 @@ static const char usage_head[] =
     "options:\n"
     "  -o, --output FILE        trace path; %p is replaced by the pid of the process writing it\n"
     "                           (default gradprof.PROGRAM.%p.gptrace; with RANK=R in the\n"
-    "                           environment, as torchrun sets it, gradprof.PROGRAM.rankR.%p.gptrace).\n"
+    "                           environment, as torchrun sets it, "
+    "gradprof.PROGRAM.rankR.%p.gptrace).\n"
     "                           An existing file is never overwritten: .1, .2, ... are appended\n"
     "                           instead. A forked child writes its own trace (its pid, or .PID\n"
-    "                           appended). Every %p is the same pid; a name over 255 bytes once %p\n"
+    "                           appended). Every %p is the same pid; a name over 255 bytes once "
+    "%p\n"
     "                           is a pid is refused\n";
 /* ... gp_run_options_help ... */
 static const char usage_tail[] =

@@ -23,9 +23,8 @@
 /* ---- a compact map ---------------------------------------------------------------------------- */
 
 /* u64 key -> u64 value in 16-byte slots (value 0 marks an empty slot: callers store v + 1),
- * linear probing, removal by shifting the probe run back. Its users are the live records (seq ->
- * record) and the occurrence counts (twin key -> count): one entry per live buffer or per
- * distinct key, probed on every event. */
+ * linear probing. Its user is the occurrence counts (twin key -> count): one entry per distinct
+ * key, probed on every allocation. */
 typedef struct u64map {
     struct u64slot {
         uint64_t key, val;
@@ -80,24 +79,6 @@ static bool u64map_put(u64map *m, uint64_t key, uint64_t val)
     return true;
 }
 
-static void u64map_remove(u64map *m, struct u64slot *s)
-{
-    size_t mask = m->cap - 1, i = (size_t)(s - m->slots);
-    for (size_t j = (i + 1) & mask;; j = (j + 1) & mask) {
-        struct u64slot *t = &m->slots[j];
-        if (!t->val)
-            break;
-        size_t home = u64map_home(m, t->key);
-        bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-        if (!stays) {
-            m->slots[i] = *t;
-            i = j;
-        }
-    }
-    m->slots[i].val = 0;
-    m->len--;
-}
-
 static void u64map_free(u64map *m)
 {
     free(m->slots);
@@ -105,19 +86,28 @@ static void u64map_free(u64map *m)
 }
 
 
-typedef struct rec {
-    uint64_t key, occ, seq, size;
+typedef struct rec { /* 104 bytes */
+    uint64_t key, occ, seq, size; /* seq 0: not in use (on the free list) */
     uint64_t loose_key; /* the twin key with only GP_ALIGN_LOOSE_FRAMES frames */
     uint64_t alloc_ns, alloc_allocs, free_ns, free_allocs; /* free_allocs = UINT64_MAX: live */
+    const char *op, *module;
     uint32_t stack;
-    uint32_t twin; /* B: index of its twin among A's peak buffers (a_peak[]), NONE if none */
-    lp_category cat, snap_cat;
-    const char *op, *module, *snap_op, *snap_module;
-    uint64_t label_epoch; /* == side's epoch: snap_* hold the labels at the instant */
-    bool ever_saved;      /* tagged SAVED at some point of its life (A: after the peak too) */
-    uint32_t next_free;
-    bool loose_paired;    /* B: paired with a leftover of A's peak by the loose key */
+    union {
+        uint32_t twin;      /* B: index of its twin among A's peak buffers (a_peak[]), or NONE */
+        uint32_t next_free; /* not in use: the next free record */
+    };
+    uint32_t frozen; /* 1 + index into the side's frozen labels, 0 if none (rec_snap_labels) */
+    uint8_t cat;     /* an lp_category */
+    bool ever_saved; /* tagged SAVED at some point of its life (A: after the peak too) */
 } rec;
+
+/* The labels a record in the snapshot had at the instant, kept when it is retagged after it;
+ * the list is emptied whenever the instant moves. */
+typedef struct frozen_labels {
+    uint32_t rec; /* whose */
+    uint8_t cat;
+    const char *op, *module;
+} frozen_labels;
 
 /* A buffer live at A's peak, with what B did with its twin. */
 typedef struct peak_buf {
@@ -140,10 +130,12 @@ typedef struct side {
     rec *recs;
     size_t n_recs, cap_recs;
     uint32_t free_rec;
-    u64map live; /* seq -> record + 1 */
+    size_t n_live; /* records of live buffers (a buffer's record: its gp_buffer_event.handle - 1) */
     uint32_t *gone;
     size_t n_gone, cap_gone;
-    uint64_t snap_seq, snap_ns, epoch;
+    uint64_t snap_seq, snap_ns;
+    frozen_labels *frozen;
+    size_t n_frozen, cap_frozen;
     u64map occ;  /* twin key -> its buffers so far (occurrence of the last + 1) */
     gp_map threads; /* the reader's thread index -> its stable identity (thread_identity) */
     gp_map memo;  /* (kind, id) -> index into hashes: string hashes (kind 1) */
@@ -185,22 +177,33 @@ static uint32_t rec_new(gp_align *al, side *s)
 
 static void rec_delete(side *s, uint32_t i)
 {
+    s->recs[i].seq = 0; /* not in use */
     s->recs[i].next_free = s->free_rec;
     s->free_rec = i;
 }
 
-/* The labels a record had at its side's instant. */
-static void rec_snap_labels(const side *s, const rec *r, lp_category *cat, const char **op,
+/* Whether record r is a live buffer's (in use, not freed). */
+static bool rec_live(const rec *r)
+{
+    return r->seq != 0 && r->free_allocs == UINT64_MAX;
+}
+
+/* The labels record i had at its side's instant. */
+static void rec_snap_labels(const side *s, uint32_t i, lp_category *cat, const char **op,
                             const char **module)
 {
-    bool frozen = r->label_epoch == s->epoch;
-    *cat = frozen ? r->snap_cat : r->cat;
-    *op = frozen ? r->snap_op : r->op;
-    *module = frozen ? r->snap_module : r->module;
+    const rec *r = &s->recs[i];
+    const frozen_labels *f = r->frozen && r->frozen <= s->n_frozen &&
+                                     s->frozen[r->frozen - 1].rec == i
+                                 ? &s->frozen[r->frozen - 1]
+                                 : NULL;
+    *cat = (lp_category)(f ? f->cat : r->cat);
+    *op = f ? f->op : r->op;
+    *module = f ? f->module : r->module;
 }
 
 /* Moves the instant to right after allocation `seq`: records freed since the last instant are
- * no longer in the snapshot. */
+ * no longer in the snapshot, and no labels are frozen at the new one yet. */
 static void snapshot_move(side *s, uint64_t seq, uint64_t now)
 {
     for (size_t i = 0; i < s->n_gone; i++)
@@ -208,7 +211,7 @@ static void snapshot_move(side *s, uint64_t seq, uint64_t now)
     s->n_gone = 0;
     s->snap_seq = seq;
     s->snap_ns = now;
-    s->epoch++;
+    s->n_frozen = 0;
 }
 
 /* ---- twin keys ------------------------------------------------------------------------------- */
@@ -407,13 +410,10 @@ static void on_alloc(gp_align *al, int which, gp_profile *p, const gp_buffer_eve
     *r = (rec){.key = key, .occ = occurrence(al, s, key), .seq = b->seq, .size = b->size,
                .loose_key = loose,
                .alloc_ns = b->time_ns, .alloc_allocs = b->allocs, .free_allocs = UINT64_MAX,
-               .stack = b->stack, .twin = NONE, .cat = b->category, .op = b->op,
-               .module = b->module, .ever_saved = b->category == LP_CAT_SAVED,
-               .next_free = NONE};
-    if (!u64map_put(&s->live, b->seq, (uint64_t)i + 1)) {
-        in->oom = true;
-        return;
-    }
+               .stack = b->stack, .twin = NONE, .cat = (uint8_t)b->category, .op = b->op,
+               .module = b->module, .ever_saved = b->category == LP_CAT_SAVED};
+    *b->handle = i + 1;
+    s->n_live++;
     if (which == 0) {
         if (s->snap_seq && b->seq > s->snap_seq)
             anchor_note(al, r);
@@ -440,20 +440,25 @@ static void on_alloc(gp_align *al, int which, gp_profile *p, const gp_buffer_eve
 static void on_retag(gp_align *al, int which, const gp_buffer_event *b)
 {
     side *s = &al->internal->s[which];
-    struct u64slot *m = u64map_find(&s->live, b->seq);
-    if (!m)
+    if (!*b->handle)
         return;
-    rec *r = &s->recs[m->val - 1];
+    uint32_t i = *b->handle - 1;
+    rec *r = &s->recs[i];
     /* A buffer in the snapshot keeps the labels it had at the instant, except the one that made
      * the instant getting its first tag right after (the engine counts it so too). */
     bool in_snapshot = r->seq <= s->snap_seq && !(b->first_tag && r->seq == s->snap_seq);
-    if (in_snapshot && r->label_epoch != s->epoch) {
-        r->snap_cat = r->cat;
-        r->snap_op = r->op;
-        r->snap_module = r->module;
-        r->label_epoch = s->epoch;
+    bool frozen = r->frozen && r->frozen <= s->n_frozen && s->frozen[r->frozen - 1].rec == i;
+    if (in_snapshot && !frozen) {
+        frozen_labels *f =
+            gp__push((void **)&s->frozen, &s->n_frozen, &s->cap_frozen, sizeof *f);
+        if (!f) {
+            al->internal->oom = true;
+            return;
+        }
+        *f = (frozen_labels){i, r->cat, r->op, r->module};
+        r->frozen = (uint32_t)s->n_frozen;
     }
-    r->cat = b->category;
+    r->cat = (uint8_t)b->category;
     r->op = b->op;
     r->module = b->module;
     r->ever_saved = r->ever_saved || b->category == LP_CAT_SAVED;
@@ -464,11 +469,10 @@ static void on_free(gp_align *al, int which, const gp_buffer_event *b)
     struct gp__align_internal *in = al->internal;
     side *s = &in->s[which];
     s->end_ns = b->time_ns;
-    struct u64slot *m = u64map_find(&s->live, b->seq);
-    if (!m)
+    if (!*b->handle)
         return;
-    uint32_t i = (uint32_t)(m->val - 1);
-    u64map_remove(&s->live, m);
+    uint32_t i = *b->handle - 1;
+    s->n_live--;
     rec *r = &s->recs[i];
     r->free_ns = b->time_ns;
     r->free_allocs = b->allocs;
@@ -536,25 +540,30 @@ static void a_done(gp_align *al)
 {
     struct gp__align_internal *in = al->internal;
     side *s = &in->s[0];
-    size_t n = 0, cap = s->n_gone + s->live.len;
+    size_t n = 0, cap = s->n_gone + s->n_live;
     in->peak = calloc(cap ? cap : 1, sizeof *in->peak);
     if (!in->peak) {
         in->oom = true;
         return;
     }
-    for (size_t i = 0; i < s->live.cap; i++) {
-        const struct u64slot *m = &s->live.slots[i];
-        if (m->val && s->recs[m->val - 1].seq <= s->snap_seq)
-            in->peak[n++].a = s->recs[m->val - 1];
+    for (size_t list = 0; list < 2; list++) {
+        size_t m = list == 0 ? s->n_recs : s->n_gone;
+        for (size_t k = 0; k < m; k++) {
+            uint32_t i = list == 0 ? (uint32_t)k : s->gone[k];
+            if (list == 0 && !(rec_live(&s->recs[i]) && s->recs[i].seq <= s->snap_seq))
+                continue;
+            rec *r = &in->peak[n++].a; /* the record, with its labels at the peak */
+            *r = s->recs[i];
+            lp_category cat;
+            rec_snap_labels(s, i, &cat, &r->op, &r->module);
+            r->cat = (uint8_t)cat;
+            r->frozen = 0;
+        }
     }
-    for (size_t i = 0; i < s->n_gone; i++)
-        in->peak[n++].a = s->recs[s->gone[i]];
     qsort(in->peak, n, sizeof *in->peak, cmp_peak_seq);
     in->n_peak = n;
     for (size_t i = 0; i < n && !in->oom; i++) {
         rec *r = &in->peak[i].a;
-        rec_snap_labels(s, r, &r->cat, &r->op, &r->module);
-        r->label_epoch = 0;
         if (!gp__map_put(&in->twins, r->key, r->occ, 0, (uint32_t)i))
             in->oom = true;
     }
@@ -569,7 +578,10 @@ static void a_done(gp_align *al)
     s->recs = NULL;
     s->n_recs = s->cap_recs = 0;
     s->free_rec = NONE;
-    u64map_free(&s->live);
+    s->n_live = 0;
+    free(s->frozen);
+    s->frozen = NULL;
+    s->n_frozen = s->cap_frozen = 0;
     free(s->gone);
     s->gone = NULL;
     s->n_gone = s->cap_gone = 0;
@@ -737,17 +749,17 @@ static void pair_loose(gp_align *al, int pass)
             goto out;
     }
     for (int list = 0; list < 2; list++) {
-        size_t n = list == 0 ? b->live.cap : b->n_gone;
+        size_t n = list == 0 ? b->n_recs : b->n_gone;
         for (size_t i = 0; i < n; i++) {
-            uint32_t ri = list == 0 ? (uint32_t)(b->live.slots[i].val - 1) : b->gone[i];
-            if (ri == NONE)
+            uint32_t ri = list == 0 ? (uint32_t)i : b->gone[i];
+            if (list == 0 && !rec_live(&b->recs[ri]))
                 continue;
             const rec *r = &b->recs[ri];
             if (r->seq > b->snap_seq || r->twin != NONE)
                 continue;
             lp_category cat;
             const char *op, *module;
-            rec_snap_labels(b, r, &cat, &op, &module);
+            rec_snap_labels(b, ri, &cat, &op, &module);
             bool want = pass == 1 ? !has_twin_in_a(in, r) : is_raw(cat);
             if (want && !add_leftover(al, &lb, &nb, &cb, (leftover){r->loose_key, r->seq, ri}))
                 goto out;
@@ -838,8 +850,8 @@ int gp_align_finish(gp_align *al)
         if (!x)
             break;
         const rec *r = &pb->a;
-        *x = (gp_aligned){.side = 0, .category = r->cat, .op = r->op, .module = r->module,
-                          .stack = r->stack, .size = r->size};
+        *x = (gp_aligned){.side = 0, .category = (lp_category)r->cat, .op = r->op,
+                          .module = r->module, .stack = r->stack, .size = r->size};
         bool b_freed = twin_freed(al, pb);
         if (!pb->b_seq)
             x->state = GP_TWIN_NONE;
@@ -892,12 +904,12 @@ int gp_align_finish(gp_align *al)
     /* B's snapshot: its live records born up to the instant and the gone list, in birth order
      * (the buffers' order, so the rows' labels, does not depend on a hash table's layout) */
     size_t n_snap = 0;
-    uint32_t *snap = malloc((b->live.len + b->n_gone + 1) * sizeof *snap);
+    uint32_t *snap = malloc((b->n_live + b->n_gone + 1) * sizeof *snap);
     if (!snap)
         return -1;
-    for (size_t i = 0; i < b->live.cap; i++)
-        if (b->live.slots[i].val && b->recs[b->live.slots[i].val - 1].seq <= bs)
-            snap[n_snap++] = (uint32_t)(b->live.slots[i].val - 1);
+    for (size_t i = 0; i < b->n_recs; i++)
+        if (rec_live(&b->recs[i]) && b->recs[i].seq <= bs)
+            snap[n_snap++] = (uint32_t)i;
     for (size_t i = 0; i < b->n_gone; i++)
         if (b->recs[b->gone[i]].seq <= bs)
             snap[n_snap++] = b->gone[i];
@@ -912,7 +924,7 @@ int gp_align_finish(gp_align *al)
             break;
         *x = (gp_aligned){.state = GP_TWIN_B_MORE, .side = 1, .size = r->size,
                           .stack = r->stack};
-        rec_snap_labels(b, r, &x->category, &x->op, &x->module);
+        rec_snap_labels(b, snap[i], &x->category, &x->op, &x->module);
         al->b_more_bytes += r->size;
     }
     free(snap);
@@ -958,7 +970,7 @@ void gp_align_free(gp_align *al)
     for (int i = 0; in && i < 2; i++) {
         side *s = &in->s[i];
         free(s->recs);
-        u64map_free(&s->live);
+        free(s->frozen);
         free(s->gone);
         u64map_free(&s->occ);
         free(s->site_hashes);

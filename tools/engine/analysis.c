@@ -39,9 +39,10 @@ typedef struct object { /* a live buffer (its address is its key in the live set
     uint64_t size;
     uint64_t seq;                          /* birth number (slots are reused, numbers not) */
     int32_t device;
-    lp_category category;
     uint32_t tag_key, site, module, saved; /* indexes; saved = NONE unless SAVED */
     uint32_t instance;                     /* innermost region instance at birth, or NONE */
+    uint32_t handle;                       /* the observer's word (gp_buffer_event.handle) */
+    uint8_t category;                      /* an lp_category */
     bool tagged;
 } object;
 
@@ -282,6 +283,8 @@ struct gp__profile_internal {
     frame_info *frames;
     size_t n_frames, cap_frames;
     const char **site_labels; /* by site index, filled on demand (gp__site_label_at) */
+    struct site_key_slot *site_keys; /* gp_site_key's memo */
+    size_t n_site_keys, cap_site_keys;
     uint32_t symbolized_modules;
 };
 
@@ -383,7 +386,7 @@ typedef struct stack_class {
     int rule;
     lp_category category;
     const char *op; /* interned (own) or empty_label */
-    bool boundary;  /* a frame's class: a boundary rule matches its function */
+    bool boundary;  /* a frame's class only: the frames outside it do not count (rules.h) */
 } stack_class;
 
 #define CLASS_NONE 0 /* class 0 is {-1, OTHER, ""}: nothing matched */
@@ -392,8 +395,8 @@ typedef struct stack_class {
 static uint32_t class_intern(gp_profile *p, stack_class c)
 {
     engine *e = p->internal;
-    uint64_t k1 = (uint64_t)(uint32_t)c.rule << 32 | (uint64_t)c.boundary << 16 |
-                  (uint32_t)c.category;
+    uint64_t k1 = (uint64_t)(uint32_t)c.rule << 32 | (uint32_t)c.category |
+                  (c.boundary ? 1u << 31 : 0);
     struct gp_map_slot *s = gp__map_find(&e->class_map, k1, (uintptr_t)c.op, 0);
     if (s)
         return s->v;
@@ -410,7 +413,10 @@ static uint32_t class_intern(gp_profile *p, stack_class c)
     return (uint32_t)(e->n_classes - 1);
 }
 
-/* The class of a frame: what the rules say of its function (memoized by function). */
+static bool is_python(const gp_symbol *s);
+
+/* The class of a frame: what the rules say of its function (memoized by function); a boundary
+ * class for Python frames. */
 static uint32_t frame_class(gp_profile *p, frame_info *f)
 {
     engine *e = p->internal;
@@ -429,6 +435,11 @@ static uint32_t frame_class(gp_profile *p, frame_info *f)
                                               m.op[0] ? own(p, m.op) : empty_label, m.boundary});
             if (!gp__map_put(&e->function_memo, (uintptr_t)sym->function, 0, 0, c))
                 e->oom = true;
+        }
+        if (is_python(sym) && !e->classes[c].boundary) { /* every Python frame is a boundary */
+            stack_class b = e->classes[c];
+            b.boundary = true;
+            c = class_intern(p, b);
         }
     }
     f->cls = c + 1;
@@ -509,13 +520,11 @@ static uint32_t stack_classify(gp_profile *p, uint32_t stack)
             break;
         frame_info *fr = frame_get(p, module, offset);
         uint32_t fi = fr ? frame_class(p, fr) : CLASS_NONE;
+        if (e->classes[fi].boundary) /* the frames outside a boundary do not classify inside */
+            ci = CLASS_NONE;
         if (fi != CLASS_NONE) {
             stack_class c = e->classes[ci], f = e->classes[fi];
             bool changed = false;
-            if (f.boundary) { /* code called back from a library: the outer frames do not count */
-                c = e->classes[CLASS_NONE];
-                changed = ci != CLASS_NONE;
-            }
             if (f.rule >= 0 && (c.rule < 0 || f.rule < c.rule)) {
                 c.rule = f.rule;
                 c.category = f.category;
@@ -1291,7 +1300,7 @@ static void detect_growth(gp_profile *p)
 
 /* Tells the observer, if any, about buffer o (see gp_replay_observer). */
 static void observe(gp_profile *p, void (*fn)(void *, gp_profile *, const gp_buffer_event *),
-                    const object *o, uint32_t thread, bool first_tag)
+                    object *o, uint32_t thread, bool first_tag)
 {
     const gp_replay_observer *obs = p->internal->opts->observer;
     if (!obs || !fn)
@@ -1302,7 +1311,8 @@ static void observe(gp_profile *p, void (*fn)(void *, gp_profile *, const gp_buf
                          .thread = thread, .device = o->device, .size = o->size,
                          .stack = p->sites[o->site].stack, .site = o->site,
                          .category = o->category, .op = k->op,
-                         .module = k->module, .scope = "", .first_tag = first_tag};
+                         .module = k->module, .scope = "", .first_tag = first_tag,
+                         .handle = (uint32_t *)&o->handle};
     uint32_t i = o->instance;
     while (i != NONE && e->instances[i].scope != SCOPE_NONE)
         i = e->instances[i].parent;
@@ -1871,6 +1881,7 @@ void gp_profile_free(gp_profile *p)
         free(e->frame_map.slots);
         free(e->frames);
         free(e->site_labels);
+        free(e->site_keys);
         free(e);
     }
     for (size_t i = 0; i < p->n_findings; i++)
@@ -1899,12 +1910,17 @@ void gp_profile_free(gp_profile *p)
 static const char *own(gp_profile *p, const char *s)
 {
     engine *e = p->internal;
-    uint64_t h1 = 0xcbf29ce484222325ull, h2 = 0x84222325cbf29ce4ull;
+    /* Two independent 64-bit hashes of the bytes, 8 at a time, and the length: the key. */
     size_t n = strlen(s);
-    for (size_t i = 0; i < n; i++) {
-        h1 = (h1 ^ (uint8_t)s[i]) * 0x100000001b3ull;
-        h2 = gp__mix64(h2 + (uint8_t)s[i]);
+    uint64_t h1 = 0xcbf29ce484222325ull ^ n, h2 = 0x84222325cbf29ce4ull + n;
+    for (size_t i = 0; i < n; i += 8) {
+        uint64_t w = 0;
+        memcpy(&w, s + i, n - i < 8 ? n - i : 8);
+        h1 = gp__mix64(h1 ^ w);
+        h2 = (h2 ^ w) * 0x9E3779B97F4A7C15ull;
+        h2 ^= h2 >> 29;
     }
+    h2 = gp__mix64(h2);
     struct gp_map_slot *found = gp__map_find(&e->strings_map, h1, h2, n);
     if (found)
         return e->owned_strings[found->v];
@@ -1934,9 +1950,10 @@ static void sync_modules(gp_profile *p)
 }
 
 /* Whether a frame is allocator or profiler plumbing rather than the code that wanted memory:
- * the malloc family, libprof, the tensor library's allocator, C++ new, c10's CPU allocator; any
- * frame of libprof's own modules or of the CUDA runtime, driver and CUPTI; and frames of the C
- * library that could not be symbolized. */
+ * the malloc family, libprof, the tensor library's allocator, C++ new, c10's CPU allocator
+ * (c10::alloc_cpu, c10::DefaultCPUAllocator, at::detail::empty_*); any frame of libprof's own
+ * modules or of the CUDA runtime, driver and CUPTI; and frames of the C library and of libc10
+ * that could not be symbolized. */
 static bool is_plumbing(const gp_symbol *s)
 {
     static const char *const prefixes[] = {
@@ -1944,7 +1961,7 @@ static bool is_plumbing(const gp_symbol *s)
         "valloc", "pvalloc", "reallocarray", "__libc_", "_int_", "operator new", "operator delete",
         "lp_", "lp__", "__wrap_", "tn__alloc", "tn__default_alloc", "tn__storage_new", "tn__node_",
         "tn__new_tensor", "tn__new_output", "tn_empty", "tn_zeros", "tn_full", "__GI_", "tcache",
-        "sysmalloc", "c10::alloc_cpu", "c10::DefaultCPUAllocator"};
+        "sysmalloc", "c10::alloc_cpu", "c10::DefaultCPUAllocator", "at::detail::empty_"};
     const char *f = s->function;
     for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++)
         if (!strncmp(f, prefixes[i], strlen(prefixes[i])))
@@ -1956,12 +1973,40 @@ static bool is_plumbing(const gp_symbol *s)
     for (size_t i = 0; i < sizeof plumbing_modules / sizeof *plumbing_modules; i++)
         if (strstr(base, plumbing_modules[i]))
             return true;
-    return !s->resolved && (!strncmp(base, "libc.so", 7) || !strncmp(base, "libc-", 5));
+    return !s->resolved && (!strncmp(base, "libc.so", 7) || !strncmp(base, "libc-", 5) ||
+                            !strncmp(base, "libc10.so", 9));
 }
 
+/* Whether a symbolized frame is a Python frame (a "py:" pseudo-module, trace_format.h). */
+static bool is_python(const gp_symbol *s)
+{
+    return s->resolved && !strncmp(s->module, "py:", 3);
+}
+
+/* Whether a Python frame's file is the library's or the profiler's rather than the program's:
+ * torch's own (a path with a "/torch/" folder), gradprof's helper, pytest plugin and startup
+ * hook (gradprof_torch.py, gradprof_pytest.py, a sitecustomize.py in a gradprof folder), and
+ * Python's import machinery ("<frozen importlib...>"). A site is labelled by the innermost
+ * Python frame that is none of these. */
+static bool is_python_library(const gp_symbol *s)
+{
+    const char *file = s->file ? s->file : "";
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    return strstr(file, "/torch/") || !strncmp(file, "torch/", 6) ||
+           !strcmp(base, "gradprof_torch.py") || !strcmp(base, "gradprof_pytest.py") ||
+           (!strcmp(base, "sitecustomize.py") && strstr(file, "gradprof")) ||
+           !strncmp(file, "<frozen importlib", 17);
+}
+
+/* "function (file:line)" for native frames; "file:line (function)" for Python frames, as Python
+ * tracebacks put them. */
 static const char *frame_text(const gp_symbol *s, char *buf, size_t size)
 {
-    if (s->file && s->line > 0) {
+    if (is_python(s) && s->file) {
+        const char *base = strrchr(s->file, '/');
+        snprintf(buf, size, "%s:%d (%s)", base ? base + 1 : s->file, s->line, s->function);
+    } else if (s->file && s->line > 0) {
         const char *base = strrchr(s->file, '/');
         snprintf(buf, size, "%s (%s:%d)", s->function, base ? base + 1 : s->file, s->line);
     } else {
@@ -2000,7 +2045,7 @@ static bool frame_plumbing(frame_info *f)
 static const char *frame_label(gp_profile *p, frame_info *f)
 {
     if (!f->text) {
-        char buf[512];
+        char buf[4096];
         f->text = own(p, frame_text(f->sym, buf, sizeof buf));
     }
     return f->text;
@@ -2036,10 +2081,31 @@ size_t gp_site_frames(gp_profile *p, uint32_t stack, const char **frames, size_t
     return n;
 }
 
+/* The innermost Python frame of the program's own code on a stack (not torch's, not gradprof's:
+ * is_python_library), or NULL. */
+static frame_info *program_python_frame(gp_profile *p, uint32_t stack)
+{
+    uint32_t parent;
+    for (uint32_t id = stack; id; id = parent) {
+        frame_info *f = stack_frame(p, id, &parent);
+        if (!f)
+            break;
+        if (is_python(f->sym) && !is_python_library(f->sym))
+            return f;
+    }
+    return NULL;
+}
+
 const char *gp_site_label(gp_profile *p, uint32_t stack)
 {
+    if (!stack)
+        return "[no stack]";
+    sync_modules(p);
+    frame_info *py = program_python_frame(p, stack);
+    if (py)
+        return frame_label(p, py);
     const char *frame;
-    if (!stack || gp_site_frames(p, stack, &frame, 1) == 0)
+    if (gp_site_frames(p, stack, &frame, 1) == 0)
         return "[no stack]";
     return frame;
 }
@@ -2055,31 +2121,102 @@ const char *gp__site_label_at(gp_profile *p, size_t site)
     return e->site_labels[site];
 }
 
+/* Site keys by what they are made of: up to 4 symbolizer-interned function names (NULL-padded)
+ * and the program's Python frame (its symbol, or NULL); open addressing, grown at 3/4. */
+typedef struct site_key_slot {
+    const char *fn[4];
+    const gp_symbol *py;
+    const char *key; /* NULL = empty */
+} site_key_slot;
+
+static size_t site_key_home(const char *const fn[4], const gp_symbol *py, size_t cap)
+{
+    uint64_t h = gp__mix64((uint64_t)(uintptr_t)py);
+    for (int i = 0; i < 4; i++)
+        h = gp__mix64(h ^ (uint64_t)(uintptr_t)fn[i]);
+    return h & (cap - 1);
+}
+
+/* The slot of key (fn, py) (found or where it goes); NULL when out of memory. */
+static site_key_slot *site_key_find(engine *e, const char *const fn[4], const gp_symbol *py)
+{
+    if ((e->n_site_keys + 1) * 4 > e->cap_site_keys * 3) {
+        size_t cap = e->cap_site_keys ? 2 * e->cap_site_keys : 1024;
+        site_key_slot *t = calloc(cap, sizeof *t);
+        if (!t)
+            return NULL;
+        for (size_t i = 0; i < e->cap_site_keys; i++) {
+            const site_key_slot *o = &e->site_keys[i];
+            if (!o->key)
+                continue;
+            size_t j = site_key_home(o->fn, o->py, cap);
+            while (t[j].key)
+                j = (j + 1) & (cap - 1);
+            t[j] = *o;
+        }
+        free(e->site_keys);
+        e->site_keys = t;
+        e->cap_site_keys = cap;
+    }
+    size_t mask = e->cap_site_keys - 1;
+    for (size_t j = site_key_home(fn, py, e->cap_site_keys);; j = (j + 1) & mask) {
+        site_key_slot *s = &e->site_keys[j];
+        if (!s->key || (s->py == py && !memcmp(s->fn, fn, sizeof s->fn)))
+            return s;
+    }
+}
+
+static void site_key_put(engine *e, site_key_slot *s, const char *const fn[4],
+                         const gp_symbol *py, const char *key)
+{
+    memcpy(s->fn, fn, sizeof s->fn);
+    s->py = py;
+    s->key = key;
+    e->n_site_keys++;
+}
+
 const char *gp_site_key(gp_profile *p, uint32_t stack)
 {
     if (!stack)
         return "[no stack]";
     sync_modules(p);
-    char key[1024] = "";
-    size_t used = 0, n = 0;
+    /* the functions of the key (interned by the symbolizer), then the key made of them once */
+    const char *fn[4] = {NULL, NULL, NULL, NULL};
+    size_t nf = 0;
     bool leading = true;
     uint32_t module, parent;
     uint64_t offset;
-    for (uint32_t id = stack; id && n < 4; id = parent) {
+    for (uint32_t id = stack; id && nf < 4; id = parent) {
         if (gp_trace_stack_frame(p->trace, id, &module, &offset, &parent) != 0)
             break;
         frame_info *f = frame_get(p, module, offset);
         if (!f || !f->sym || (leading && frame_plumbing(f)))
             continue;
         leading = false;
+        fn[nf++] = f->sym->function;
+    }
+    frame_info *py = program_python_frame(p, stack);
+    engine *e = p->internal;
+    site_key_slot *slot = site_key_find(e, fn, py ? py->sym : NULL);
+    if (slot && slot->key)
+        return slot->key;
+    char key[1024] = "";
+    size_t used = 0, n = 0;
+    for (size_t i = 0; i < nf; i++) {
         /* Unresolved frames carry an offset that is the same across runs of the same binary. */
-        used += (size_t)snprintf(key + used, sizeof key - used, "%s%s", n ? ";" : "",
-                                 f->sym->function);
+        used += (size_t)snprintf(key + used, sizeof key - used, "%s%s", n ? ";" : "", fn[i]);
         if (used >= sizeof key)
-            break;
+            break; /* cut short; a first frame that long alone leaves no frame kept */
         n++;
     }
-    return own(p, n ? key : "[no stack]");
+    /* Python programs: the program's own line too, so that the same native path from two lines
+     * is two keys (file:line is as stable across runs as a function name). */
+    if (used < sizeof key && py)
+        snprintf(key + used, sizeof key - used, "%s%s", n++ ? ";" : "", frame_label(p, py));
+    const char *k = own(p, n ? key : "[no stack]");
+    if (slot)
+        site_key_put(e, slot, fn, py ? py->sym : NULL, k);
+    return k;
 }
 
 /* ---- sorting --------------------------------------------------------------------------------- */

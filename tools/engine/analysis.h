@@ -207,6 +207,10 @@ typedef struct gp_buffer_event {
     const char *scope;
     uint64_t scope_ordinal;
     bool first_tag;       /* retag: the buffer's first tag (a raw allocation getting its role) */
+    /* The observer's own word for this buffer, kept by the engine from its birth to its free:
+     * 0 at the alloc event, where the observer may set it; retag and free events see that value
+     * (so the observer needs no table of its own from buffers to its records). */
+    uint32_t *handle;
 } gp_buffer_event;
 
 typedef struct gp_replay_observer {

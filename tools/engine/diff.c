@@ -8,6 +8,7 @@
 #include "diff.h"
 
 #include "array.h"
+#include "hashmap.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -321,9 +322,33 @@ static void row_add(gp_diff_row *r, const gp_aligned *x)
     r->delta = delta_of(r->a_bytes, r->b_bytes);
 }
 
+/* The call-site key and label of each (side, stack), looked up once: many aligned buffers share
+ * a stack. */
+typedef struct site_names {
+    gp_map map; /* (side, stack) -> index into names */
+    struct site_name {
+        const char *key, *label;
+    } *names;
+    size_t n, cap;
+} site_names;
+
+static const struct site_name *site_name_of(site_names *sn, gp_profile *p, int side,
+                                            uint32_t stack)
+{
+    struct gp_map_slot *s = gp__map_find(&sn->map, (uint64_t)side, stack, 0);
+    if (s)
+        return &sn->names[s->v];
+    struct site_name *n = gp__push((void **)&sn->names, &sn->n, &sn->cap, sizeof *n);
+    if (!n || !gp__map_put(&sn->map, (uint64_t)side, stack, 0, (uint32_t)(sn->n - 1)))
+        return NULL;
+    const char *key = gp_site_key(p, stack);
+    *n = (struct site_name){key ? key : "", gp_site_label(p, stack)};
+    return n;
+}
+
 /* One entry per aligned buffer for table `kind`. */
 static int add_entries(entries *e, const gp_align *al, gp_profile *a, gp_profile *b,
-                       table_kind kind)
+                       table_kind kind, site_names *sn)
 {
     e->n = 0;
     for (size_t i = 0; i < al->n_buffers; i++) {
@@ -345,9 +370,11 @@ static int add_entries(entries *e, const gp_align *al, gp_profile *a, gp_profile
             y.s1 = x->module;
             break;
         case T_SITES: {
-            const char *key = gp_site_key(p, x->stack);
-            y.s1 = key ? key : "";
-            y.label = gp_site_label(p, x->stack);
+            const struct site_name *n = site_name_of(sn, p, x->side, x->stack);
+            if (!n)
+                return -1;
+            y.s1 = n->key;
+            y.label = n->label;
             break;
         }
         }
@@ -452,6 +479,7 @@ int gp_diff_compute(gp_profile *a, gp_profile *b, const gp_align *al, const char
     *out = NULL;
     gp_diff *d = calloc(1, sizeof *d);
     entries e = {0};
+    site_names sn = {0};
     if (!d)
         goto oom;
     if (fill_run(&d->a, a, a_path) || fill_run(&d->b, b, b_path))
@@ -492,7 +520,7 @@ int gp_diff_compute(gp_profile *a, gp_profile *b, const gp_align *al, const char
     for (int c = 0; c < LP_CAT_COUNT; c++)
         d->remainder.categories -= d->by_category[c].delta;
 
-    if (add_entries(&e, al, a, b, T_KEYS) || build_rows(&e, T_KEYS, &d->keys, &d->n_keys))
+    if (add_entries(&e, al, a, b, T_KEYS, &sn) || build_rows(&e, T_KEYS, &d->keys, &d->n_keys))
         goto oom;
     qsort(d->keys, d->n_keys, sizeof *d->keys, row_by_delta);
     int64_t key_sum_by_cat[LP_CAT_COUNT] = {0};
@@ -502,30 +530,34 @@ int gp_diff_compute(gp_profile *a, gp_profile *b, const gp_align *al, const char
     for (int c = 0; c < LP_CAT_COUNT; c++)
         d->remainder.keys_by_category[c] = d->by_category[c].delta - key_sum_by_cat[c];
 
-    if (add_entries(&e, al, a, b, T_OPS) || build_rows(&e, T_OPS, &d->ops, &d->n_ops))
+    if (add_entries(&e, al, a, b, T_OPS, &sn) || build_rows(&e, T_OPS, &d->ops, &d->n_ops))
         goto oom;
     qsort(d->ops, d->n_ops, sizeof *d->ops, row_by_held);
-    if (add_entries(&e, al, a, b, T_MODULES) ||
+    if (add_entries(&e, al, a, b, T_MODULES, &sn) ||
         build_rows(&e, T_MODULES, &d->modules, &d->n_modules))
         goto oom;
     qsort(d->modules, d->n_modules, sizeof *d->modules, row_by_held);
-    if (add_entries(&e, al, a, b, T_SITES) ||
+    if (add_entries(&e, al, a, b, T_SITES, &sn) ||
         build_rows(&e, T_SITES, &d->call_sites, &d->n_call_sites) ||
         disambiguate_sites(d->call_sites, d->n_call_sites))
         goto oom;
     qsort(d->call_sites, d->n_call_sites, sizeof *d->call_sites, row_by_held);
     d->remainder.call_sites = d->aligned_delta - sum_delta(d->call_sites, d->n_call_sites);
-    if (add_entries(&e, al, a, b, T_LAYERS) ||
+    if (add_entries(&e, al, a, b, T_LAYERS, &sn) ||
         build_rows(&e, T_LAYERS, &d->layers, &d->n_layers))
         goto oom;
     qsort(d->layers, d->n_layers, sizeof *d->layers, row_by_path);
     d->remainder.layers = d->aligned_delta - sum_delta(d->layers, d->n_layers);
 
     free(e.v);
+    gp__map_free(&sn.map);
+    free(sn.names);
     *out = d;
     return 0;
 oom:
     free(e.v);
+    gp__map_free(&sn.map);
+    free(sn.names);
     gp_diff_free(d);
     snprintf(err, err_size, "out of memory computing the diff");
     return -1;

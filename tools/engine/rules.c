@@ -311,7 +311,7 @@ bool gp_rules_classify(const gp_rules *r, const char *const *functions, size_t n
     for (size_t i = n; i-- > 0;) { /* outermost first: the first op found is the outermost */
         gp_rule_match m;
         gp_rules_match(r, functions[i], &m);
-        if (m.boundary) { /* what the outer frames said does not reach past it */
+        if (m.boundary) { /* what the frames outside it said does not hold inside */
             best = -1;
             *category = LP_CAT_OTHER;
             if (op_size)

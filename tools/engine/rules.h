@@ -24,11 +24,11 @@ void gp_rules_free(gp_rules *r); /* NULL is a no-op */
 /* What one frame's function says (parameter lists are ignored): `rule`, the index of the first
  * category rule it matches (-1 if none) and that rule's category; `op`, the label an op rule
  * captures from it ("" if none); `boundary`, whether a boundary rule matches it. A stack's
- * classification combines its frames from the outermost inwards: the category of the lowest rule
- * index, the op of the outermost frame that has one; a boundary frame (an interpreter's eval
- * loop) drops what the frames outside it said, so that what code called back from a library
- * allocates (a Python hook run by autograd) is classified by the frames it calls, not by the
- * library frames that called it. */
+ * classification combines its frames inside the innermost boundary frame (the frames outside it
+ * are a caller that hands control to other code, e.g. an interpreter running Python: what they
+ * say does not hold inside): the category of the lowest rule index over those frames and the
+ * boundary frame itself, the op of the outermost of them that has one. The replay engine also
+ * takes every Python frame (a "py:" module) as a boundary. */
 typedef struct gp_rule_match {
     int rule;
     lp_category category;

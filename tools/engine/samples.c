@@ -10,10 +10,12 @@
  * a first tag of the peak's buffer while the device's live bytes still equal the peak.
  *
  * The grad mode: every ALLOC and TAG event of the trace gives the observer exactly one alloc or
- * retag call, in order, so a second reader of the same file, advanced to the next ALLOC or TAG
- * at each such call, is at the event the engine is replaying; on the way it follows each thread's
- * GRAD_MODE records. Should the two ever disagree (thread or time), grad modes are given up: ""
- * from then on, for every sample.
+ * retag call, in order. So a pass over the trace before the replay notes, for the n-th ALLOC or
+ * TAG event, its thread and grad mode (a TAG's own flag; for an ALLOC, its thread's mode from the
+ * GRAD_MODE records before it), and the n-th call takes the n-th note (8 bytes per event; the
+ * pass's reader is closed before the replay opens its own, so the two never hold memory at once).
+ * Should a call ever not match its note (another thread), grad modes are given up: "" for every
+ * sample.
  */
 #include "samples.h"
 #include "array.h"
@@ -39,9 +41,8 @@ struct gp__samples_state {
     sample_state *st; /* parallel to the samples */
     size_t cap, st_cap;
     device_state dev[N_DEVICES];
-    gp_trace *reader; /* in step with the replay, for the grad mode; NULL once given up */
-    bool *thread_grad_off;
-    size_t n_threads;
+    uint32_t *notes; /* per ALLOC/TAG event in order: thread << 1 | grad on */
+    size_t n_notes, next_note;
     bool grad_known;
     bool oom;
 };
@@ -64,40 +65,53 @@ static void sync(gp_samples *ss, size_t i)
     }
 }
 
-/* The grad mode of the event being replayed: the reader advanced to the next ALLOC or TAG. */
+/* The grad mode of the event being replayed: the next note. */
 static const char *grad_of(struct gp__samples_state *s, const gp_buffer_event *b)
 {
-    if (!s->reader)
+    if (!s->grad_known)
         return "";
-    gp_event ev;
+    if (s->next_note >= s->n_notes || s->notes[s->next_note] >> 1 != b->thread) {
+        s->grad_known = false; /* out of step: give up */
+        return "";
+    }
+    return s->notes[s->next_note++] & 1 ? "on" : "off";
+}
+
+/* The pass before the replay: the notes of every ALLOC and TAG event. false when the trace
+ * cannot be read or memory runs out (then grad modes are not known). */
+static bool grad_pass(struct gp__samples_state *s, const char *path)
+{
+    gp_trace *t = NULL;
     char err[256];
-    for (;;) {
-        if (gp_trace_next(s->reader, &ev, err, sizeof err) != 1)
-            break;
-        if (ev.thread >= s->n_threads) {
+    if (gp_trace_open(path, &t, err, sizeof err) != 0)
+        return false;
+    bool *off = NULL; /* per thread: grad disabled now */
+    size_t n_threads = 0, cap = 0;
+    bool ok = true;
+    gp_event ev;
+    while (ok && gp_trace_next(t, &ev, err, sizeof err) == 1) {
+        if (ev.thread >= n_threads) {
             size_t n = (size_t)ev.thread + 64;
-            bool *t = realloc(s->thread_grad_off, n * sizeof *t);
-            if (!t)
+            bool *more = realloc(off, n * sizeof *more);
+            if (!(ok = more != NULL && ev.thread < (1u << 31)))
                 break;
-            memset(t + s->n_threads, 0, (n - s->n_threads) * sizeof *t);
-            s->thread_grad_off = t;
-            s->n_threads = n;
+            memset(more + n_threads, 0, (n - n_threads) * sizeof *more);
+            off = more;
+            n_threads = n;
         }
         if (ev.kind == GP_EV_GRAD_MODE) {
-            s->thread_grad_off[ev.thread] = !ev.grad_enabled;
-            continue;
+            off[ev.thread] = !ev.grad_enabled;
+        } else if (ev.kind == GP_EV_ALLOC || ev.kind == GP_EV_TAG) {
+            bool on = ev.kind == GP_EV_TAG ? ev.grad_enabled : !off[ev.thread];
+            uint32_t *note = gp__push((void **)&s->notes, &s->n_notes, &cap, sizeof *note);
+            if (!(ok = note != NULL))
+                break;
+            *note = ev.thread << 1 | (on ? 1u : 0u);
         }
-        if (ev.kind != GP_EV_ALLOC && ev.kind != GP_EV_TAG)
-            continue;
-        if (ev.thread != b->thread || ev.time_ns != b->time_ns)
-            break; /* out of step */
-        bool on = ev.kind == GP_EV_TAG ? ev.grad_enabled : !s->thread_grad_off[ev.thread];
-        return on ? "on" : "off";
     }
-    gp_trace_close(s->reader);
-    s->reader = NULL;
-    s->grad_known = false;
-    return "";
+    free(off);
+    gp_trace_close(t);
+    return ok;
 }
 
 /* The index of the sample of this key, made if new; SIZE_MAX when out of memory. */
@@ -118,8 +132,12 @@ static size_t sample_get(gp_samples *ss, const gp_buffer_event *b, const char *g
         s->oom = true;
         return SIZE_MAX;
     }
-    *it = (gp_sample){.stack = b->stack, .device = b->device, .category = b->category,
-                      .op = b->op, .module = b->module, .grad = grad};
+    *it = (gp_sample){.stack = b->stack,
+                      .device = b->device,
+                      .category = b->category,
+                      .op = b->op,
+                      .module = b->module,
+                      .grad = grad};
     st->epoch = dev_of(s, b->device)->epoch;
     return ss->n++;
 }
@@ -217,9 +235,14 @@ int gp_samples_load(const char *path, const gp_analysis_options *opts, gp_profil
         return -1;
     }
     struct gp__samples_state *s = ss->state;
-    s->grad_known = gp_trace_open(path, &s->reader, err, err_size) == 0;
-    gp_replay_observer obs = {.ctx = ss, .alloc = on_alloc, .retag = on_retag, .free = on_free,
-                              .peak = on_peak};
+    s->grad_known = grad_pass(s, path);
+    if (!s->grad_known) { /* the replay says why the trace cannot be read, if it cannot */
+        free(s->notes);
+        s->notes = NULL;
+        s->n_notes = 0;
+    }
+    gp_replay_observer obs = {
+        .ctx = ss, .alloc = on_alloc, .retag = on_retag, .free = on_free, .peak = on_peak};
     gp_analysis_options o;
     if (opts)
         o = *opts;
@@ -235,8 +258,11 @@ int gp_samples_load(const char *path, const gp_analysis_options *opts, gp_profil
         if (!s->grad_known)
             ss->items[i].grad = "";
     }
-    gp_trace_close(s->reader);
-    s->reader = NULL;
+    if (s->grad_known && s->next_note != s->n_notes) /* calls and notes did not pair up */
+        for (size_t i = 0; i < ss->n; i++)
+            ss->items[i].grad = "";
+    free(s->notes);
+    s->notes = NULL;
     if (s->oom) {
         gp_profile_free(*p);
         *p = NULL;
@@ -255,8 +281,7 @@ void gp_samples_free(gp_samples *ss)
     if (ss->state) {
         gp__map_free(&ss->state->keys);
         gp__map_free(&ss->state->live);
-        gp_trace_close(ss->state->reader);
-        free(ss->state->thread_grad_off);
+        free(ss->state->notes);
         free(ss->state->st);
         free(ss->state);
     }

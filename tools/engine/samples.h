@@ -15,8 +15,9 @@
  * "off", or "" when the trace could not be followed (then every sample says "").
  *
  * Collected while the engine replays the trace (gp_samples_load: a replay observer, analysis.h),
- * with a second reader of the same file in step with the replay for the grad mode. Memory: one
- * entry per live buffer and per sample key.
+ * after a pass over the same file that notes each allocation's grad mode (8 bytes per ALLOC or
+ * TAG event; its reader is closed before the replay). Memory besides: one entry per live buffer
+ * and per sample key.
  */
 #ifndef GRADPROF_TOOLS_SAMPLES_H
 #define GRADPROF_TOOLS_SAMPLES_H

@@ -382,6 +382,12 @@ static bool sym_has_functions(Dwfl_Module *mod)
 }
 
 /* Opens the module's file once and decides its quality; never fails, only degrades. */
+/* Whether the module is a Python function's pseudo-module, "py:<file>:<qualname>". */
+static bool sym_is_python(const sym_module *m)
+{
+    return strncmp(m->path, "py:", 3) == 0;
+}
+
 static void sym_module_open(gp_symbolizer *s, sym_module *m)
 {
     if (m->opened)
@@ -389,6 +395,10 @@ static void sym_module_open(gp_symbolizer *s, sym_module *m)
     m->opened = true;
     s->stats.modules_opened++;
     m->quality = GP_SYM_NONE;
+    if (sym_is_python(m)) { /* no file to open: the path says it all */
+        m->quality = GP_SYM_FULL;
+        return;
+    }
     if (m->path[0] == '\0') {
         sym_set_why(m, GP_SYM_NONE, "module %" PRIu32 ": no file path recorded", m->id);
         return;
@@ -713,6 +723,25 @@ static int sym_cache_grow(sym_core *s)
     return 0;
 }
 
+/* A Python frame: the qualified name after the path's last ':', the file before it, the line in
+ * the offset (exact, whatever the kind). */
+static void sym_resolve_python(gp_symbolizer *s, const sym_module *m, uint64_t line,
+                               gp_symbol *out)
+{
+    const char *path = m->path + 3, *colon = strrchr(path, ':');
+    if (colon == NULL)
+        return;
+    char file[4096];
+    snprintf(file, sizeof file, "%.*s", (int)(colon - path < 4095 ? colon - path : 4095), path);
+    const char *function = sym_intern(s, colon[1] ? colon + 1 : "?");
+    out->file = file[0] ? sym_intern(s, file) : NULL;
+    out->line = out->file && line <= INT32_MAX ? (int)line : 0;
+    if (function != NULL) {
+        out->function = function;
+        out->resolved = true;
+    }
+}
+
 static const gp_symbol *sym_lookup(gp_symbolizer *s, uint32_t module_id, uint64_t offset,
                                    uint32_t kind)
 {
@@ -744,7 +773,9 @@ static const gp_symbol *sym_lookup(gp_symbolizer *s, uint32_t module_id, uint64_
         sym_module_open(s, m);
         /* A return address points after the call; offset - 1 lies inside it. */
         uint64_t pc = (kind == KIND_RETURN && offset > 0) ? offset - 1 : offset;
-        if (m->mod != NULL)
+        if (sym_is_python(m))
+            sym_resolve_python(s, m, offset, out);
+        else if (m->mod != NULL)
             sym_resolve(s, m, pc, out);
     }
     if (!out->resolved) {

@@ -23,6 +23,11 @@
  * DWARF says the address lies in inlined code, the function is the innermost inlined function (the
  * one the line belongs to) and inlined_into names the function it was inlined into.
  *
+ * Python frames: a module whose path is "py:<file>:<qualname>" (trace_format.h) is a Python
+ * function, resolved without libdw: function = the qualified name (after the path's last ':'),
+ * file = the file name, line = the offset, the same for gp_symbolize() and gp_symbolize_pc();
+ * its quality is GP_SYM_FULL.
+ *
  * Never fails hard: a module whose file is missing, is not ELF, has a different build-id than the
  * trace recorded, or has no symbols yields "<basename>+0x<offset>" names, and
  * gp_symbolizer_module_quality() says why, once per module, for the caller to print.

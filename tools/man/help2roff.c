@@ -111,7 +111,10 @@ static size_t indent_of(const char *s)
     return i;
 }
 
-static bool blank(const char *s) { return s[indent_of(s)] == '\0'; }
+static bool blank(const char *s)
+{
+    return s[indent_of(s)] == '\0';
+}
 
 /* Writes s escaped for roff: backslash and hyphen-minus, and a leading '.' or '\''. */
 static void put_escaped_n(FILE *out, const char *s, size_t n)
@@ -277,9 +280,9 @@ static void write_body(FILE *out, const text *h)
             put_line(out, s + desc);
             /* Continuation: deeper than the item, and no option of the same list (those may
              * be indented further: "  -n, --name BASE" then "      --format FMT"). */
-            for (i++; i < h->n && !blank(h->lines[i]) && indent_of(h->lines[i]) > ind &&
-                      (h->lines[i][indent_of(h->lines[i])] != '-' ||
-                       indent_of(h->lines[i]) + 2 >= desc);
+            for (i++;
+                 i < h->n && !blank(h->lines[i]) && indent_of(h->lines[i]) > ind &&
+                 (h->lines[i][indent_of(h->lines[i])] != '-' || indent_of(h->lines[i]) + 2 >= desc);
                  i++)
                 put_line(out, h->lines[i] + indent_of(h->lines[i]));
             continue;

@@ -195,7 +195,10 @@ int gp_render_job_json(FILE *out, const gp_render_process *procs, size_t n);
  * The Chrome trace of a job (render_chrome.c): each process as gp_render_chrome writes one, under
  * its own pid (the trace's, unless two processes share one: then 1000000 + its index), named
  * "gradprof: rank R: COMMAND" and sorted by rank, in one traceEvents list, so that Perfetto (and
- * its trace processor) load the job as one trace. Flushes `out`.
+ * its trace processor) load the job as one trace. When every process ran on one host (the "host"
+ * metadata) and says when it started on its monotonic clock ("start_monotonic_ns"), the times
+ * share one axis, from the first start (otherData.one_time_axis true); else each process's times
+ * start at 0. Flushes `out`.
  */
 int gp_render_chrome_job(FILE *out, const gp_render_process *procs, size_t n);
 

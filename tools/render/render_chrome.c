@@ -25,6 +25,10 @@
 
 /* Starts an event (one line): {"name":...,"ph":...,"pid":...,"tid":...,"ts":... with ts in
  * microseconds with three decimals; the caller adds its fields and closes it (gp__jw_end). */
+/* Added to every time written: 0, except while a job's process that started later than the
+ * first is written (gp_render_chrome_job puts the processes of one host on one time axis). */
+static uint64_t time_offset_ns;
+
 static void event_begin(gp__jw *j, const char *name, const char *ph, long pid, uint32_t tid,
                         uint64_t ts_ns)
 {
@@ -33,7 +37,7 @@ static void event_begin(gp__jw *j, const char *name, const char *ph, long pid, u
     gp__jw_str(j, "ph", ph);
     gp__jw_i64(j, "pid", pid);
     gp__jw_u64(j, "tid", tid);
-    gp__jw_decimal(j, "ts", ts_ns, 3);
+    gp__jw_decimal(j, "ts", ts_ns + time_offset_ns, 3);
 }
 
 /* The trace's pid metadata when it is a plain positive number, else 1. */
@@ -54,7 +58,10 @@ static void metadata_events(gp__jw *j, const gp_profile *p, long pid, const char
 {
     char name[512];
     snprintf(name, sizeof name, "gradprof: %s%s%s%s", rank ? "rank " : "", rank ? rank : "",
-             rank ? ": " : "", command ? command : p->path ? p->path : "trace");
+             rank ? ": " : "",
+             command   ? command
+             : p->path ? p->path
+                       : "trace");
     event_begin(j, "process_name", "M", pid, 0, 0);
     gp__jw_object(j, "args", true);
     gp__jw_str(j, "name", name);
@@ -208,11 +215,41 @@ int gp_render_chrome(FILE *out, gp_profile *p, const gp_render_options *o)
     return gp__jw_finish(&j);
 }
 
+/* A trace's "start_monotonic_ns" metadata (its start on the host's CLOCK_MONOTONIC), or 0. */
+static uint64_t start_monotonic(const gp_profile *p)
+{
+    const char *s = p->trace != NULL ? gp_trace_meta(p->trace, "start_monotonic_ns") : NULL;
+    char *end;
+    unsigned long long v = s != NULL ? strtoull(s, &end, 10) : 0;
+    return s != NULL && *s && *end == '\0' ? (uint64_t)v : 0;
+}
+
+/* Whether the processes' times can share one axis: all on one host, each with its start on
+ * that host's monotonic clock. */
+static bool one_clock(const gp_render_process *procs, size_t n, uint64_t *first)
+{
+    const char *host = NULL;
+    *first = UINT64_MAX;
+    for (size_t i = 0; i < n; i++) {
+        const gp_trace *t = procs[i].p->trace;
+        const char *h = t != NULL ? gp_trace_meta(t, "host") : NULL;
+        uint64_t start = start_monotonic(procs[i].p);
+        if (h == NULL || start == 0 || (host != NULL && strcmp(h, host) != 0))
+            return false;
+        host = h;
+        if (start < *first)
+            *first = start;
+    }
+    return n > 0;
+}
+
 int gp_render_chrome_job(FILE *out, const gp_render_process *procs, size_t n)
 {
     long *pids = malloc((n ? n : 1) * sizeof *pids);
     if (!pids)
         return -1;
+    uint64_t first;
+    bool aligned = one_clock(procs, n, &first);
     gp__jw j;
     gp__jw_begin_compact(&j, out);
     gp__jw_object(&j, NULL, true);
@@ -225,6 +262,7 @@ int gp_render_chrome_job(FILE *out, const gp_render_process *procs, size_t n)
             if (pids[k] == pid) /* two hosts, one pid: keep the processes apart */
                 pid = 1000000 + (long)i;
         pids[i] = pid;
+        time_offset_ns = aligned ? start_monotonic(p) - first : 0;
         const char *command = p->trace != NULL ? gp_trace_meta(p->trace, "command") : NULL;
         metadata_events(&j, p, pid, command, procs[i].rank);
         char *end;
@@ -237,14 +275,16 @@ int gp_render_chrome_job(FILE *out, const gp_render_process *procs, size_t n)
         counter_events(&j, p, pid);
         region_events(&j, p, pid);
         instant_events(&j, p, pid);
-        if (p->duration_ns > duration)
-            duration = p->duration_ns;
+        if (p->duration_ns + time_offset_ns > duration)
+            duration = p->duration_ns + time_offset_ns;
+        time_offset_ns = 0;
     }
     gp__jw_end(&j);
     gp__jw_str(&j, "displayTimeUnit", "ms");
     gp__jw_object(&j, "otherData", true);
     gp__jw_str(&j, "generator", "gradprof");
     gp__jw_u64(&j, "processes", n);
+    gp__jw_bool(&j, "one_time_axis", aligned);
     gp__jw_u64(&j, "duration_ns", duration);
     gp__jw_end(&j);
     gp__jw_end(&j);

@@ -377,11 +377,6 @@ static void sort_site_keys(site_key *v, size_t n)
     }
 }
 
-static inline bool same_numbers(const site_key *a, const site_key *b)
-{
-    return a->measure == b->measure && a->total == b->total;
-}
-
 /* The distinct labels of the tied sites: an open-addressing set of pointers (the profile interns
  * labels, so there are few), each numbered in order of first sight. */
 typedef struct label_set {
@@ -433,93 +428,261 @@ static int cmp_label_ptr(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* Ranks the labels of the sites in tied runs of keys[0..n) (sorted by the numbers), then sorts
- * each run by (rank, index). -1 when out of memory. */
-static int rank_ties(gp_profile *p, site_key *keys, size_t n)
+/* (rank, index) of a tied site, sorted within its run. */
+typedef struct rank_index {
+    uint32_t rank, index;
+} rank_index;
+
+static int cmp_rank_index(const void *a, const void *b)
+{
+    const rank_index *x = a, *y = b;
+    if (x->rank != y->rank)
+        return x->rank < y->rank ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+/* Orders each run ix[start[r]..start[r+1]) of sites tied on the numbers (runs of one need
+ * nothing) by (label, index): labels are numbered by pointer, the distinct ones ranked by strcmp
+ * (equal strings share a rank), then each run sorted by (rank, index). -1 when out of memory. */
+static int rank_ties(gp_profile *p, size_t *ix, const uint32_t *start, size_t nruns)
 {
     label_set ls = {0};
     int rc = -1;
-    const char **by_id = NULL;
-    uint32_t *rank = NULL;
-    for (size_t i = 0; i < n; i++) { /* each tied site's label number, in .rank for now */
-        if ((i + 1 < n && same_numbers(&keys[i], &keys[i + 1])) ||
-            (i > 0 && same_numbers(&keys[i - 1], &keys[i]))) {
-            const char *label = gp__site_label_at(p, keys[i].index);
-            uint32_t id = label_set_id(&ls, label ? label : "");
-            if (id == UINT32_MAX)
-                goto out;
-            keys[i].rank = id;
+    const char **by_id = NULL, **sorted = NULL;
+    uint32_t *rank = NULL, *label_of = NULL;
+    rank_index *tmp = NULL;
+    size_t most = 0, tied = 0;
+    for (size_t r = 0; r < nruns; r++) {
+        size_t len = start[r + 1] - start[r];
+        if (len > 1) {
+            tied += len;
+            most = len > most ? len : most;
         }
     }
-    if (ls.n == 0) {
-        rc = 0;
+    if (tied == 0)
+        return 0;
+    label_of = malloc(tied * sizeof *label_of);
+    tmp = malloc(most * sizeof *tmp);
+    if (!label_of || !tmp)
         goto out;
+    for (size_t r = 0, k = 0; r < nruns; r++) {
+        if (start[r + 1] - start[r] < 2)
+            continue;
+        for (size_t i = start[r]; i < start[r + 1]; i++) {
+            const char *label = gp__site_label_at(p, ix[i]);
+            if ((label_of[k++] = label_set_id(&ls, label ? label : "")) == UINT32_MAX)
+                goto out;
+        }
     }
-    /* rank the distinct labels by their strings (equal strings share a rank) */
-    const char **sorted = malloc(ls.n * sizeof *sorted);
+    sorted = malloc(ls.n * sizeof *sorted);
     by_id = malloc(ls.n * sizeof *by_id);
     rank = malloc(ls.n * sizeof *rank);
-    if (!sorted || !by_id || !rank) {
-        free(sorted);
+    if (!sorted || !by_id || !rank)
         goto out;
-    }
     for (size_t i = 0; i < ls.cap; i++)
         if (ls.ptr[i])
             by_id[ls.id[i]] = ls.ptr[i];
     memcpy(sorted, by_id, ls.n * sizeof *sorted);
     qsort(sorted, ls.n, sizeof *sorted, cmp_label_ptr);
-    for (size_t i = 0, r = 0; i < ls.n; i++) {
+    for (size_t i = 0, rk = 0; i < ls.n; i++) {
         if (i > 0 && strcmp(sorted[i - 1], sorted[i]) != 0)
-            r++;
-        uint32_t id = label_set_id(&ls, sorted[i]); /* present: its number */
-        rank[id] = (uint32_t)r + 1;
+            rk++;
+        rank[label_set_id(&ls, sorted[i])] = (uint32_t)rk + 1; /* present: its number */
     }
-    free(sorted);
-    for (size_t lo = 0; lo < n;) {
-        size_t hi = lo + 1;
-        while (hi < n && same_numbers(&keys[lo], &keys[hi]))
-            hi++;
-        if (hi - lo > 1) {
-            for (size_t i = lo; i < hi; i++)
-                keys[i].rank = rank[keys[i].rank];
-            sort_site_keys(keys + lo, hi - lo);
-        }
-        lo = hi;
+    for (size_t r = 0, k = 0; r < nruns; r++) {
+        size_t lo = start[r], len = start[r + 1] - lo;
+        if (len < 2)
+            continue;
+        for (size_t i = 0; i < len; i++)
+            tmp[i] = (rank_index){rank[label_of[k++]], (uint32_t)ix[lo + i]};
+        qsort(tmp, len, sizeof *tmp, cmp_rank_index);
+        for (size_t i = 0; i < len; i++)
+            ix[lo + i] = tmp[i].index;
     }
     rc = 0;
 out:
     free(ls.ptr);
     free(ls.id);
+    free(sorted);
     free(by_id);
     free(rank);
+    free(label_of);
+    free(tmp);
     return rc;
 }
 
+/* Sorts distinct (measure, total) pairs (the keys' index: the pair's number) by (measure desc,
+ * total desc). When both fit in 64 bits together (the usual case), as one integer by an LSD
+ * radix sort, 8 bits a pass, passes where every key has the same digit skipped; else by
+ * sort_site_keys. */
+static void sort_pairs(site_key *v, size_t n)
+{
+    uint64_t max_m = 0, max_t = 0;
+    for (size_t i = 0; i < n; i++) {
+        max_m = v[i].measure > max_m ? v[i].measure : max_m;
+        max_t = v[i].total > max_t ? v[i].total : max_t;
+    }
+    unsigned tb = 0;
+    while (tb < 64 && max_t >> tb)
+        tb++;
+    unsigned mb = 0;
+    while (mb < 64 && max_m >> mb)
+        mb++;
+    struct kv {
+        uint64_t key;
+        uint64_t index;
+    } *a = n > 1 && mb + tb <= 64 ? malloc(2 * n * sizeof *a) : NULL;
+    if (!a) {
+        sort_site_keys(v, n);
+        return;
+    }
+    struct kv *b = a + n;
+    for (size_t i = 0; i < n; i++) /* descending as ascending: the complement */
+        a[i] = (struct kv){~((tb < 64 ? v[i].measure << tb : 0) | v[i].total), v[i].index};
+    for (unsigned shift = 0; shift < 64; shift += 8) {
+        size_t count[257] = {0};
+        for (size_t i = 0; i < n; i++)
+            count[((a[i].key >> shift) & 0xFF) + 1]++;
+        if (count[((a[0].key >> shift) & 0xFF) + 1] == n)
+            continue; /* one digit for all: this pass would change nothing */
+        for (int d = 0; d < 256; d++)
+            count[d + 1] += count[d];
+        for (size_t i = 0; i < n; i++)
+            b[count[(a[i].key >> shift) & 0xFF]++] = a[i];
+        struct kv *t = a;
+        a = b;
+        b = t;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint64_t k = ~a[i].key;
+        v[i] = (site_key){tb < 64 ? k >> tb : 0, tb < 64 ? k & ((1ull << tb) - 1) : k, 0,
+                          (uint32_t)a[i].index};
+    }
+    free(a < b ? a : b);
+}
+
+/* The distinct (measure, total) pairs of the sites: an open-addressing map to their numbers. */
+typedef struct pair_map {
+    uint64_t *m, *t;
+    uint32_t *id; /* UINT32_MAX = empty */
+    size_t cap, n;
+} pair_map;
+
+static size_t pair_hash(uint64_t m, uint64_t t, size_t cap)
+{
+    uint64_t h = (m * 0x9E3779B97F4A7C15ull) ^ (t + 0x632BE59BD9B4E019ull + (m << 6));
+    h ^= h >> 31;
+    h *= 0xBF58476D1CE4E5B9ull;
+    return (size_t)(h ^ (h >> 29)) & (cap - 1);
+}
+
+/* The number of the pair (m, t), added if new; UINT32_MAX when out of memory. */
+static uint32_t pair_id(pair_map *pm, uint64_t m, uint64_t t)
+{
+    if ((pm->n + 1) * 2 > pm->cap) {
+        size_t cap = pm->cap ? pm->cap * 2 : 1024;
+        uint64_t *nm = malloc(cap * sizeof *nm), *nt = malloc(cap * sizeof *nt);
+        uint32_t *nid = malloc(cap * sizeof *nid);
+        if (!nm || !nt || !nid) {
+            free(nm);
+            free(nt);
+            free(nid);
+            return UINT32_MAX;
+        }
+        memset(nid, 0xFF, cap * sizeof *nid);
+        for (size_t i = 0; i < pm->cap; i++) {
+            if (pm->id[i] == UINT32_MAX)
+                continue;
+            size_t j = pair_hash(pm->m[i], pm->t[i], cap);
+            while (nid[j] != UINT32_MAX)
+                j = (j + 1) & (cap - 1);
+            nm[j] = pm->m[i];
+            nt[j] = pm->t[i];
+            nid[j] = pm->id[i];
+        }
+        free(pm->m);
+        free(pm->t);
+        free(pm->id);
+        pm->m = nm;
+        pm->t = nt;
+        pm->id = nid;
+        pm->cap = cap;
+    }
+    size_t j = pair_hash(m, t, pm->cap);
+    while (pm->id[j] != UINT32_MAX) {
+        if (pm->m[j] == m && pm->t[j] == t)
+            return pm->id[j];
+        j = (j + 1) & (pm->cap - 1);
+    }
+    pm->m[j] = m;
+    pm->t[j] = t;
+    pm->id[j] = (uint32_t)pm->n;
+    return (uint32_t)pm->n++;
+}
+
+/*
+ * The sites in order of (measure desc, total desc, label, index) without comparing sites: each
+ * site's (measure, total) pair gets a number, the distinct pairs (usually far fewer than the
+ * sites) are sorted, the sites are placed by a counting sort (index order within a pair), and
+ * only pairs with several sites look at labels (rank_ties).
+ */
 size_t *gp__sorted_sites(gp_profile *p, gp__measure m, size_t *n)
 {
     size_t ns = p->n_sites;
     *n = 0;
     if (ns == 0)
         return NULL;
+    pair_map pm = {0};
     size_t *ix = malloc(ns * sizeof *ix);
-    site_key *keys = malloc(ns * sizeof *keys);
-    if (!ix || !keys)
+    uint32_t *pair_of = malloc(ns * sizeof *pair_of), *start = NULL;
+    site_key *pairs = NULL;
+    if (!ix || !pair_of)
         goto fail;
     for (size_t i = 0; i < ns; i++) {
         const gp_stats *st = &p->sites[i].stats;
-        keys[i] = (site_key){gp__stats_measure(st, m), st->total_bytes, 0, (uint32_t)i};
+        if ((pair_of[i] = pair_id(&pm, gp__stats_measure(st, m), st->total_bytes)) == UINT32_MAX)
+            goto fail;
     }
-    sort_site_keys(keys, ns);
-    if (rank_ties(p, keys, ns) != 0)
+    pairs = malloc(pm.n * sizeof *pairs);
+    start = calloc(pm.n + 1, sizeof *start);
+    if (!pairs || !start)
         goto fail;
+    for (size_t i = 0; i < pm.cap; i++)
+        if (pm.id[i] != UINT32_MAX)
+            pairs[pm.id[i]] = (site_key){pm.m[i], pm.t[i], 0, pm.id[i]};
+    sort_pairs(pairs, pm.n);
+    uint32_t *place = (uint32_t *)pm.id; /* reused: a pair's position in sorted order */
+    for (size_t k = 0; k < pm.n; k++)
+        place[pairs[k].index] = (uint32_t)k;
     for (size_t i = 0; i < ns; i++)
-        ix[i] = keys[i].index;
-    free(keys);
+        start[place[pair_of[i]] + 1]++;
+    for (size_t k = 0; k < pm.n; k++)
+        start[k + 1] += start[k];
+    uint32_t *fill = malloc(pm.n * sizeof *fill); /* each run's next free place */
+    if (!fill)
+        goto fail;
+    memcpy(fill, start, pm.n * sizeof *fill);
+    for (size_t i = 0; i < ns; i++)
+        ix[fill[place[pair_of[i]]]++] = i;
+    free(fill);
+    if (rank_ties(p, ix, start, pm.n) != 0)
+        goto fail;
+    free(pm.m);
+    free(pm.t);
+    free(pm.id);
+    free(pair_of);
+    free(pairs);
+    free(start);
     *n = ns;
     return ix;
 fail:
+    free(pm.m);
+    free(pm.t);
+    free(pm.id);
     free(ix);
-    free(keys);
+    free(pair_of);
+    free(pairs);
+    free(start);
     return NULL;
 }
 

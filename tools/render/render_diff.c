@@ -81,19 +81,6 @@ static void cell_lifetime(gp__table *t, const gp_diff_row *r)
                    gp__format_ns((uint64_t)r->b_life_ns, y, sizeof y));
 }
 
-/* Labels longer than this are cut in the middle, so file:line at the end stays visible. */
-#define LABEL_MAX 64
-
-static const char *short_label(const char *s, char *buf, size_t size)
-{
-    size_t n = strlen(s);
-    if (n <= LABEL_MAX || size < LABEL_MAX + 1)
-        return s;
-    size_t head = (LABEL_MAX - 3) / 2, tail = LABEL_MAX - 3 - head;
-    snprintf(buf, size, "%.*s...%s", (int)head, s, s + n - tail);
-    return buf;
-}
-
 /* The remainder row (label, A, B, delta, held), printed whenever a table's deltas do not sum to
  * the peak delta. */
 static void remainder_row(gp__table *t, int64_t remainder, int extra_cells)
@@ -137,13 +124,12 @@ static int held_table(FILE *out, const char *title, const char *what, const gp_d
     gp__table *t = gp__table_new(7, headers, "lrrrrrr");
     totals all = {0}, rest = {0};
     size_t n_rest = 0;
-    char lb[LABEL_MAX + 8];
     /* The rows come sorted by held, largest first. */
     for (size_t k = 0; k < n; k++) {
         const gp_diff_row *r = &rows[k];
         totals_add(&all, r);
         if (r->held_bytes > 0 && shown < limit) {
-            gp__table_cell(t, "%s", short_label(r->label, lb, sizeof lb));
+            gp__table_cell(t, "%s", r->label); /* whole: a cut label names nothing */
             cells_abdh(t, r->a_bytes, r->b_bytes, r->delta, r->held_bytes, r->saved_inferred_bytes);
             cell_lifetime(t, r);
             shown++;
@@ -282,7 +268,6 @@ static int layer_table(FILE *out, const gp_diff *d)
     gp__table *t = gp__table_new(8, h, "lrrrrrrr");
     totals all = {0};
     uint64_t ga = 0, gb = 0;
-    char lb[LABEL_MAX + 8];
     int min_depth = -1;
     for (size_t i = 0; i < d->n_layers; i++)
         if (*d->layers[i].module && (min_depth < 0 || d->layers[i].depth < min_depth))
@@ -292,8 +277,7 @@ static int layer_table(FILE *out, const gp_diff *d)
         totals_add(&all, r);
         ga += r->a_graph_bytes;
         gb += r->b_graph_bytes;
-        gp__table_cell(t, "%*s%s", 2 * (*r->module ? r->depth - min_depth : 0), "",
-                       short_label(r->label, lb, sizeof lb));
+        gp__table_cell(t, "%*s%s", 2 * (*r->module ? r->depth - min_depth : 0), "", r->label);
         cells_abdh(t, r->a_bytes, r->b_bytes, r->delta, r->held_bytes, r->saved_inferred_bytes);
         gp__table_cell(t, "%s", gp_format_bytes(r->a_graph_bytes, x, sizeof x));
         gp__table_cell(t, "%s", gp_format_bytes(r->b_graph_bytes, x, sizeof x));

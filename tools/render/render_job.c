@@ -65,12 +65,16 @@ static size_t *worst_first(const gp_render_process *procs, gp_check_result *cons
     return order;
 }
 
-static const char *or_dash(const char *s) { return s && *s ? s : "-"; }
+static const char *or_dash(const char *s)
+{
+    return s && *s ? s : "-";
+}
 
 static const char *verdict_name(const gp_check_result *r)
 {
-    return r->verdict == GP_CHECK_PASSED ? "pass" : r->verdict == GP_CHECK_FAILED ? "fail"
-                                                                                  : "unjudged";
+    return r->verdict == GP_CHECK_PASSED   ? "pass"
+           : r->verdict == GP_CHECK_FAILED ? "fail"
+                                           : "unjudged";
 }
 
 /* "rank 1 (pid 1234): path", or "pid 1234: path" when the trace has no rank. */
@@ -96,8 +100,8 @@ int gp_render_job_text(FILE *out, const gp_render_process *procs, size_t n,
                        const gp_render_options *o)
 {
     size_t *order = worst_first(procs, NULL, n);
-    static const char *const headers[] = {"rank", "pid", "peak", "graph at peak", "findings",
-                                          "trace"};
+    static const char *const headers[] = {"rank",          "pid",      "peak",
+                                          "graph at peak", "findings", "trace"};
     gp__table *t = order ? gp__table_new(6, headers, "lrrrrl") : NULL;
     if (!t) {
         free(order);
@@ -109,8 +113,9 @@ int gp_render_job_text(FILE *out, const gp_render_process *procs, size_t n,
     fprintf(out, "gradprof job: %zu processes%s%s%s", n, w ? " (world size " : "", w ? w : "",
             w ? ")" : "");
     if (worst)
-        fprintf(out, "; the worst: %s%s (pid %ld), peak %s, %s at peak in graph memory, %zu "
-                     "finding%s",
+        fprintf(out,
+                "; the worst: %s%s (pid %ld), peak %s, %s at peak in graph memory, %zu "
+                "finding%s",
                 worst->rank ? "rank " : "pid", worst->rank ? worst->rank : "", worst->pid,
                 gp_format_bytes(worst->p->peak_bytes, peak, sizeof peak),
                 gp_format_bytes(worst->graph_bytes, graph, sizeof graph), worst->p->n_findings,
@@ -208,8 +213,8 @@ int gp_render_check_job_text(FILE *out, const gp_render_process *procs,
                              gp_check_result *const *results, size_t n)
 {
     size_t *order = worst_first(procs, results, n);
-    static const char *const headers[] = {"rank", "pid", "verdict", "peak", "graph at peak",
-                                          "violations", "trace"};
+    static const char *const headers[] = {"rank",          "pid",        "verdict", "peak",
+                                          "graph at peak", "violations", "trace"};
     gp__table *t = order ? gp__table_new(7, headers, "lrlrrrl") : NULL;
     if (!t) {
         free(order);
@@ -220,8 +225,10 @@ int gp_render_check_job_text(FILE *out, const gp_render_process *procs,
         counts[results[i]->verdict]++;
     gp_check_verdict v = job_verdict(results, n);
     fprintf(out, "%s job of %zu processes: %zu passed, %zu failed, %zu not judged\n\n",
-            v == GP_CHECK_PASSED ? "PASS" : v == GP_CHECK_FAILED ? "FAIL" : "UNJUDGED", n,
-            counts[GP_CHECK_PASSED], counts[GP_CHECK_FAILED], counts[GP_CHECK_UNJUDGED]);
+            v == GP_CHECK_PASSED   ? "PASS"
+            : v == GP_CHECK_FAILED ? "FAIL"
+                                   : "UNJUDGED",
+            n, counts[GP_CHECK_PASSED], counts[GP_CHECK_FAILED], counts[GP_CHECK_UNJUDGED]);
     char peak[32], graph[32];
     for (size_t k = 0; k < n; k++) {
         const gp_render_process *rp = &procs[order[k]];
@@ -257,9 +264,10 @@ int gp_render_check_job_json(FILE *out, const gp_render_process *procs,
     gp__jw_begin(&j, out);
     gp__jw_object(&j, NULL, false);
     gp__jw_str(&j, "schema", "gradprof-check-job/1");
-    gp__jw_str(&j, "verdict", v == GP_CHECK_PASSED   ? "pass"
-                              : v == GP_CHECK_FAILED ? "fail"
-                                                     : "unjudged");
+    gp__jw_str(&j, "verdict",
+               v == GP_CHECK_PASSED   ? "pass"
+               : v == GP_CHECK_FAILED ? "fail"
+                                      : "unjudged");
     gp__jw_bool(&j, "passed", v == GP_CHECK_PASSED);
     gp__jw_array(&j, "processes", false);
     for (size_t k = 0; k < n; k++) {

@@ -133,8 +133,8 @@ static uint64_t str_id(strtab *t, const char *s)
         if (strcmp(t->s[slot->v], s) == 0)
             return slot->v;
     char *copy = strdup(s);
-    if (!copy || (t->n == t->cap && !(t->s = reallocarray(t->s, t->cap = t->cap * 2 + 64,
-                                                            sizeof *t->s)))) {
+    if (!copy ||
+        (t->n == t->cap && !(t->s = reallocarray(t->s, t->cap = t->cap * 2 + 64, sizeof *t->s)))) {
         free(copy);
         t->oom = true;
         return 0;

@@ -111,9 +111,9 @@ static int site_stacks(gp_profile *p, frames *f, stacks *st)
         st->start[i] = st->n;
         bool ok = true;
         if (s->device != LP_DEVICE_HOST) /* frames keep their names: static strings only */
-            ok = pool_add(st, frame_id(f, s->device >= 0 && s->device < 8 ? cuda[s->device]
-                                                                          : "cuda:?",
-                                       NULL, 0));
+            ok = pool_add(
+                st,
+                frame_id(f, s->device >= 0 && s->device < 8 ? cuda[s->device] : "cuda:?", NULL, 0));
         ok = ok && pool_add(st, frame_id(f, lp_category_name(s->category), NULL, 0));
         size_t n = gp_stack_symbols(p, s->stack, syms, NULL, NULL, MAX_FRAMES);
         if (n == 0)
@@ -134,8 +134,7 @@ static const struct {
                 {"count", "allocations", "none"},
                 {"leaked", "bytes live at the end", "bytes"}};
 
-static void profile(gp__jw *j, const gp_render_process *rp, const stacks *st, size_t m,
-                    bool job)
+static void profile(gp__jw *j, const gp_render_process *rp, const stacks *st, size_t m, bool job)
 {
     gp__measure measure;
     gp__measure_parse(measures[m].measure, &measure);
@@ -181,8 +180,8 @@ int gp_render_speedscope(FILE *out, const gp_render_process *procs, size_t n)
     for (size_t k = 0; rc == 0 && k < n; k++)
         rc = site_stacks(procs[k].p, &f, &st[k]);
     if (rc == 0) {
-        const char *command = n && procs[0].p->trace ? gp_trace_meta(procs[0].p->trace, "command")
-                                                     : NULL;
+        const char *command =
+            n && procs[0].p->trace ? gp_trace_meta(procs[0].p->trace, "command") : NULL;
         char name[512];
         snprintf(name, sizeof name, "gradprof: %s", command ? command : n ? procs[0].p->path : "");
         gp__jw j;
