@@ -46,10 +46,11 @@ const char gp_run_options_help[] =
     "                           ($GRADPROF_CUPTI, else next to the preload library). Without a\n"
     "                           CUDA driver, or when another CUPTI client is attached, one line\n"
     "                           says so and only host memory is recorded\n"
-    "      --torch, --no-torch  attach gradprof's PyTorch helper to a Python program when it\n"
-    "                           imports torch (the default, unless GRADPROF_TORCH=0), or never:\n"
-    "                           every module call gets its region, parameters and saved\n"
-    "                           tensors their tags, each call of the model an iteration mark\n";
+    "      --torch              attach gradprof's PyTorch helper to a Python program when it\n"
+    "                           imports torch (the default, unless GRADPROF_TORCH=0): every\n"
+    "                           module call gets its region, parameters and saved tensors their\n"
+    "                           tags, each call of the model an iteration mark\n"
+    "      --no-torch           never attach it: raw allocations and frame rules only\n";
 
 int gp_run_option(const char *cmd, int c, const char *value, gp_run_config *cfg)
 {

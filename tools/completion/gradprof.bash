@@ -6,9 +6,9 @@
 # step with each command's --help.
 
 _gradprof_commands="run report diff check compare help"
-_gradprof_recorder_opts="--stack-depth --no-stacks --min-stack-size --stack-sample --flush-ms --cuda"
+_gradprof_recorder_opts="--stack-depth --no-stacks --min-stack-size --stack-sample --flush-ms --cuda --torch --no-torch"
 _gradprof_categories="parameter input activation saved gradient optimizer_state autograd temporary other"
-_gradprof_detectors="graph_without_grad forgot_no_grad growth_across_iterations param_grad_in_inference graph_escapes_inference"
+_gradprof_detectors="graph_without_grad forgot_no_grad growth_across_iterations param_grad_in_inference graph_escapes_inference autograd_error"
 
 # The options of a command, and the values of --format.
 _gradprof_options() {
