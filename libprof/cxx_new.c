@@ -6,12 +6,12 @@
  * Written in C, compiled with -fexceptions: a C++ exception (std::bad_alloc, or whatever a
  * new_handler throws) passes through these frames, and the cleanup attribute restores the
  * wrapper's bookkeeping on the way, with libgcc's C personality routine; the library needs no
- * libstdc++. The exceptions are the real operator new's own: the next definition of each operator
- * (dlsym(RTLD_NEXT, its mangled name), resolved at first use, since libstdc++ may be loaded
- * later) does the work. Only if there is none (nothing after this library defines it, so nothing
- * could have called it but through this library) do malloc semantics stand in: the new_handler
- * loop of std::get_new_handler, then std::__throw_bad_alloc from libstdc++ for the throwing forms
- * (abort if even that is missing), NULL for the nothrow forms.
+ * libstdc++. The exceptions are the real operator new's own: the real definition of each operator
+ * (lp__cxx_find: the next one in the global scope, or one in a library loaded with RTLD_LOCAL,
+ * such as a Python extension's libstdc++; resolved at first use, and looked for again when the
+ * program loads something) does the work. Only if there is none do malloc semantics stand in: the
+ * new_handler loop of std::get_new_handler, then std::__throw_bad_alloc from libstdc++ for the
+ * throwing forms (abort if even that is missing), NULL for the nothrow forms.
  *
  * Mangled names are those of the Itanium C++ ABI on LP64 (size_t is 'm'); std::align_val_t is
  * passed as a size_t and a std::nothrow_t const & as a pointer.
@@ -133,24 +133,95 @@ static int lp__add_ranges_of(struct dl_phdr_info *info, size_t size, void *data)
     return 1;
 }
 
-/* The next definition of operator `op`, or NULL if nothing after this library defines it (asked
- * again next time: libstdc++ may be loaded later). */
+/* The loaded objects lp__cxx_find may look in: names (the loader's own strings, valid while the
+ * objects stay loaded) of every object but the program and this library, in load order. */
+#define LP__CXX_OBJECTS 512
+struct lp__cxx_objects {
+    uintptr_t self; /* an address inside this library */
+    const char *names[LP__CXX_OBJECTS];
+    int n;
+    unsigned long long adds; /* the loader's count of objects loaded so far */
+};
+
+static int lp__cxx_collect(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    struct lp__cxx_objects *q = data;
+    q->adds = info->dlpi_adds;
+    if (!q->self) /* only the count wanted */
+        return 1;
+    if (!info->dlpi_name || !*info->dlpi_name || q->n == LP__CXX_OBJECTS)
+        return 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) { /* skip this library */
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD && q->self >= lo && q->self < lo + ph->p_memsz)
+            return 0;
+    }
+    q->names[q->n++] = info->dlpi_name;
+    return 0;
+}
+
+/* The real definition of operator `name`: the next one after this library in the global scope
+ * (dlsym RTLD_NEXT: an allocator preloaded after gradprof, or libstdc++ loaded with the program),
+ * else one in any loaded object: a library loaded with RTLD_LOCAL (a Python extension's
+ * libstdc++) binds its operator new to this library, which must then find the libstdc++ it
+ * would have used. NULL when nothing defines it yet. *adds gets the loader's count of objects
+ * loaded, so that a miss is looked into again only when something new was loaded. */
+static void *lp__cxx_find(const char *name, unsigned long long *adds)
+{
+    void *f = dlsym(RTLD_NEXT, name);
+    static struct lp__cxx_objects q; /* under g_ranges_lock */
+    q = (struct lp__cxx_objects){.self = (uintptr_t)lp__cxx_find};
+    dl_iterate_phdr(lp__cxx_collect, &q);
+    *adds = q.adds;
+    for (int i = 0; i < q.n && f == NULL; i++) { /* outside the callback: dlopen takes locks */
+        void *h = dlopen(q.names[i], RTLD_LAZY | RTLD_NOLOAD);
+        if (h) {
+            f = dlsym(h, name);
+            dlclose(h);
+        }
+    }
+    return f;
+}
+
+/* The loader's count of objects loaded so far. */
+static unsigned long long lp__cxx_loads(void)
+{
+    struct lp__cxx_objects q = {.self = 0};
+    dl_iterate_phdr(lp__cxx_collect, &q);
+    return q.adds;
+}
+
+/* The real operator `op` (lp__cxx_find), resolved at first use and kept; while there is none,
+ * looked for again only after the program loaded another object. Never recorded: the loader's
+ * own allocations (a failed lookup's error message) are gradprof's, not the program's. */
 static void *lp__cxx_real(enum lp__cxx_op op)
 {
+    static unsigned long long g_missing_at[LP__CXX_OPS]; /* loads at the last miss, under lock */
     void *f = __atomic_load_n(&g_cxx_real[op], __ATOMIC_ACQUIRE);
     if (__builtin_expect(f != NULL, 1))
         return f;
-    f = dlsym(RTLD_NEXT, lp__cxx_names[op]);
-    if (f == NULL)
-        return NULL;
+    unsigned long long loads = lp__cxx_loads();
+    bool guarded = lp__guard_enter();
     pthread_mutex_lock(&g_ranges_lock);
-    uintptr_t at = (uintptr_t)lp__cxx_real;
-    if (g_nranges == 0)
-        dl_iterate_phdr(lp__add_ranges_of, &at);
-    at = (uintptr_t)f;
-    dl_iterate_phdr(lp__add_ranges_of, &at);
+    f = __atomic_load_n(&g_cxx_real[op], __ATOMIC_ACQUIRE);
+    if (f == NULL && loads != g_missing_at[op]) {
+        f = lp__cxx_find(lp__cxx_names[op], &loads);
+        if (f == NULL) {
+            g_missing_at[op] = loads;
+        } else {
+            uintptr_t at = (uintptr_t)lp__cxx_real;
+            if (g_nranges == 0)
+                dl_iterate_phdr(lp__add_ranges_of, &at);
+            at = (uintptr_t)f;
+            dl_iterate_phdr(lp__add_ranges_of, &at);
+            __atomic_store_n(&g_cxx_real[op], f, __ATOMIC_RELEASE);
+        }
+    }
     pthread_mutex_unlock(&g_ranges_lock);
-    __atomic_store_n(&g_cxx_real[op], f, __ATOMIC_RELEASE);
+    if (guarded)
+        lp__guard_exit();
     return f;
 }
 

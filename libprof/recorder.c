@@ -302,6 +302,7 @@ struct lp__thread {
 static LP__TLS lp__thread *lp__self;
 static LP__TLS int lp__guard_depth;
 static LP__TLS bool lp__never;
+static LP__TLS int lp__exclude_depth; /* lp_exclude_push nesting */
 
 bool lp__recording(void) { return atomic_load_explicit(&R.recording, memory_order_relaxed); }
 void lp__set_interposed(const char *how)
@@ -321,6 +322,12 @@ bool lp__guard_enter(void)
 
 void lp__guard_exit(void) { lp__guard_depth--; }
 void lp__guard_forever(void) { lp__never = true; }
+void lp_exclude_push(void) { lp__exclude_depth++; }
+void lp_exclude_pop(void)
+{
+    if (lp__exclude_depth > 0)
+        lp__exclude_depth--;
+}
 
 static uint64_t lp__now(void)
 {
@@ -1570,7 +1577,7 @@ uint64_t lp__stamp(void)
 
 void lp__record_alloc(const void *addr, size_t size, lp_device device)
 {
-    if (!lp__recording())
+    if (!lp__recording() || lp__exclude_depth > 0)
         return;
     int cancel;
     lp__thread *th = lp__acquire(&cancel);

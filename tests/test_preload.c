@@ -47,6 +47,7 @@
 #include "preload/py_alloc.h"
 #include "preload/realloc_race.h"
 #include "preload/tsd_alloc.h"
+#include "preload/exclude_own.h"
 #include "preload/vfork_exec.h"
 #include "analysis.h"
 #include "symbolize.h"
@@ -976,6 +977,30 @@ static void test_tsd_destructors(void **state)
     remove_dir(dir);
 }
 
+/* ---- the profiler's own work: lp_exclude_push/pop -------------------------------------------- */
+
+/* Allocations between push and pop are not recorded, on that thread only; frees are (a block freed
+ * meanwhile is not lost), and the excluded block's later free is the one unknown free. */
+static void test_exclude_own_work(void **state)
+{
+    const char *dir = make_dir();
+    run_result r;
+    run_exe(prog("exclude_own"), true, dir, NULL, &r);
+    assert_true(exited_with(&r, 0));
+    assert_string_equal(r.out, EO_STDOUT);
+    const uint64_t sizes[] = {EO_KEPT_SIZE, EO_OWN_SIZE, EO_AFTER_SIZE, EO_OTHER_SIZE};
+    summary s;
+    summarize_pid(dir, r.pid, sizes, 4, &s, NULL);
+    assert_true(s.info.clean_end);
+    assert_int_equal(s.double_allocs, 0);
+    expect_size(&s, EO_KEPT_SIZE, 1, 1);
+    expect_size(&s, EO_OWN_SIZE, 0, 0);
+    expect_size(&s, EO_AFTER_SIZE, 1, 1);
+    expect_size(&s, EO_OTHER_SIZE, 1, 1);
+    assert_int_equal(s.unmatched_frees, 1);
+    remove_dir(dir);
+}
+
 /* ---- the realloc window (item 6) ------------------------------------------------------------- */
 
 /* A moving realloc's free is stamped before the real realloc, so in time order no other thread
@@ -1440,6 +1465,7 @@ int main(void)
         cmocka_unit_test(test_fd_closefrom_loop), cmocka_unit_test(test_fd_close_range),
         cmocka_unit_test(test_fd_hijacked),       cmocka_unit_test(test_cancelled_threads),
         cmocka_unit_test(test_tsd_destructors),   cmocka_unit_test(test_realloc_free_comes_first),
+        cmocka_unit_test(test_exclude_own_work),
         cmocka_unit_test(test_forms_glibc),       cmocka_unit_test(test_forms_tcmalloc),
         cmocka_unit_test(test_forms_jemalloc),    cmocka_unit_test(test_allocator_first_is_said),
         cmocka_unit_test(test_allocator_check_non_pie),

@@ -45,6 +45,14 @@ def main():
         "Tensor.backward": torch.Tensor.__dict__["backward"],
         "autograd.backward": torch.autograd.backward,
     }
+    # Under `gradprof run` the startup hook attached the helper when torch was imported: what
+    # torch had before is what the helper's patches kept.
+    kept = {(obj, attr): orig for obj, attr, orig in gp._S.patches}
+    for name, (obj, attr) in (("no_grad.__enter__", (torch.no_grad, "__enter__")),
+                              ("inference_mode.__exit__", (torch.inference_mode, "__exit__")),
+                              ("Tensor.backward", (torch.Tensor, "backward")),
+                              ("autograd.backward", (torch.autograd, "backward"))):
+        originals[name] = kept.get((obj, attr), originals[name])
 
     gp.instrument(model, name="net")
     gp.instrument(model, name="net")  # twice: no second set of hooks

@@ -81,6 +81,16 @@ void lp_mark(const char *label);
 #define LP_NOTE_MAX_VALUE (64u * 1024)
 void lp_note(const char *key, const char *value);
 
+/*
+ * The profiler's own work: raw allocations the calling thread makes between lp_exclude_push and
+ * the matching lp_exclude_pop are not recorded (a tagging source's bookkeeping, such as the Python
+ * helper's scan for who holds a graph, is not the program's memory). Frees still are, so that a
+ * program buffer freed meanwhile is not lost; an excluded block freed later reads as a free of an
+ * unknown address. Nests; a pop without a push does nothing.
+ */
+void lp_exclude_push(void);
+void lp_exclude_pop(void);
+
 /* Live and peak bytes per category on one device, and of all categories together. The peak of each
  * category is that category's own maximum since the last reset. */
 typedef struct lp_counters {

@@ -230,7 +230,20 @@ class _Lib:
         if hasattr(lib, "lp_note"):  # newer libprof: timed notes (who holds a graph)
             lib.lp_note.restype = None
             lib.lp_note.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+        if hasattr(lib, "lp_exclude_push"):  # newer libprof: the helper's own memory left out
+            lib.lp_exclude_push.restype = lib.lp_exclude_pop.restype = None
+            lib.lp_exclude_push.argtypes = lib.lp_exclude_pop.argtypes = []
+            self.own_begin, self.own_end = lib.lp_exclude_push, lib.lp_exclude_pop
         self.lib = lib
+
+    @staticmethod
+    def own_begin():
+        """From here to own_end, this thread's allocations are the helper's own bookkeeping, not
+        the program's memory: not recorded (lp_exclude_push). Nests."""
+
+    @staticmethod
+    def own_end():
+        pass
 
     def counters(self):
         """The host's lp_counters: live and peak bytes per category since the last reset."""
@@ -298,8 +311,8 @@ class _Packed:
     retagged, the storage key whose save count drops when the graph lets go of it."""
     __slots__ = ("t", "key", "version", "what", "__weakref__")
 
-    def __init__(self, t, key, orig):
-        self.t, self.key = t, key
+    def __init__(self, key, orig):
+        self.t, self.key = None, key
         self.version = orig._version
         fn = orig.grad_fn
         self.what = "[%s [%s]]%s" % (orig.type(), ", ".join(str(d) for d in orig.shape),
@@ -533,27 +546,41 @@ class _State:
             return t
 
     def _pack(self, t):
-        # The graph keeps the tensor detached: an op's saved output would otherwise hold its own
-        # graph node in a reference cycle that only the garbage collector breaks. The detached
-        # copy is made after the retag, so that the allocation it makes comes after the tag.
+        """The saved-tensor pack hook. Its bookkeeping is the helper's own memory (own_begin); the
+        tensor the graph keeps is detached, as PyTorch's SavedVariable keeps an op's output: it
+        would otherwise hold its own graph node in a reference cycle that only the garbage
+        collector breaks. The detached copy is made after the retag, so that the allocation it
+        makes comes after the tag."""
         fn = t.grad_fn
+        lib = self.lib
+        lib.own_begin()
+        try:
+            packed = _Packed(self._saved_key(t, fn), t)
+        finally:
+            lib.own_end()
+        packed.t = t.detach() if fn is not None else t
+        return packed
+
+    def _saved_key(self, t, fn):
+        """Counts a save of t's storage and tags the storage saved at its first save; returns the
+        storage key, or None for tensors the program holds anyway."""
         info = self.storage_of(t) if self.on else None
         if info is None:
-            return _Packed(t.detach() if fn is not None else t, None, t)
+            return None
         ptr, n = info
         if ptr in self.param_keys or ptr in self.input_keys or (fn is None and t.requires_grad):
             # parameters, buffers, the model's inputs, leaves: held by the program anyway
-            return _Packed(t.detach() if fn is not None else t, None, t)
+            return None
         mods = self.tls.modules
         module = mods[-1] if mods else ""
         with self.lock:
             e = self.saved.get(ptr)
             if e is not None:
                 e.count += 1
-                return _Packed(t.detach() if fn is not None else t, ptr, t)
+                return ptr
             op = "leaf" if fn is None else _op_name(fn)
             detail = "[%s]" % ",".join(str(d) for d in t.shape)
-            where = _user_lines(sys._getframe(2))
+            where = _user_lines(sys._getframe(3))
             if where:
                 detail += " at " + where
             e = self.saved[ptr] = _SavedEntry(n, op, module, detail)
@@ -578,7 +605,7 @@ class _State:
                 self.lib.tag_new(ptr, n, SAVED, op, module, detail, True)
         except Exception:
             pass
-        return _Packed(t.detach() if fn is not None else t, ptr, t)
+        return ptr
 
     def saved_release(self, ptr):
         with self.lock:
@@ -1035,7 +1062,11 @@ def _is_tensor(v):
 def _note_holders(s, when):
     """Finds who keeps graphs alive (_holders), keeps the list (last_holders) and writes one note
     "holder" per name."""
-    s.last_holders = _holders(s)[:16]
+    s.lib.own_begin()
+    try:
+        s.last_holders = _holders(s)[:16]
+    finally:
+        s.lib.own_end()
     note = getattr(s.lib.lib, "lp_note", None)
     if note is None:
         return
