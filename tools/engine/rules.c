@@ -7,8 +7,8 @@
 #include <string.h>
 
 typedef struct rule {
-    bool is_op;           /* an "op" rule */
-    bool is_boundary;     /* a "boundary" rule; neither: a category rule */
+    bool is_op;       /* an "op" rule */
+    bool is_boundary; /* a "boundary" rule; neither: a category rule */
     lp_category category;
     char *pattern;
 } rule;
