@@ -327,6 +327,10 @@ def main():
     RESULTS["runs"] = RUNS
     RESULTS["overhead"] = overhead()
     RESULTS["analysis"] = analysis()
+    if have("heaptrack") and have("heaptrack_print") and torch_ok() and not SMOKE:
+        import analysis_bench  # issues 11 and 15: report vs heaptrack_print, diff vs report
+        log("analysis against heaptrack_print")
+        RESULTS["analysis_targets"] = analysis_bench.run(BUILD, RUNS, COMMANDS)
     RESULTS["tensor"] = tensors()
     log("perf profiles")
     RESULTS["perf"] = {

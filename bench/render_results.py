@@ -125,6 +125,11 @@ def write(R, commands, path):
         w("| heaptrack_print | not available | | | |")
     w("")
 
+    # ---- 2b (bench/analysis_bench.py, also run alone by bench/analysis.sh)
+    if "analysis_targets" in R:
+        import analysis_bench
+        w(analysis_bench.render(R["analysis_targets"]) + "\n")
+
     # ---- 3/4
     w("## 3. Tensor library vs PyTorch CPU, and 4. the no_grad effect\n")
     w("`bench/tensor_bench` (C, public API of include/gradprof/tensor.h) and "

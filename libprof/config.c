@@ -79,7 +79,7 @@ static void lp__output_refused(lp_options *o, const char *value)
         if (len > 190)
             snprintf(shown, sizeof shown, "%.80s...%s", expanded, expanded + len - 80);
         else
-            snprintf(shown, sizeof shown, "%.190s", expanded); /* len <= 190 here */
+            snprintf(shown, sizeof shown, "%.190s", expanded); /* len <= 190 */
         snprintf(where, sizeof where, "the trace goes to %s instead", shown);
     } else {
         o->enabled = false;

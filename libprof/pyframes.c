@@ -70,13 +70,25 @@ static void lp__py_off(const char *why)
  * in link-map order (the program first, as RTLD_DEFAULT does), through their GNU hash tables
  * (objects without one are skipped). Nothing is allocated.
  */
-enum { LP__PY_SYM_GIL, LP__PY_SYM_VERSION, LP__PY_SYM_ADDR2LINE, LP__PY_SYM_EVAL,
-       LP__PY_SYM_INITIALIZED, LP__PY_SYM_FINALIZING, LP__PY_SYM_CODE_TYPE,
-       LP__PY_SYM_UNICODE_TYPE, LP__PY_NSYMS };
-static const char *const lp__py_names[LP__PY_NSYMS] = {
-    "PyGILState_GetThisThreadState", "Py_Version", "PyCode_Addr2Line",
-    "_PyEval_EvalFrameDefault", "Py_IsInitialized", "_Py_IsFinalizing", "PyCode_Type",
-    "PyUnicode_Type"};
+enum {
+    LP__PY_SYM_GIL,
+    LP__PY_SYM_VERSION,
+    LP__PY_SYM_ADDR2LINE,
+    LP__PY_SYM_EVAL,
+    LP__PY_SYM_INITIALIZED,
+    LP__PY_SYM_FINALIZING,
+    LP__PY_SYM_CODE_TYPE,
+    LP__PY_SYM_UNICODE_TYPE,
+    LP__PY_NSYMS
+};
+static const char *const lp__py_names[LP__PY_NSYMS] = {"PyGILState_GetThisThreadState",
+                                                       "Py_Version",
+                                                       "PyCode_Addr2Line",
+                                                       "_PyEval_EvalFrameDefault",
+                                                       "Py_IsInitialized",
+                                                       "_Py_IsFinalizing",
+                                                       "PyCode_Type",
+                                                       "PyUnicode_Type"};
 
 typedef struct lp__py_syms {
     uintptr_t addr[LP__PY_NSYMS]; /* 0 = not found */
@@ -161,7 +173,10 @@ bool lp__py_ready(unsigned long long loads)
     return atomic_load_explicit(&L.ready, memory_order_acquire);
 }
 
-const char *lp__py_status(void) { return L.seen ? L.status : NULL; }
+const char *lp__py_status(void)
+{
+    return L.seen ? L.status : NULL;
+}
 
 #ifdef GRADPROF_PYTHON_FRAMES
 
@@ -238,8 +253,8 @@ int lp__py_walk(lp__pyframe *out, int max)
     if (!ts || !ts->cframe)
         return 0;
     int n = 0, walked = 0;
-    for (_PyInterpreterFrame *f = ts->cframe->current_frame; f && n < max && walked < LP__PY_MAX_WALK;
-         f = f->previous, walked++) {
+    for (_PyInterpreterFrame *f = ts->cframe->current_frame;
+         f && n < max && walked < LP__PY_MAX_WALK; f = f->previous, walked++) {
         PyCodeObject *code = f->f_code;
         if (!code || (const void *)Py_TYPE(code) != P.code_type)
             break; /* not a frame this walk can read: stop rather than guess */
@@ -302,8 +317,8 @@ static bool lp__utf8_put(char *out, size_t *n, size_t end, uint32_t c)
 static void lp__str_put(const void *o, char *out, size_t *n, size_t end)
 {
     const PyASCIIObject *a = o;
-    if (!a || (const void *)Py_TYPE(a) != P.unicode_type || !a->state.compact ||
-        !a->state.ready || a->length < 0) {
+    if (!a || (const void *)Py_TYPE(a) != P.unicode_type || !a->state.compact || !a->state.ready ||
+        a->length < 0) {
         lp__utf8_put(out, n, end, '?');
         return;
     }
@@ -376,7 +391,10 @@ int lp__py_walk(lp__pyframe *out, int max)
     return 0;
 }
 
-int lp__py_line(const lp__pyframe *f) { return f->firstlineno; }
+int lp__py_line(const lp__pyframe *f)
+{
+    return f->firstlineno;
+}
 
 size_t lp__py_path(const lp__pyframe *f, char *out, size_t size)
 {

@@ -243,9 +243,9 @@ static struct {
     atomic_uint_fast64_t modules_generation;
     uint32_t next_module_id;
     unsigned long long dl_subs;
-    atomic_ullong dl_adds; /* dlpi_adds at the last rescan: objects loaded so far */
-    lp__map py_modules;    /* (hash of a "py:" path) -> its pseudo-module id; under `lock` */
-    uint32_t py_overflow_id; /* the "py:?:?" module used once the module ids run out */
+    atomic_ullong dl_adds;       /* dlpi_adds at the last rescan: objects loaded so far */
+    lp__map py_modules;          /* (hash of a "py:" path) -> its pseudo-module id; under `lock` */
+    uint32_t py_overflow_id;     /* the "py:?:?" module used once the module ids run out */
     atomic_bool py_meta_written; /* the "python_frames" metadata is in this trace */
     uintptr_t self_lo, self_hi; /* libprof's own object, when it is a separate one */
 
@@ -277,8 +277,8 @@ struct lp__thread {
     lp__map frames;   /* (parent stack id + 1, ip) -> stack id */
     lp__map stacks;   /* (hash of the ips, depth) -> stack id */
     lp__map ip_cache; /* (ip, 1) -> module id << 48 | offset */
-    lp__map py_modules; /* (code, its names and first line) -> "py:" module id */
-    lp__map py_lines;   /* (code, its names and first line | instruction) -> module << 32 | line */
+    lp__map py_modules;  /* (code, its names and first line) -> "py:" module id */
+    lp__map py_lines;    /* (code, its names and first line | instruction) -> module << 32 | line */
     struct lp__py_memo { /* py_lines' recent entries, direct-mapped (0: empty) */
         uint64_t k1, k2, where;
     } py_memo[256];
@@ -286,8 +286,8 @@ struct lp__thread {
      * frames read, the merged stack and the words its hash is taken of. */
     lp__pyframe py[LP_MAX_STACK_DEPTH];
     struct lp__mframe {
-        uintptr_t ip;    /* a native return address, if py < 0 */
-        int16_t py;      /* else the index of a Python frame in `py` */
+        uintptr_t ip; /* a native return address, if py < 0 */
+        int16_t py;   /* else the index of a Python frame in `py` */
     } merged[LP_MAX_STACK_DEPTH];
     uintptr_t words[3 * LP_MAX_STACK_DEPTH];
     uint32_t next_string_id, next_stack_id;
@@ -1415,8 +1415,7 @@ static uint64_t lp__py_where(lp__thread *th, const lp__pyframe *f)
         return memo->where;
     if (!lp__map_get(&th->py_lines, k1, k2, &where)) {
         int line = lp__py_line(f);
-        where = (uint64_t)lp__py_module(th, f) << 32 |
-                (line > 0 ? (uint32_t)line & 0x7FFFFFFF : 0);
+        where = (uint64_t)lp__py_module(th, f) << 32 | (line > 0 ? (uint32_t)line & 0x7FFFFFFF : 0);
         lp__map_put(&th->py_lines, k1, k2, where);
     }
     *memo = (struct lp__py_memo){k1, k2, where};
@@ -1502,8 +1501,8 @@ __attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
         const lp__pyframe *pf = &th->py[f->py];
         th->words[nw++] = (uintptr_t)pf->code;
         th->words[nw++] = (uintptr_t)pf->filename ^ ((uintptr_t)pf->qualname << 17);
-        th->words[nw++] = (uintptr_t)((uint64_t)(uint32_t)pf->firstlineno << 32 |
-                                      (uint32_t)pf->lasti);
+        th->words[nw++] =
+            (uintptr_t)((uint64_t)(uint32_t)pf->firstlineno << 32 | (uint32_t)pf->lasti);
     }
     uint64_t h1, h2, id;
     lp__hash_words(th->words, nw, &h1, &h2);

@@ -332,8 +332,10 @@ static void test_python_frames_label_sites(void **state)
     assert_string_equal(frames[2], "eval.py:36 (main)");
     assert_string_equal(frames[3], "eval.py:50 (<module>)");
     /* only torch's Python frames: the native label */
-    assert_string_equal(gp_site_label(p, site_of_size(p, 1002)->stack), "libtorch_cpu.so.1.13+0x20");
-    assert_string_equal(gp_site_label(p, site_of_size(p, 1003)->stack), "libtorch_cpu.so.1.13+0x20");
+    assert_string_equal(gp_site_label(p, site_of_size(p, 1002)->stack),
+                        "libtorch_cpu.so.1.13+0x20");
+    assert_string_equal(gp_site_label(p, site_of_size(p, 1003)->stack),
+                        "libtorch_cpu.so.1.13+0x20");
     /* Python frames are rule boundaries: train_step's rule does not reach into hook */
     assert_int_equal(site_of_size(p, 1004)->category, LP_CAT_OTHER);
     assert_string_equal(gp_site_label(p, site_of_size(p, 1004)->stack), "eval.py:7 (hook)");

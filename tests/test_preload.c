@@ -1217,7 +1217,7 @@ static void test_allocator_check_non_pie(void **state)
     remove_dir(dir);
 }
 
-/* ---- Python frames (issue 13) ------------------------------------------------------------------ */
+/* ---- Python frames (issue 13) ----------------------------------------------------------------- */
 
 /* The Python frames of a stack, innermost first, as "function:line" in buf (space-separated). */
 static void python_frames_of(gp_trace *t, gp_symbolizer *sym, uint32_t stack, char *buf,
@@ -1233,10 +1233,9 @@ static void python_frames_of(gp_trace *t, gp_symbolizer *sym, uint32_t stack, ch
         if (!m || strncmp(m->path, "py:", 3) != 0)
             continue;
         const gp_symbol *fn = gp_symbolize(sym, module, offset);
-        const char *base = fn->file ? strrchr(fn->file, '/') : NULL;
+        const char *file = fn->file ? fn->file : "?", *base = strrchr(file, '/');
         used += (size_t)snprintf(buf + used, size - used, "%s%s:%s:%d", used ? " " : "",
-                                 base ? base + 1 : fn->file ? fn->file : "?", fn->function,
-                                 fn->line);
+                                 base ? base + 1 : file, fn->function, fn->line);
         assert_true(used < size);
     }
 }
@@ -1298,12 +1297,13 @@ static void test_python_frames(void **state)
     for (int i = 0; i < 3; i++) {
         python_frames_of(t, sym, s.sizes[i].stack, got, sizeof got);
         if (lines[i][0])
-            snprintf(want, sizeof want, "py_alloc.py:make:%d py_alloc.py:main:%d "
-                                        "py_alloc.py:<module>:%d",
+            snprintf(want, sizeof want,
+                     "py_alloc.py:make:%d py_alloc.py:main:%d "
+                     "py_alloc.py:<module>:%d",
                      lines[i][0], lines[i][1], lines[i][2]);
         else
-            snprintf(want, sizeof want, "py_alloc.py:main:%d py_alloc.py:<module>:%d",
-                     lines[i][1], lines[i][2]);
+            snprintf(want, sizeof want, "py_alloc.py:main:%d py_alloc.py:<module>:%d", lines[i][1],
+                     lines[i][2]);
         assert_string_equal(got, want);
     }
     gp_symbolizer_free(sym);
@@ -1456,21 +1456,33 @@ static void test_output_too_long_expanded(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_known_preload),     cmocka_unit_test(test_known_wrapped),
-        cmocka_unit_test(test_cxx_preload),       cmocka_unit_test(test_threads_preload),
-        cmocka_unit_test(test_fork_preload),      cmocka_unit_test(test_abort_preload),
-        cmocka_unit_test(test_call_chain_stack),  cmocka_unit_test(test_disabled),
-        cmocka_unit_test(test_unwritable_output), cmocka_unit_test(test_foreign_program),
-        cmocka_unit_test(test_fd_dup_onto_3),     cmocka_unit_test(test_fd_devnull_over_low),
-        cmocka_unit_test(test_fd_closefrom_loop), cmocka_unit_test(test_fd_close_range),
-        cmocka_unit_test(test_fd_hijacked),       cmocka_unit_test(test_cancelled_threads),
-        cmocka_unit_test(test_tsd_destructors),   cmocka_unit_test(test_realloc_free_comes_first),
+        cmocka_unit_test(test_known_preload),
+        cmocka_unit_test(test_known_wrapped),
+        cmocka_unit_test(test_cxx_preload),
+        cmocka_unit_test(test_threads_preload),
+        cmocka_unit_test(test_fork_preload),
+        cmocka_unit_test(test_abort_preload),
+        cmocka_unit_test(test_call_chain_stack),
+        cmocka_unit_test(test_disabled),
+        cmocka_unit_test(test_unwritable_output),
+        cmocka_unit_test(test_foreign_program),
+        cmocka_unit_test(test_fd_dup_onto_3),
+        cmocka_unit_test(test_fd_devnull_over_low),
+        cmocka_unit_test(test_fd_closefrom_loop),
+        cmocka_unit_test(test_fd_close_range),
+        cmocka_unit_test(test_fd_hijacked),
+        cmocka_unit_test(test_cancelled_threads),
+        cmocka_unit_test(test_tsd_destructors),
+        cmocka_unit_test(test_realloc_free_comes_first),
         cmocka_unit_test(test_exclude_own_work),
-        cmocka_unit_test(test_forms_glibc),       cmocka_unit_test(test_forms_tcmalloc),
-        cmocka_unit_test(test_forms_jemalloc),    cmocka_unit_test(test_allocator_first_is_said),
+        cmocka_unit_test(test_forms_glibc),
+        cmocka_unit_test(test_forms_tcmalloc),
+        cmocka_unit_test(test_forms_jemalloc),
+        cmocka_unit_test(test_allocator_first_is_said),
         cmocka_unit_test(test_allocator_check_non_pie),
         cmocka_unit_test(test_python_frames),
-        cmocka_unit_test(test_end_reason),        cmocka_unit_test(test_long_command_line),
+        cmocka_unit_test(test_end_reason),
+        cmocka_unit_test(test_long_command_line),
         cmocka_unit_test(test_vfork_child_leaves_the_trace_alone),
         cmocka_unit_test(test_output_name_too_long),
         cmocka_unit_test(test_output_too_long_expanded),

@@ -162,8 +162,7 @@ static void test_boundary(void **state)
     char op[64];
     /* a Python hook the engine runs: its own allocation is not the engine's gradient, and the
      * op outside the interpreter is not its op */
-    const char *hook[] = {"c10::alloc_cpu(unsigned long)",
-                          "at::_ops::add::call(at::Tensor const&)",
+    const char *hook[] = {"c10::alloc_cpu(unsigned long)", "at::_ops::add::call(at::Tensor const&)",
                           "_PyEval_EvalFrameDefault",
                           "at::_ops::matmul::call(at::Tensor const&, at::Tensor const&)",
                           "torch::autograd::Engine::evaluate_function(int)"};

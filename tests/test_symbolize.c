@@ -448,9 +448,8 @@ static void test_python_modules(void **state)
     gp_symbolizer *s = *state;
     assert_int_equal(gp_symbolizer_add_module(s, 7, "py:/srv/app/eval.py:Model.forward", "", 0, 0),
                      0);
-    assert_int_equal(gp_symbolizer_add_module(s, 8, "py:<frozen importlib._bootstrap>:_load", "",
-                                              0, 0),
-                     0);
+    assert_int_equal(
+        gp_symbolizer_add_module(s, 8, "py:<frozen importlib._bootstrap>:_load", "", 0, 0), 0);
     assert_int_equal(gp_symbolizer_add_module(s, 9, "py:c:/odd:name.py:<lambda>", "", 0, 0), 0);
     assert_int_equal(gp_symbolizer_add_module(s, 10, "py:x.py:", "", 0, 0), 0);
     const gp_symbol *sym = gp_symbolize(s, 7, 36);

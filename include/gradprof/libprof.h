@@ -126,6 +126,10 @@ void lp_counters_reset_peak(void);
  *   GRADPROF_FLUSH_MS      flush interval in ms, 1..10000 (default 20): no event stays unwritten
  *                          longer than about this; a SIGKILL loses at most the last interval
  *   GRADPROF_ENABLE        0 disables recording (default 1)
+ *   GRADPROF_VERBOSE       1: one line on stderr when a Python program's frames cannot be read
+ * In a CPython 3.11 program the stacks hold its Python frames in place of the interpreter's eval
+ * loop (the stack depth counts them; trace_format.h: "py:" modules), when libprof was built with
+ * CPython 3.11's headers; the "python_frames" metadata says whether they were on and why not.
  * A bad value gives one warning line on stderr and the default. Setuid/setgid programs are not
  * profiled. If the trace cannot be written (disk full, bad path) recording stops with one warning
  * and the program runs on unchanged.

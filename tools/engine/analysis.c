@@ -286,6 +286,10 @@ struct gp__profile_internal {
     struct site_key_slot *site_keys; /* gp_site_key's memo */
     size_t n_site_keys, cap_site_keys;
     uint32_t symbolized_modules;
+    bool python_modules; /* a registered module is a Python function's ("py:", is_python) */
+    uint32_t *py_frame;  /* program_python_frame's memo by stack id: 0 = not yet, 1 = none,
+                          * k + 2 = frame k */
+    size_t n_py_frame;
 };
 
 typedef struct gp__profile_internal engine;
@@ -1882,6 +1886,7 @@ void gp_profile_free(gp_profile *p)
         free(e->frames);
         free(e->site_labels);
         free(e->site_keys);
+        free(e->py_frame);
         free(e);
     }
     for (size_t i = 0; i < p->n_findings; i++)
@@ -1945,6 +1950,8 @@ static void sync_modules(gp_profile *p)
         const gp_module *m = gp_trace_module(p->trace, id);
         if (m)
             gp_symbolizer_add_module(p->symbolizer, id, m->path, m->build_id, m->base, m->size);
+        if (m && !strncmp(m->path, "py:", 3))
+            e->python_modules = true;
     }
     e->symbolized_modules = (uint32_t)n;
 }
@@ -2085,15 +2092,45 @@ size_t gp_site_frames(gp_profile *p, uint32_t stack, const char **frames, size_t
  * is_python_library), or NULL. */
 static frame_info *program_python_frame(gp_profile *p, uint32_t stack)
 {
-    uint32_t parent;
+    sync_modules(p);
+    if (!p->internal->python_modules) /* no Python frame anywhere: no need to walk the stack */
+        return NULL;
+    /* memoized per stack node: the answer of a node is its own frame's or its parent's */
+    engine *e = p->internal;
+    size_t n = 0;
+    uint32_t parent, found = 1; /* the answer: 1 = none, k + 2 = frame k */
     for (uint32_t id = stack; id; id = parent) {
+        if (id < e->n_py_frame && e->py_frame[id]) {
+            found = e->py_frame[id];
+            break;
+        }
+        uint32_t *slot = gp__push((void **)&e->path, &n, &e->cap_path, sizeof *slot);
+        if (!slot) {
+            e->oom = true;
+            return NULL;
+        }
+        *slot = id;
         frame_info *f = stack_frame(p, id, &parent);
         if (!f)
             break;
-        if (is_python(f->sym) && !is_python_library(f->sym))
-            return f;
+        if (is_python(f->sym) && !is_python_library(f->sym)) {
+            found = (uint32_t)(f - e->frames) + 2;
+            break;
+        }
     }
-    return NULL;
+    size_t need = gp_trace_stack_count(p->trace) + 1;
+    if (e->n_py_frame < need) {
+        uint32_t *a = realloc(e->py_frame, need * sizeof *a);
+        if (a) {
+            memset(a + e->n_py_frame, 0, (need - e->n_py_frame) * sizeof *a);
+            e->py_frame = a;
+            e->n_py_frame = need;
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        if (e->path[i] < e->n_py_frame)
+            e->py_frame[e->path[i]] = found;
+    return found > 1 ? &e->frames[found - 2] : NULL;
 }
 
 const char *gp_site_label(gp_profile *p, uint32_t stack)

@@ -725,8 +725,7 @@ static int sym_cache_grow(sym_core *s)
 
 /* A Python frame: the qualified name after the path's last ':', the file before it, the line in
  * the offset (exact, whatever the kind). */
-static void sym_resolve_python(gp_symbolizer *s, const sym_module *m, uint64_t line,
-                               gp_symbol *out)
+static void sym_resolve_python(gp_symbolizer *s, const sym_module *m, uint64_t line, gp_symbol *out)
 {
     const char *path = m->path + 3, *colon = strrchr(path, ':');
     if (colon == NULL)
