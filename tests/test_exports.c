@@ -366,12 +366,10 @@ static bool is_category(const char *s, size_t n)
 }
 
 /* Parses folded output: every line is "frame;frame;... VALUE" with non-empty frames, an integer
- * value > 0, the root a category (or "cuda:N" then a category); lines are sorted and unique. */
+ * value > 0, the root a category (or "cuda:N" then a category); no stack comes twice. */
 static folded_sum parse_folded(const char *text)
 {
     folded_sum r = {0};
-    const char *prev = NULL;
-    size_t prev_len = 0;
     for (const char *line = text; *line;) {
         const char *nl = strchr(line, '\n');
         assert_non_null(nl); /* every line ends with a newline */
@@ -420,13 +418,14 @@ static folded_sum parse_folded(const char *text)
             assert_true(is_category(first, first_len));
             r.host += v;
         }
-        if (prev != NULL) { /* sorted, no duplicate stacks */
-            size_t n = prev_len < stack_len ? prev_len : stack_len;
-            int c = memcmp(prev, line, n);
-            assert_true(c < 0 || (c == 0 && prev_len < stack_len));
+        for (const char *o = text; o < line;) { /* no duplicate stacks */
+            const char *o_nl = strchr(o, '\n');
+            const char *o_sp = strrchr(o, ' ');
+            while (o_sp > o_nl) /* the last space of line o */
+                o_sp = memrchr(o, ' ', (size_t)(o_sp - o));
+            assert_false((size_t)(o_sp - o) == stack_len && memcmp(o, line, stack_len) == 0);
+            o = o_nl + 1;
         }
-        prev = line;
-        prev_len = stack_len;
         r.lines++;
         line = nl + 1;
     }
@@ -497,6 +496,52 @@ static void test_folded_sanitized(void **state)
     assert_non_null(strstr(text, "we:ird name<b>.so+0x"));
     assert_null(strstr(text, "we;ird"));
     free(text);
+}
+
+/* --min cuts a frame whose stacks weigh less than the cut-off (a share of its root's total, or
+ * an amount) at its caller, into a "[smaller stacks]" line: every root keeps its sum. */
+static void test_folded_min(void **state)
+{
+    (void)state;
+    char tp[512], dest[600];
+    trace_path("raw", tp, sizeof tp);
+    snprintf(dest, sizeof dest, "%s/raw.cut.folded", tmpdir);
+    /* raw, total: other;infer+0x1440 splits into 6400 + 20480 + 5096 (31976); cuda:0 alone */
+    static const char *const cuts[] = {"40%", "10000", "9.77KiB"};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        expect_rc(run("'%s' report '%s' --format folded --measure total --min %s -o '%s'",
+                      GRADPROF_BIN, tp, cuts[i], dest),
+                  0);
+        char *text = slurp(dest, NULL);
+        assert_non_null(text);
+        folded_sum f = parse_folded(text);
+        assert_int_equal(f.host, 31976);
+        assert_int_equal(f.device, 1048576);
+        assert_int_equal(f.lines, 3);
+        assert_non_null(strstr(text, "\nother;infer+0x1440;[smaller stacks] 11496\n"));
+        assert_non_null(strstr(text, "\nother;infer+0x1440;infer+0x1900 20480\n"));
+        free(text);
+    }
+    /* 0 keeps every stack; the default (0.1%) cuts nothing here */
+    folded_sum whole = folded_of("raw", "total");
+    assert_int_equal(whole.lines, 4);
+    expect_rc(run("'%s' report '%s' --format folded --measure total --min 0 -o '%s'", GRADPROF_BIN,
+                  tp, dest),
+              0);
+    char *text = slurp(dest, NULL);
+    assert_non_null(text);
+    assert_int_equal(parse_folded(text).lines, 4);
+    assert_null(strstr(text, "[smaller stacks]"));
+    free(text);
+    /* bad cut-offs are usage errors that name the option */
+    static const char *const bad[] = {"101%", "-1%", "x%", "%", "abc", "-5"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        expect_rc(run("'%s' report '%s' --format folded --min '%s'", GRADPROF_BIN, tp, bad[i]), 2);
+        char *err = slurp(err_path, NULL);
+        assert_non_null(err);
+        assert_non_null(strstr(err, "--min"));
+        free(err);
+    }
 }
 
 /* Errors: an unknown measure is a usage error; a full disk is an error, not a silent truncation. */
@@ -652,6 +697,7 @@ int main(void)
         cmocka_unit_test(test_golden_folded),    cmocka_unit_test(test_golden_chrome),
         cmocka_unit_test(test_golden_html),      cmocka_unit_test(test_folded_sums),
         cmocka_unit_test(test_folded_sanitized), cmocka_unit_test(test_folded_errors),
+        cmocka_unit_test(test_folded_min),
         cmocka_unit_test(test_chrome),           cmocka_unit_test(test_html),
         cmocka_unit_test(test_empty_trace),
     };

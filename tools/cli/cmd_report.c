@@ -10,6 +10,7 @@
  * bad command line, a trace that cannot be read at all, or an output that cannot be written (the
  * message names the file and why).
  */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +26,7 @@
 
 static const char usage[] =
     "usage: gradprof report FILE... [--format FMT] [-o OUT] [--top N] [--measure M]\n"
-    "                               [--region NAME]... [--rules FILE|none]\n"
+    "                               [--min CUT] [--region NAME]... [--rules FILE|none]\n"
     "\n"
     "Reads a trace and reports: the peak and when it happened; live memory at the peak by\n"
     "category and device; the top tags (category, op, module) and call sites; temporaries;\n"
@@ -51,6 +52,12 @@ static const char usage[] =
     "  --measure M       what ranks the tag and site tables and weighs folded stacks: peak\n"
     "                    (bytes live at the peak, default), total (bytes allocated), count\n"
     "                    (allocations) or leaked (bytes live at exit)\n"
+    "  --min CUT         folded: a frame whose stacks weigh less than CUT is not shown, its\n"
+    "                    weight goes to its caller's '[smaller stacks]' line (every root\n"
+    "                    still sums to its total). CUT is a share of each root's total\n"
+    "                    (0.5%), or an amount in the measure's unit (64KiB; allocations for\n"
+    "                    count); default 0.1%: narrower than a pixel of a 1000-pixel flame\n"
+    "                    graph. 0 keeps every stack whole\n"
     "  --region NAME     a region the program marked as inference, where grad should be off\n"
     "                    (repeatable; default 'inference')\n"
     "  --rules FILE|none  frame rules for allocations nothing tagged (default: the\n"
@@ -120,12 +127,37 @@ static int report_job(const char *cmd, char **paths, size_t n, const gp_analysis
     return rc;
 }
 
+/* --min: "P%" (a share of each root's total, 0 to 100) or an amount (gp_parse_size). */
+static int parse_min(const char *text, gp_render_options *ro, char *err, size_t err_size)
+{
+    size_t len = strlen(text);
+    if (len > 0 && text[len - 1] == '%') {
+        char *end;
+        errno = 0;
+        double pct = strtod(text, &end);
+        if (end != text + len - 1 || end == text || errno || !(pct >= 0 && pct <= 100)) {
+            snprintf(err, err_size, "'%s' is not a percentage from 0%% to 100%%", text);
+            return -1;
+        }
+        ro->folded_min = 0;
+        ro->folded_min_share = pct / 100;
+        return 0;
+    }
+    uint64_t v;
+    if (gp_parse_size(text, &v, err, err_size) != 0)
+        return -1;
+    ro->folded_min = v;
+    ro->folded_min_share = 0;
+    return 0;
+}
+
 int gp_cmd_report(int argc, char **argv)
 {
     static const struct option longs[] = {{"format", required_argument, NULL, 'f'},
                                           {"output", required_argument, NULL, 'o'},
                                           {"top", required_argument, NULL, 't'},
                                           {"measure", required_argument, NULL, 'm'},
+                                          {"min", required_argument, NULL, 'M'},
                                           {"region", required_argument, NULL, 'r'},
                                           {"rules", required_argument, NULL, 'R'},
                                           {"help", no_argument, NULL, 'h'},
@@ -175,6 +207,10 @@ int gp_cmd_report(int argc, char **argv)
             ro.measure = gp__measure_name(m);
             break;
         }
+        case 'M':
+            if (parse_min(optarg, &ro, err, sizeof err) != 0)
+                return gp_cli_error(cmd, "--min: %s", err);
+            break;
         case 'r':
             if (!*optarg)
                 return gp_cli_error(cmd, "--region needs a region name, got ''");

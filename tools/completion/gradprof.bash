@@ -14,7 +14,7 @@ _gradprof_detectors="graph_without_grad forgot_no_grad growth_across_iterations 
 _gradprof_options() {
     case $1 in
     run) echo "-o --output $_gradprof_recorder_opts -h --help" ;;
-    report) echo "--format -o --output --top --measure --region --rules -h --help" ;;
+    report) echo "--format -o --output --top --measure --min --region --rules -h --help" ;;
     diff) echo "--format -o --output --top --rules --require-aligned --rank -h --help" ;;
     check) echo "--forbid --region --max-peak --max-growth --no-leaks --detectors --rules --baseline
                  --baseline-slack --allow-incomplete --allow-unclassified --format --junit -h --help" ;;
@@ -133,8 +133,8 @@ _gradprof() {
     --baseline)
         _gradprof_files "$cur" traces
         return ;;
-    --top | --region | --rank | --max-peak | --max-growth | --baseline-slack | --stack-depth | \
-        --min-stack-size | --stack-sample | --flush-ms)
+    --top | --min | --region | --rank | --max-peak | --max-growth | --baseline-slack | \
+        --stack-depth | --min-stack-size | --stack-sample | --flush-ms)
         return ;;
     esac
 

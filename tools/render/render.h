@@ -34,9 +34,13 @@ typedef struct gp_render_options {
     const char *measure; /* what ranks the tables and weighs folded stacks: "peak" (default),
                             "total", "count" or "leaked" */
     bool color;          /* text: ANSI colour (only when writing to a terminal; default off) */
+    /* folded: a stack that weighs less than max(folded_min, folded_min_share x the total of its
+     * root) is cut at its caller (gp_render_folded); both 0 keep every stack whole */
+    uint64_t folded_min;     /* in the measure's unit (bytes, or allocations for "count") */
+    double folded_min_share; /* default 0.001: narrower than a pixel of a 1000-pixel graph */
 } gp_render_options;
 
-/* Fills *o with the defaults: top 10, measure "peak", no colour. */
+/* Fills *o with the defaults: top 10, measure "peak", no colour, folded_min_share 0.001. */
 void gp_render_options_default(gp_render_options *o);
 
 /* ---- a profile ------------------------------------------------------------------------------ */
@@ -73,12 +77,15 @@ int gp_render_json(FILE *out, gp_profile *p, const gp_render_options *o);
 int gp_render_html(FILE *out, gp_profile *p, const gp_render_options *o);
 
 /*
- * Folded stacks for flamegraph.pl and speedscope: one "root;frame;...;leaf VALUE" line per call
- * site whose value is not 0, the root being the site's category (with the device, "cuda:0", as a
- * root above it for device memory, so the host's lines alone sum to the host's figures), frames
- * outermost first, the value by o->measure: "peak" (bytes live at the peak; the host lines sum
- * to the peak), "total" (bytes allocated), "count" (allocations) or "leaked" (bytes live at the
- * end). Lines with the same stack are merged (values added); lines are sorted. An unknown
+ * Folded stacks for flamegraph.pl and speedscope: "root;frame;...;leaf VALUE" lines, the root
+ * being the category (with the device, "cuda:0", as a root above it for device memory, so the
+ * host's lines alone sum to the host's figures), frames outermost first, the value by
+ * o->measure: "peak" (bytes live at the peak; the host lines sum to the peak), "total" (bytes
+ * allocated), "count" (allocations) or "leaked" (bytes live at the end). Call sites with the same
+ * frames are one line. A frame whose stacks together weigh less than the cut-off
+ * (o->folded_min, o->folded_min_share of its root's total) is not shown: what it weighs goes to
+ * its caller's line "CALLER;[smaller stacks]", so every root still sums to its total and the
+ * output stays a size a flame graph tool can draw. Lines are sorted frame by frame. An unknown
  * o->measure writes nothing and returns -1 with errno EINVAL.
  */
 int gp_render_folded(FILE *out, gp_profile *p, const gp_render_options *o);

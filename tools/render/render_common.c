@@ -15,6 +15,8 @@ void gp_render_options_default(gp_render_options *o)
     o->top = 10;
     o->measure = "peak";
     o->color = false;
+    o->folded_min = 0;
+    o->folded_min_share = 0.001;
 }
 
 const char *gp_format_bytes(uint64_t bytes, char *buf, size_t size)
