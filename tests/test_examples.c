@@ -213,6 +213,21 @@ static void test_cnn_infer(void **state) { grad_vs_nograd("cnn_infer", "--iters 
 static void test_transformer_infer(void **state)
 {
     grad_vs_nograd("transformer_infer", "--iters 2");
+    /* the diff's layers come in model order (as the forward calls them), not alphabetically */
+    char path[512];
+    snprintf(path, sizeof path, "%s/d.json", dir);
+    const char *layers = strstr(slurp(path), "\"layers\": [");
+    assert_non_null(layers);
+    static const char *const order[] = {"\"encoder.0.self_attn\"", "\"encoder.0.norm1\"",
+                                        "\"encoder.0.linear1\"", "\"encoder.0.linear2\"",
+                                        "\"encoder.0.norm2\"", "\"encoder.1\""};
+    const char *at = layers;
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+        const char *next = strstr(at, order[i]);
+        if (next == NULL)
+            fail_msg("layer %s missing or out of model order", order[i]);
+        at = next;
+    }
 }
 
 static void test_train_mlp_adam_state(void **state)

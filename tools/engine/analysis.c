@@ -1053,6 +1053,8 @@ static void region_push(gp_profile *p, thread_state *t, uint32_t thread, const c
         e->instances[t->top].refs++;
     t->top = i;
     t->depth++;
+    if (p->regions[in->region].entries == 0)
+        p->regions[in->region].first_entry_ns = e->now;
     in->ordinal = p->regions[in->region].entries++;
     grad_scope_enter(t, (enum grad_scope)in->scope, 1);
     if (in->inference) {

@@ -83,6 +83,7 @@ typedef struct gp_saved_tensor {
 typedef struct gp_region_stats {
     const char *name;
     uint64_t entries;          /* times entered (all threads) */
+    uint64_t first_entry_ns;   /* when it was first entered: a model's modules in call order */
     uint64_t allocated_bytes;  /* allocated while it was the innermost... or any enclosing region */
     uint64_t max_live_bytes;   /* the device total's maximum while inside it */
     uint64_t retained_bytes;   /* the most bytes, at one exit, allocated inside and still live */

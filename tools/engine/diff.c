@@ -155,6 +155,60 @@ static int row_by_path(const void *pa, const void *pb)
     return path_cmp(a->module, b->module);
 }
 
+/* A layer row and where it comes in model order: the run that entered its module's region
+ * first (0 = A, 1 = B only, 2 = neither: no region of that name) and when. */
+typedef struct layer_place {
+    int run;
+    uint64_t first_ns;
+    gp_diff_row row;
+} layer_place;
+
+static int layer_place_cmp(const void *pa, const void *pb)
+{
+    const layer_place *a = pa, *b = pb;
+    if (a->run != b->run)
+        return a->run < b->run ? -1 : 1;
+    if (a->first_ns != b->first_ns)
+        return a->first_ns < b->first_ns ? -1 : 1;
+    return path_cmp(a->row.module, b->row.module);
+}
+
+static bool region_first_entry(const gp_profile *p, const char *name, uint64_t *ns)
+{
+    for (size_t i = 0; i < p->n_regions; i++)
+        if (p->regions[i].entries && strcmp(p->regions[i].name, name) == 0) {
+            *ns = p->regions[i].first_entry_ns;
+            return true;
+        }
+    return false;
+}
+
+/* Sorts layer rows in model order: modules by when A first called them (their regions' first
+ * entries: a parent before its children, layers in the order the forward runs them), then those
+ * only B called, then modules without a region of their name (tree order, "" last). Returns -1
+ * when out of memory (the rows are left in tree order). */
+static int order_layers(gp_diff_row *rows, size_t n, const gp_profile *a, const gp_profile *b)
+{
+    qsort(rows, n, sizeof *rows, row_by_path);
+    layer_place *v = malloc((n ? n : 1) * sizeof *v);
+    if (v == NULL)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        v[i] = (layer_place){.run = 2, .row = rows[i]};
+        if (!*rows[i].module)
+            continue;
+        if (region_first_entry(a, rows[i].module, &v[i].first_ns))
+            v[i].run = 0;
+        else if (region_first_entry(b, rows[i].module, &v[i].first_ns))
+            v[i].run = 1;
+    }
+    qsort(v, n, sizeof *v, layer_place_cmp);
+    for (size_t i = 0; i < n; i++)
+        rows[i] = v[i].row;
+    free(v);
+    return 0;
+}
+
 /* Number of leading ';'-separated frames two site keys share. */
 static size_t common_frames(const char *a, const char *b)
 {
@@ -546,7 +600,8 @@ int gp_diff_compute(gp_profile *a, gp_profile *b, const gp_align *al, const char
     if (add_entries(&e, al, a, b, T_LAYERS, &sn) ||
         build_rows(&e, T_LAYERS, &d->layers, &d->n_layers))
         goto oom;
-    qsort(d->layers, d->n_layers, sizeof *d->layers, row_by_path);
+    if (order_layers(d->layers, d->n_layers, a, b) != 0)
+        goto oom;
     d->remainder.layers = d->aligned_delta - sum_delta(d->layers, d->n_layers);
 
     free(e.v);

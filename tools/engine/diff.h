@@ -105,8 +105,9 @@ typedef struct gp_diff {
     gp_diff_row *call_sites;
     size_t n_call_sites; /* gp_site_key, held desc then delta desc */
     gp_diff_row *layers;
-    size_t n_layers; /* module paths in tree order (parents first,
-                        numeric path segments compared as numbers) */
+    size_t n_layers; /* module paths in model order: by when A first entered their regions (a
+                        parent before its children), then B-only ones, then those without a
+                        region in tree order (numeric path segments as numbers), "" last */
     gp_diff_remainder remainder;
 } gp_diff;
 
