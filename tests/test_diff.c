@@ -523,6 +523,32 @@ static void test_errors(void **state)
     tmp_remove(&t);
 }
 
+/* Two different programs: the diff is written, with a warning naming both on stderr, in the
+ * text and in the JSON; one program under two paths or options draws none (test_golden_text's
+ * empty stderr, the goldens' empty other_program). */
+static void test_other_program(void **state)
+{
+    (void)state;
+    tmp t;
+    tmp_make(&t);
+    const char *args[] = {"diff", "mlp_grad.gptrace", "raw.gptrace", NULL};
+    assert_int_equal(run(t.out, t.err, args), 0);
+    char *err = slurp(t.err, NULL), *out = slurp(t.out, NULL);
+    print_message("stderr: %s", err);
+    const char *want = "A runs 'infer' and B 'raw_program': two different programs";
+    assert_non_null(strstr(err, want));
+    assert_non_null(strstr(out, want));
+    free(err);
+    free(out);
+    const char *json[] = {
+        "diff", "--format", "json", "-o", t.file, "mlp_grad.gptrace", "raw.gptrace", NULL};
+    assert_int_equal(run(t.out, t.err, json), 0);
+    out = slurp(t.file, NULL);
+    assert_non_null(strstr(out, "\"other_program\": \"A runs 'infer' and B 'raw_program'"));
+    free(out);
+    tmp_remove(&t);
+}
+
 static void test_damaged(void **state)
 {
     (void)state;
@@ -561,6 +587,7 @@ int main(void)
         cmocka_unit_test(test_golden_json),
         cmocka_unit_test(test_html),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_other_program),
         cmocka_unit_test(test_damaged),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

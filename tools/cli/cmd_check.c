@@ -205,6 +205,8 @@ static int load(const check_args *a, const gp_analysis_options *ao, gp_profile *
     if ((*d)->diverged)
         return gp_cli_error(CMD, "--baseline: '%s' is no baseline for '%s': %s", a->baseline,
                             a->file, (*d)->diverged_why);
+    if ((*d)->other_program[0])
+        gp_cli_warn(CMD, "--baseline: %s", (*d)->other_program);
     return 0;
 }
 

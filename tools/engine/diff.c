@@ -497,6 +497,76 @@ static int build_rows(entries *e, table_kind kind, gp_diff_row **out, size_t *n_
     return 0;
 }
 
+/* The next space-separated word of *s (recorded commands join their arguments with spaces), or
+ * NULL at the end; *len is its length. */
+static const char *next_word(const char **s, size_t *len)
+{
+    const char *w = *s + strspn(*s, " ");
+    if (!*w)
+        return NULL;
+    *len = strcspn(w, " ");
+    *s = w + *len;
+    return w;
+}
+
+static const char *base_name(const char *w, size_t *len)
+{
+    for (size_t i = *len; i-- > 0;)
+        if (w[i] == '/') {
+            *len -= i + 1;
+            return w + i + 1;
+        }
+    return w;
+}
+
+/* The program a recorded command runs, as "NAME" (the executable's file name) or, for a Python
+ * interpreter, "python SCRIPT" (the script's file name), "python -m MODULE" or "python -c": what two
+ * runs of one program share whatever their paths and options. "" for an empty command. */
+static void program_of(const char *cmd, char *out, size_t size)
+{
+    size_t len;
+    const char *w = next_word(&cmd, &len);
+    out[0] = '\0';
+    if (w == NULL)
+        return;
+    w = base_name(w, &len);
+    if (len >= 6 && strncmp(w, "python", 6) == 0)
+        len = 6; /* python3 and python3.11 run one program */
+    int n = snprintf(out, size, "%.*s", (int)len, w);
+    if (len != 6 || strncmp(w, "python", 6) != 0 || n < 0 || (size_t)n >= size)
+        return;
+    while ((w = next_word(&cmd, &len)) != NULL) {
+        if (len == 2 && (w[1] == 'm' || w[1] == 'c') && w[0] == '-') {
+            size_t mlen = 0;
+            const char *mod = w[1] == 'm' ? next_word(&cmd, &mlen) : NULL;
+            snprintf(out + n, size - (size_t)n, " %.*s%s%.*s", (int)len, w, mod ? " " : "",
+                     (int)mlen, mod ? mod : "");
+            return;
+        }
+        if (w[0] != '-') {
+            w = base_name(w, &len);
+            snprintf(out + n, size - (size_t)n, " %.*s", (int)len, w);
+            return;
+        }
+        if (len == 2 && (w[1] == 'W' || w[1] == 'X')) /* options with a separate value */
+            next_word(&cmd, &len);
+    }
+}
+
+/* d->other_program: a warning when A's and B's recorded commands run two different programs. */
+static void compare_programs(gp_diff *d)
+{
+    char a[200], b[200];
+    program_of(d->a.command, a, sizeof a);
+    program_of(d->b.command, b, sizeof b);
+    d->other_program[0] = '\0';
+    if (a[0] && b[0] && strcmp(a, b) != 0)
+        snprintf(d->other_program, sizeof d->other_program,
+                 "A runs '%s' and B '%s': two different programs, whose allocations have "
+                 "nothing to pair with",
+                 a, b);
+}
+
 static int fill_run(gp_diff_run *r, gp_profile *p, const char *path)
 {
     const char *cmd = p->trace ? gp_trace_meta(p->trace, "command") : NULL;
@@ -556,6 +626,7 @@ int gp_diff_compute(gp_profile *a, gp_profile *b, const gp_align *al, const char
     d->twinned_bytes = al->twinned_bytes;
     d->twinnable_bytes = al->twinnable_bytes;
     d->diverged = gp_align_diverged(al, d->diverged_why, sizeof d->diverged_why);
+    compare_programs(d);
 
     /* Categories: every category gets a row, in enum order. */
     for (size_t i = 0; i < al->n_buffers; i++)

@@ -95,6 +95,10 @@ typedef struct gp_diff {
     uint64_t twinned_bytes, twinnable_bytes; /* alignment quality (align.h) */
     bool diverged;         /* the runs do not look like one program (gp_align_diverged) */
     char diverged_why[256];
+    /* a warning when the traces' commands name two programs (the executable's file name, and
+     * for Python the script or module); "" when they name one, or a command is not recorded.
+     * Unlike diverged it judges nothing: a fixed copy of a script may still align. */
+    char other_program[512];
     gp_diff_row by_category[LP_CAT_COUNT]; /* indexed by lp_category */
     gp_diff_row *keys;
     size_t n_keys; /* (category, op, module), delta desc */

@@ -220,6 +220,8 @@ static int runs_table(FILE *out, const gp_diff *d)
                 s ? "B" : "A", info ? info->damage_reason : "?", info ? info->damage_offset : 0);
         }
     }
+    if (d->other_program[0])
+        fprintf(out, "  warning: %s\n", d->other_program);
     if (d->diverged)
         fprintf(out, "  warning: the runs do not align: %s\n", d->diverged_why);
     return rc;
@@ -405,6 +407,7 @@ static void json_summary(gp__jw *j, const gp_diff *d)
     gp__jw_u64(j, "twinnable_bytes", d->twinnable_bytes);
     gp__jw_bool(j, "diverged", d->diverged);
     json_str(j, "why", d->diverged ? d->diverged_why : "");
+    json_str(j, "other_program", d->other_program);
     gp__jw_end(j);
     gp__jw_object(j, "by_category", false);
     for (int c = 0; c < LP_CAT_COUNT; c++) {
