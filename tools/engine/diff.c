@@ -448,7 +448,10 @@ static int build_rows(entries *e, table_kind kind, gp_diff_row **out, size_t *n_
     if (e->n == 0)
         return 0;
     qsort(e->v, e->n, sizeof *e->v, entry_key_cmp);
-    gp_diff_row *rows = calloc(e->n, sizeof *rows);
+    size_t n_keys = 1;
+    for (size_t i = 1; i < e->n; i++)
+        n_keys += !same_key(&e->v[i - 1], &e->v[i]);
+    gp_diff_row *rows = calloc(n_keys, sizeof *rows); /* a row per key, not per buffer */
     if (!rows)
         return -1;
     size_t n = 0;
