@@ -2315,3 +2315,88 @@ size_t *gp_tag_keys_by(const gp_profile *p, const char *measure)
 {
     return sorted(p->n_tag_keys, tag_stats, p, measure);
 }
+
+/* ---- labels that tell sites apart ------------------------------------------------------------ */
+
+/* Number of leading ';'-separated frames two site keys share. */
+static size_t common_frames(const char *a, const char *b)
+{
+    size_t n = 0;
+    for (;;) {
+        size_t la = strcspn(a, ";"), lb = strcspn(b, ";");
+        if (la != lb || memcmp(a, b, la) != 0)
+            return n;
+        n++;
+        if (!a[la] || !b[lb])
+            return n;
+        a += la + 1;
+        b += lb + 1;
+    }
+}
+
+typedef struct label_ref {
+    const char *label, *key;
+    size_t i;
+} label_ref;
+
+static int by_label_then_key(const void *pa, const void *pb)
+{
+    const label_ref *a = pa, *b = pb;
+    int c = strcmp(a->label, b->label);
+    return c ? c : strcmp(a->key, b->key);
+}
+
+/* "LABEL via F" (F the frame of key after its first lcp frames) or "LABEL (outermost)". */
+static char *label_via(const char *label, const char *key, size_t lcp)
+{
+    const char *f = key;
+    for (size_t k = 0; k < lcp && f; k++) {
+        f = strchr(f, ';');
+        f = f ? f + 1 : NULL;
+    }
+    size_t flen = f ? strcspn(f, ";") : 0, len = strlen(label) + flen + 16;
+    char *s = malloc(len);
+    if (s && flen)
+        snprintf(s, len, "%s via %.*s", label, (int)flen, f);
+    else if (s)
+        snprintf(s, len, "%s (outermost)", label);
+    return s;
+}
+
+/* Sorted by (label, key), rows with one label and key form a run, and the longest prefix a key
+ * shares with another key of its label is the one it shares with the run just before or after. */
+int gp_labels_distinct(const char *const *labels, const char *const *keys, size_t n, char **out)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = NULL;
+    if (n < 2)
+        return 0;
+    label_ref *by = malloc(n * sizeof *by);
+    if (!by)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        by[i] = (label_ref){labels[i], keys[i], i};
+    qsort(by, n, sizeof *by, by_label_then_key);
+    int rc = 0;
+    for (size_t a = 0, b; a < n && rc == 0; a = b) {
+        for (b = a + 1; b < n && by_label_then_key(&by[a], &by[b]) == 0; b++)
+            ;
+        bool before = a > 0 && strcmp(by[a - 1].label, by[a].label) == 0;
+        bool after = b < n && strcmp(by[b].label, by[a].label) == 0;
+        if (!before && !after)
+            continue; /* the only key with its label */
+        size_t lcp = before ? common_frames(by[a - 1].key, by[a].key) : 0, c;
+        if (after && (c = common_frames(by[b].key, by[a].key)) > lcp)
+            lcp = c;
+        for (size_t i = a; i < b && rc == 0; i++)
+            if (!(out[by[i].i] = label_via(by[i].label, by[i].key, lcp)))
+                rc = -1;
+    }
+    free(by);
+    if (rc != 0)
+        for (size_t i = 0; i < n; i++) {
+            free(out[i]);
+            out[i] = NULL;
+        }
+    return rc;
+}

@@ -209,92 +209,28 @@ static int order_layers(gp_diff_row *rows, size_t n, const gp_profile *a, const 
     return 0;
 }
 
-/* Number of leading ';'-separated frames two site keys share. */
-static size_t common_frames(const char *a, const char *b)
-{
-    size_t n = 0;
-    for (;;) {
-        size_t la = strcspn(a, ";"), lb = strcspn(b, ";");
-        if (la != lb || memcmp(a, b, la) != 0)
-            return n;
-        n++;
-        if (!a[la] || !b[lb])
-            return n;
-        a += la + 1;
-        b += lb + 1;
-    }
-}
-
-static int by_label_then_key(const void *pa, const void *pb)
-{
-    const gp_diff_row *a = *(const gp_diff_row *const *)pa, *b = *(const gp_diff_row *const *)pb;
-    int c = strcmp(a->label, b->label);
-    return c ? c : strcmp(a->key, b->key);
-}
-
-/*
- * Call sites whose labels collide (the same function reached from different callers, or frames
- * that could not be symbolized) get the first frame where their keys part appended: "label via
- * frame". Keys sorted within a group: the longest prefix a key shares with any other is the one
- * it shares with a neighbour. Returns 0 or -1 (out of memory).
- */
+/* Call sites whose labels collide get the first frame where their keys part appended
+ * (gp_labels_distinct). Returns 0 or -1 (out of memory). */
 static int disambiguate_sites(gp_diff_row *rows, size_t n)
 {
-    if (n < 2)
-        return 0;
-    const gp_diff_row **by = malloc(n * sizeof *by);
-    size_t *ix = malloc(n * sizeof *ix);
-    char **labels = calloc(n, sizeof *labels);
-    if (!by || !ix || !labels) {
-        free(by);
-        free(ix);
-        free(labels);
-        return -1;
+    const char **labels = malloc((n ? n : 1) * sizeof *labels);
+    const char **keys = malloc((n ? n : 1) * sizeof *keys);
+    char **distinct = calloc(n ? n : 1, sizeof *distinct);
+    int rc = labels && keys && distinct ? 0 : -1;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        labels[i] = rows[i].label;
+        keys[i] = rows[i].key;
     }
-    for (size_t i = 0; i < n; i++)
-        by[i] = &rows[i];
-    qsort(by, n, sizeof *by, by_label_then_key);
-    for (size_t i = 0; i < n; i++)
-        ix[i] = (size_t)(by[i] - rows);
-    free(by);
-    int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        const gp_diff_row *r = &rows[ix[i]];
-        bool prev = i > 0 && strcmp(rows[ix[i - 1]].label, r->label) == 0;
-        bool next = i + 1 < n && strcmp(rows[ix[i + 1]].label, r->label) == 0;
-        if (!prev && !next)
-            continue;
-        size_t lcp = 0, c;
-        if (prev && (c = common_frames(rows[ix[i - 1]].key, r->key)) > lcp)
-            lcp = c;
-        if (next && (c = common_frames(rows[ix[i + 1]].key, r->key)) > lcp)
-            lcp = c;
-        const char *f = r->key;
-        for (size_t k = 0; k < lcp && f; k++) {
-            f = strchr(f, ';');
-            f = f ? f + 1 : NULL;
-        }
-        size_t flen = f ? strcspn(f, ";") : 0;
-        size_t len = strlen(r->label) + flen + 16;
-        if (!(labels[ix[i]] = malloc(len))) {
-            rc = -1;
-            break;
-        }
-        if (flen)
-            snprintf(labels[ix[i]], len, "%s via %.*s", r->label, (int)flen, f);
-        else
-            snprintf(labels[ix[i]], len, "%s (outermost)", r->label);
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (labels[i] && rc == 0) {
+    if (rc == 0)
+        rc = gp_labels_distinct(labels, keys, n, distinct);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        if (distinct[i]) {
             free((char *)rows[i].label);
-            rows[i].label = labels[i];
-        } else {
-            free(labels[i]);
+            rows[i].label = distinct[i];
         }
-    }
-    free(ix);
     free(labels);
+    free(keys);
+    free(distinct);
     return rc;
 }
 

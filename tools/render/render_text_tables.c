@@ -95,6 +95,70 @@ void gp__text_tag_keys(gp__text_ctx *c)
     free(ix);
 }
 
+/* The rows of a site table: the first (at most) `top` sites of an ordering whose measure is not
+ * 0, and their labels: gp_site_label, told apart where two rows share one by the first frame
+ * where their stacks part (gp_labels_distinct over their frames, innermost first). */
+typedef struct site_rows {
+    size_t n, *site;     /* site indexes */
+    const char **label;  /* borrowed from the profile, or owned[i] */
+    char **owned;
+} site_rows;
+
+static void site_rows_free(site_rows *r)
+{
+    for (size_t i = 0; r->owned && i < r->n; i++)
+        free(r->owned[i]);
+    free(r->site);
+    free(r->label);
+    free(r->owned);
+}
+
+/* A site's frames (gp_site_frames, up to 64) joined by ';': a key for gp_labels_distinct. NULL
+ * when out of memory. */
+static char *frames_key(gp_profile *p, uint32_t stack)
+{
+    const char *frames[64];
+    size_t nf = gp_site_frames(p, stack, frames, 64), len = 1;
+    for (size_t f = 0; f < nf; f++)
+        len += strlen(frames[f]) + 1;
+    char *key = malloc(len), *at = key;
+    for (size_t f = 0; key && f < nf; f++)
+        at += sprintf(at, "%s%s", f ? ";" : "", frames[f]);
+    if (key)
+        *at = '\0';
+    return key;
+}
+
+/* false when out of memory (r is freed then). */
+static bool site_rows_make(gp_profile *p, const size_t *ix, size_t n, gp__measure m, size_t top,
+                           site_rows *r)
+{
+    size_t cap = n < top ? n : top;
+    *r = (site_rows){0};
+    r->site = malloc((cap ? cap : 1) * sizeof *r->site);
+    r->label = malloc((cap ? cap : 1) * sizeof *r->label);
+    r->owned = calloc(cap ? cap : 1, sizeof *r->owned);
+    char **keys = calloc(cap ? cap : 1, sizeof *keys);
+    bool ok = r->site && r->label && r->owned && keys;
+    for (size_t i = 0; ok && i < n && r->n < cap; i++)
+        if (gp__stats_measure(&p->sites[ix[i]].stats, m))
+            r->site[r->n++] = ix[i];
+    for (size_t i = 0; ok && i < r->n; i++) {
+        r->label[i] = gp_site_label(p, p->sites[r->site[i]].stack);
+        ok = (keys[i] = frames_key(p, p->sites[r->site[i]].stack)) != NULL;
+    }
+    ok = ok && gp_labels_distinct(r->label, (const char *const *)keys, r->n, r->owned) == 0;
+    for (size_t i = 0; ok && i < r->n; i++)
+        if (r->owned[i])
+            r->label[i] = r->owned[i];
+    for (size_t i = 0; keys && i < r->n; i++)
+        free(keys[i]);
+    free(keys);
+    if (!ok)
+        site_rows_free(r);
+    return ok;
+}
+
 void gp__text_sites(gp__text_ctx *c)
 {
     gp_profile *p = c->p;
@@ -118,12 +182,16 @@ void gp__text_sites(gp__text_ctx *c)
                                     "device", "category", "op",        "site"};
     static const char *const h1[] = {"#",     "at peak",  "% of peak", "allocated",
                                      "count", "category", "op",        "site"};
-    gp__table *t = multi ? gp__table_new(9, h, "rrrrrllll") : gp__table_new(8, h1, "rrrrrlll");
+    site_rows rows;
+    if (!site_rows_make(p, ix, n, c->measure, c->top, &rows)) {
+        c->oom = true;
+        free(ix);
+        return;
+    }
     size_t shown = 0;
-    for (size_t i = 0; i < n && shown < c->top; i++) {
-        const gp_site *s = &p->sites[ix[i]];
-        if (!gp__stats_measure(&s->stats, c->measure))
-            continue;
+    gp__table *t = multi ? gp__table_new(9, h, "rrrrrllll") : gp__table_new(8, h1, "rrrrrlll");
+    for (size_t r = 0; r < rows.n; r++) {
+        const gp_site *s = &p->sites[rows.site[r]];
         char b1[32], b2[32], n1[32], pc[16], dev[16];
         gp__table_cell(t, "%zu", ++shown);
         gp__table_cell(t, "%s", gp_format_bytes(s->stats.peak_bytes, b1, sizeof b1));
@@ -136,9 +204,10 @@ void gp__text_sites(gp__text_ctx *c)
             gp__table_cell(t, "%s", gp__device_name(s->device, dev, sizeof dev));
         gp__table_cell(t, "%s", lp_category_name(s->category));
         gp__table_cell(t, "%s", gp__text_dash(s->op));
-        gp__table_cell(t, "%s", gp_site_label(p, s->stack));
+        gp__table_cell(t, "%s", rows.label[r]);
     }
     gp__text_table_end(c, t, shown, total);
+    site_rows_free(&rows);
     free(ix);
 }
 
@@ -162,21 +231,26 @@ void gp__text_temporaries(gp__text_ctx *c)
         return;
     }
     static const char *const h[] = {"#", "temporaries", "of allocations", "allocated", "site"};
+    site_rows rows;
+    if (!site_rows_make(p, ix, n, GP__MEASURE_TEMPORARIES, c->top, &rows)) {
+        c->oom = true;
+        free(ix);
+        return;
+    }
     gp__table *t = gp__table_new(5, h, "rrrrl");
     size_t shown = 0;
-    for (size_t i = 0; i < n && shown < c->top; i++) {
-        const gp_site *s = &p->sites[ix[i]];
-        if (!s->stats.temporaries)
-            continue;
+    for (size_t r = 0; r < rows.n; r++) {
+        const gp_site *s = &p->sites[rows.site[r]];
         char b1[32], n2[32], pc[16];
         gp__table_cell(t, "%zu", ++shown);
         gp__table_cell(t, "%s", gp__format_count(s->stats.temporaries, n2, sizeof n2));
         gp__table_cell(t, "%s",
                        gp__format_percent(s->stats.temporaries, s->stats.count, pc, sizeof pc));
         gp__table_cell(t, "%s", gp_format_bytes(s->stats.total_bytes, b1, sizeof b1));
-        gp__table_cell(t, "%s", gp_site_label(p, s->stack));
+        gp__table_cell(t, "%s", rows.label[r]);
     }
     gp__text_table_end(c, t, shown, total);
+    site_rows_free(&rows);
     free(ix);
 }
 
