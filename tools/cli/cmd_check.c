@@ -86,36 +86,21 @@ static const char check_usage[] =
     "(incomplete, or its memory unclassified: the violations found are still listed), bad\n"
     "usage, a trace that cannot be read or a report that cannot be written.\n";
 
-enum {
-    OPT_FORBID = 256,
-    OPT_REGION,
-    OPT_MAX_PEAK,
-    OPT_MAX_GROWTH,
-    OPT_NO_LEAKS,
-    OPT_JUNIT,
-    OPT_FORMAT,
-    OPT_DETECTORS,
-    OPT_RULES,
-    OPT_BASELINE,
-    OPT_BASELINE_SLACK,
-    OPT_ALLOW_INCOMPLETE,
-    OPT_ALLOW_UNCLASSIFIED,
-};
-
+/* Each option's getopt code: a letter, as the other commands have it (no short options). */
 static const struct option long_options[] = {
-    {"forbid", required_argument, NULL, OPT_FORBID},
-    {"region", required_argument, NULL, OPT_REGION},
-    {"max-peak", required_argument, NULL, OPT_MAX_PEAK},
-    {"max-growth", required_argument, NULL, OPT_MAX_GROWTH},
-    {"no-leaks", no_argument, NULL, OPT_NO_LEAKS},
-    {"detectors", required_argument, NULL, OPT_DETECTORS},
-    {"junit", required_argument, NULL, OPT_JUNIT},
-    {"format", required_argument, NULL, OPT_FORMAT},
-    {"rules", required_argument, NULL, OPT_RULES},
-    {"baseline", required_argument, NULL, OPT_BASELINE},
-    {"baseline-slack", required_argument, NULL, OPT_BASELINE_SLACK},
-    {"allow-incomplete", no_argument, NULL, OPT_ALLOW_INCOMPLETE},
-    {"allow-unclassified", no_argument, NULL, OPT_ALLOW_UNCLASSIFIED},
+    {"forbid", required_argument, NULL, 'F'},
+    {"region", required_argument, NULL, 'r'},
+    {"max-peak", required_argument, NULL, 'P'},
+    {"max-growth", required_argument, NULL, 'G'},
+    {"no-leaks", no_argument, NULL, 'L'},
+    {"detectors", required_argument, NULL, 'D'},
+    {"junit", required_argument, NULL, 'J'},
+    {"format", required_argument, NULL, 'f'},
+    {"rules", required_argument, NULL, 'R'},
+    {"baseline", required_argument, NULL, 'B'},
+    {"baseline-slack", required_argument, NULL, 'S'},
+    {"allow-incomplete", no_argument, NULL, 'I'},
+    {"allow-unclassified", no_argument, NULL, 'U'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -134,70 +119,67 @@ static int take_option(check_args *a, int c, const char *v)
     gp_check_rules *o = &a->rules;
     char err[512];
     switch (c) {
-    case OPT_FORBID:
+    case 'F':
         return gp_parse_categories(v, o->forbid, err, sizeof err)
                    ? gp_cli_error(CMD, "--forbid: %s", err)
                    : 0;
-    case OPT_REGION:
+    case 'r':
         if (!*v)
             return gp_cli_error(CMD, "--region: empty region name");
         if (o->n_regions == MAX_REGIONS)
             return gp_cli_error(CMD, "--region: at most %d regions, got '%s' too", MAX_REGIONS, v);
         a->regions[o->n_regions++] = v;
         return 0;
-    case OPT_MAX_PEAK:
+    case 'P':
         o->has_max_peak = true;
         return gp_parse_size(v, &o->max_peak, err, sizeof err)
                    ? gp_cli_error(CMD, "--max-peak: %s", err)
                    : 0;
-    case OPT_MAX_GROWTH:
+    case 'G':
         o->has_max_growth = true;
         return gp_parse_size(v, &o->max_growth, err, sizeof err)
                    ? gp_cli_error(CMD, "--max-growth: %s", err)
                    : 0;
-    case OPT_BASELINE_SLACK:
+    case 'S':
         return gp_parse_size(v, &o->baseline_slack, err, sizeof err)
                    ? gp_cli_error(CMD, "--baseline-slack: %s", err)
                    : 0;
-    case OPT_DETECTORS:
+    case 'D':
         return gp_parse_detectors(v, o->detectors, err, sizeof err)
                    ? gp_cli_error(CMD, "--detectors: %s", err)
                    : 0;
-    case OPT_FORMAT:
+    case 'f':
         if (strcmp(v, "text") != 0 && strcmp(v, "json") != 0)
             return gp_cli_error(CMD, "--format: unknown format '%s' (text or json)", v);
         a->json = strcmp(v, "json") == 0;
         return 0;
-    case OPT_JUNIT:
-    case OPT_BASELINE:
+    case 'J':
+    case 'B':
         if (!*v)
-            return gp_cli_error(CMD, "--%s: empty file name",
-                                c == OPT_JUNIT ? "junit" : "baseline");
-        *(c == OPT_JUNIT ? &a->junit : &a->baseline) = v;
+            return gp_cli_error(CMD, "--%s: empty file name", c == 'J' ? "junit" : "baseline");
+        *(c == 'J' ? &a->junit : &a->baseline) = v;
         return 0;
-    case OPT_RULES:
+    case 'R':
         a->frame_rules = v;
         return 0;
-    case OPT_NO_LEAKS:
-    case OPT_ALLOW_INCOMPLETE:
-    case OPT_ALLOW_UNCLASSIFIED:
-        *(c == OPT_NO_LEAKS           ? &o->no_leaks
-          : c == OPT_ALLOW_INCOMPLETE ? &o->allow_incomplete
-                                      : &o->allow_unclassified) = true;
+    case 'L':
+    case 'I':
+    case 'U':
+        *(c == 'L'   ? &o->no_leaks
+          : c == 'I' ? &o->allow_incomplete
+                     : &o->allow_unclassified) = true;
         return 0;
-    default:
+    default: /* not reached: gp_cmd_check reports ':' and '?' */
         return GP_EXIT_USAGE;
     }
 }
 
-/* Loads the trace (quietly: the result says what it lacks) and, with --baseline, the baseline and
- * the aligned diff. 0 or an exit code, having printed why. */
-static int load(const check_args *a, const gp_analysis_options *ao, gp_profile **p, gp_profile **pb,
-                gp_diff **d)
+/* With --baseline: loads the trace (quietly: the result says what it lacks), the baseline and
+ * their aligned diff. 0 or an exit code, having printed why. */
+static int load_baseline(const check_args *a, const gp_analysis_options *ao, gp_profile **p,
+                         gp_profile **pb, gp_diff **d)
 {
     char err[768];
-    if (!a->baseline)
-        return gp_cli_load_profile_quiet(CMD, a->file, ao, p) ? GP_EXIT_USAGE : 0;
     if (gp_cli_probe_trace(a->file, err, sizeof err) ||
         gp_cli_probe_trace(a->baseline, err, sizeof err) ||
         gp_diff_load(a->file, a->baseline, ao, p, pb, d, err, sizeof err))
@@ -210,81 +192,47 @@ static int load(const check_args *a, const gp_analysis_options *ao, gp_profile *
     return 0;
 }
 
-/* Says on stderr what kept the trace from being judged, or what was accepted. */
-static void report_doubts(const gp_check_result *r)
+/* Writes the results to standard output (one trace: its check; several: the job's table, then
+ * each check) and with --junit the JUnit file, opened first so that a refused name stops the
+ * command before anything is written. 0 or 2. */
+static int write_results(const check_args *a, const gp_render_process *procs,
+                         gp_check_result *const *r, size_t n)
 {
-    for (size_t i = 0; i < r->n_doubts; i++) {
-        const gp_check_doubt *d = &r->doubts[i];
-        if (d->accepted)
-            gp_cli_warn(CMD, "%s (accepted: %s)", d->message, d->option);
-        else
-            gp_cli_error(CMD, "cannot judge: %s; %s checks it anyway", d->message, d->option);
-    }
-}
-
-/* Evaluates and writes: standard output, then the JUnit file (opened first, so a refused name
- * stops the command before anything is written). The verdict's exit code, or 2. */
-static int check(const check_args *a, gp_profile *p)
-{
-    char err[768];
-    gp_check_result *r = NULL;
-    int e = gp_check_run(p, &a->rules, &r, err, sizeof err);
-    if (e)
-        return gp_cli_error(CMD, "%s%s", e == GP_EINVAL ? "--region: " : "", err);
     gp_output out, junit = {0};
     const char *inputs[] = {a->file, a->baseline};
     int rc = a->junit ? gp_cli_output_open(CMD, "--junit", a->junit, inputs, 2, &junit) : 0;
-    if (rc == 0 && (rc = gp_cli_output_open(CMD, "stdout", NULL, NULL, 0, &out)) == 0) {
-        int wrc = a->json ? gp_render_check_json(out.f, p, r) : gp_render_check_text(out.f, p, r);
-        rc = gp_cli_output_close(CMD, &out, wrc);
-    }
+    if (rc == 0 && (rc = gp_cli_output_open(CMD, "stdout", NULL, NULL, 0, &out)) == 0)
+        rc = gp_cli_output_close(CMD, &out, gp_render_check_results(out.f, procs, r, n, a->json));
     if (rc == 0 && a->junit)
-        rc = gp_cli_output_close(CMD, &junit, gp_render_check_junit(junit.f, p, r));
+        rc = gp_cli_output_close(CMD, &junit, gp_render_check_junit(junit.f, procs[0].p, r[0]));
     gp_output_abort(&junit);
-    if (rc == 0) {
-        report_doubts(r);
-        rc = r->verdict == GP_CHECK_PASSED   ? GP_EXIT_OK
-             : r->verdict == GP_CHECK_FAILED ? GP_EXIT_FAIL
-                                             : GP_EXIT_USAGE;
-    }
-    gp_check_result_free(r);
     return rc;
 }
 
-/* Several traces: each checked with the same rules; the job's table, then each result. The
- * worst verdict's exit code (not judged, then failed), or 2. */
-static int check_job(const check_args *a, const gp_analysis_options *ao, char **paths, size_t n)
+/* Evaluates the rules on each of n processes (a job, or one trace), writes the results, then on
+ * stderr what kept each trace from being judged, or was accepted. The exit code of the verdict
+ * (a job's: the worst), or 2. */
+static int check(const check_args *a, const gp_render_process *procs, size_t n)
 {
-    gp_cli_job job;
-    if (gp_cli_job_load(CMD, paths, n, ao, false, true, &job))
-        return GP_EXIT_USAGE;
-    gp_check_result **results = calloc(n, sizeof *results);
-    int rc = results ? 0 : gp_cli_error(CMD, "out of memory");
+    gp_check_result **r = calloc(n, sizeof *r);
+    int rc = r ? 0 : gp_cli_error(CMD, "out of memory");
     char err[768];
     for (size_t i = 0; rc == 0 && i < n; i++) {
-        int e = gp_check_run(job.procs[i].p, &a->rules, &results[i], err, sizeof err);
+        int e = gp_check_run(procs[i].p, &a->rules, &r[i], err, sizeof err);
         if (e)
             rc = gp_cli_error(CMD, "%s%s", e == GP_EINVAL ? "--region: " : "", err);
     }
-    gp_output out;
-    if (rc == 0 && (rc = gp_cli_output_open(CMD, "stdout", NULL, NULL, 0, &out)) == 0) {
-        int wrc = a->json ? gp_render_check_job_json(out.f, job.procs, results, n)
-                          : gp_render_check_job_text(out.f, job.procs, results, n);
-        rc = gp_cli_output_close(CMD, &out, wrc);
+    if (rc == 0 && (rc = write_results(a, procs, r, n)) == 0) {
+        for (size_t i = 0; i < n; i++)
+            gp_render_check_doubts(stderr, "gradprof " CMD, r[i]);
+        gp_check_verdict v = gp_check_job_verdict(r, n);
+        rc = v == GP_CHECK_PASSED   ? GP_EXIT_OK
+             : v == GP_CHECK_FAILED ? GP_EXIT_FAIL
+                                    : GP_EXIT_USAGE;
     }
-    if (rc == 0) {
-        bool failed = false, unjudged = false;
-        for (size_t i = 0; i < n; i++) {
-            report_doubts(results[i]);
-            failed |= results[i]->verdict == GP_CHECK_FAILED;
-            unjudged |= results[i]->verdict == GP_CHECK_UNJUDGED;
-        }
-        rc = unjudged ? GP_EXIT_USAGE : failed ? GP_EXIT_FAIL : GP_EXIT_OK;
-    }
-    for (size_t i = 0; results && i < n; i++)
-        gp_check_result_free(results[i]);
-    free(results);
-    gp_cli_job_free(&job);
+    for (size_t i = 0; r && i < n; i++)
+        gp_check_result_free(r[i]);
+    free(r);
     return rc;
 }
 
@@ -301,7 +249,7 @@ int gp_cmd_check(int argc, char **argv)
             fputs(check_usage, stdout);
             return GP_EXIT_OK;
         }
-        if (c < OPT_FORBID)
+        if (c == ':' || c == '?')
             return gp_cli_bad_option(CMD, c, argv);
         if ((rc = take_option(&a, c, optarg)))
             return rc;
@@ -319,20 +267,19 @@ int gp_cmd_check(int argc, char **argv)
     gp_analysis_options_default(&ao);
     if ((rc = gp_cli_rules(CMD, a.frame_rules, &ao.rules)))
         return rc;
-    if (a.rules.n_regions) {
-        ao.inference_regions = a.regions;
-        ao.n_inference_regions = a.rules.n_regions;
-    }
-    if (a.rules.has_max_growth)
-        ao.growth_threshold = a.rules.max_growth;
-    if (argc - optind > 1)
-        return check_job(&a, &ao, argv + optind, (size_t)(argc - optind));
+    gp_check_analysis_options(&a.rules, &ao);
+    gp_cli_job job = {0}; /* the traces, each a process (without --baseline) */
     gp_profile *p = NULL, *pb = NULL;
     gp_diff *d = NULL;
-    if ((rc = load(&a, &ao, &p, &pb, &d)) == 0) {
+    if (a.baseline)
+        rc = load_baseline(&a, &ao, &p, &pb, &d);
+    else if (gp_cli_job_load(CMD, argv + optind, (size_t)(argc - optind), &ao, false, true, &job))
+        rc = GP_EXIT_USAGE;
+    if (rc == 0) {
         a.rules.baseline = d;
-        rc = check(&a, p);
+        rc = d ? check(&a, &(gp_render_process){.p = p}, 1) : check(&a, job.procs, job.n);
     }
+    gp_cli_job_free(&job);
     gp_diff_free(d);
     gp_profile_free(pb);
     gp_profile_free(p);

@@ -7,6 +7,10 @@
  * has not done so since that epoch: a key that did not change since the peak still holds the value
  * it had at the peak. That makes every table exact at the peak instant for O(1) per event.
  *
+ * Detectors. The gradient-leak findings are made by detectors.c: the replay feeds it through the
+ * hooks of detectors.h (a buffer entering a graph category, an inference region's escaped graph,
+ * a mark, an autograd_error note, the end) with the facts each detector judges.
+ *
  * Regions. Each push opens an instance (a node in a tree of instances, parent = the enclosing
  * instance on the same thread); a buffer remembers the innermost instance open when it was made.
  * Making or freeing it adjusts the live-inside counters of that instance and its open ancestors,
@@ -15,6 +19,7 @@
  */
 #include "analysis.h"
 #include "array.h"
+#include "detectors.h"
 #include "hashmap.h"
 #include "rules.h"
 
@@ -190,12 +195,6 @@ typedef struct site_side {
                                       * a buffer's bytes to its new category) */
 } site_side;
 
-/* A graph tag key's live bytes at the marks (growth detector), parallel to p->tag_keys. */
-typedef struct key_growth {
-    uint64_t first, prev, last; /* at the first mark after the warm-up, the previous and the last */
-    uint32_t grew;              /* intervals after the warm-up in which it grew */
-} key_growth;
-
 /* The keys of the untagged buffers of one frame-rule class on one device. */
 typedef struct raw_keys {
     uint32_t tag_key, module;
@@ -209,13 +208,6 @@ typedef struct frame_info {
     uint32_t cls;         /* frame-rule class + 1; 0 until asked */
     int8_t plumbing;      /* is_plumbing(sym): -1 until asked */
 } frame_info;
-
-typedef struct finding_acc {
-    bool used;
-    gp_finding f;
-    size_t cap;
-    gp_map items; /* (category, op, module) -> item index */
-} finding_acc;
 
 struct gp__profile_internal {
     live_map objects_map;
@@ -232,8 +224,6 @@ struct gp__profile_internal {
     size_t cap_extra;
     site_side *site_sides; /* of the sites that are not pure */
     size_t n_site_sides, cap_site_sides;
-    key_growth *key_growth; /* parallel to p->tag_keys, grown at the marks */
-    size_t n_key_growth;
 
     instance *instances;
     size_t n_instances, cap_instances;
@@ -249,9 +239,7 @@ struct gp__profile_internal {
     uint64_t bucket_max;
     size_t cap_timeline;
 
-    finding_acc *findings; /* one per (kind, region), in order of first occurrence */
-    size_t n_findings, cap_findings;
-    gp_map finding_map;       /* (kind, region) -> index */
+    gp__detectors *detectors; /* owned: fed by the hooks of detectors.h */
     gp_map key_site_map;      /* (tag key, site) -> index in key_site_bytes */
     uint64_t *key_site_bytes; /* bytes that entered the tag key from the site (for top_site) */
     size_t n_key_site, cap_key_site;
@@ -293,15 +281,6 @@ struct gp__profile_internal {
 };
 
 typedef struct gp__profile_internal engine;
-
-static const char *const gp__finding_names[GP_FIND_KIND_COUNT] = {
-    "graph_without_grad", "forgot_no_grad", "growth_across_iterations",
-    "param_grad_in_inference", "graph_escapes_inference", "autograd_error"};
-
-const char *gp_finding_kind_name(gp_finding_kind k)
-{
-    return (unsigned)k < GP_FIND_KIND_COUNT ? gp__finding_names[k] : "unknown";
-}
 
 void gp_analysis_options_default(gp_analysis_options *o)
 {
@@ -719,54 +698,7 @@ static thread_state *thread_get(gp_profile *p, uint32_t thread)
     return &e->threads[thread];
 }
 
-/* ---- findings -------------------------------------------------------------------------------- */
-
-/* The accumulator of findings of `kind` in `region` (NULL = none), made on first use. */
-static finding_acc *finding_get(gp_profile *p, gp_finding_kind kind, const char *region)
-{
-    engine *e = p->internal;
-    region = region ? region : "";
-    struct gp_map_slot *s = gp__map_find(&e->finding_map, kind, (uintptr_t)region, 0);
-    if (s)
-        return &e->findings[s->v];
-    finding_acc *a = gp__push((void **)&e->findings, &e->n_findings, &e->cap_findings, sizeof *a);
-    if (!a || !gp__map_put(&e->finding_map, kind, (uintptr_t)region, 0,
-                       (uint32_t)(e->n_findings - 1))) {
-        e->oom = true;
-        return NULL;
-    }
-    a->used = true;
-    a->f.kind = kind;
-    a->f.region = region;
-    a->f.first_time_ns = e->now;
-    return a;
-}
-
-static void finding_add(gp_profile *p, gp_finding_kind kind, const char *region, lp_category cat,
-                        const char *op, const char *module, uint32_t stack, uint64_t bytes)
-{
-    finding_acc *a = finding_get(p, kind, region);
-    if (!a)
-        return;
-    engine *e = p->internal;
-    a->f.bytes += bytes;
-    a->f.count++;
-    struct gp_map_slot *s = gp__map_find(&a->items, (uint64_t)cat, (uintptr_t)op, (uintptr_t)module);
-    gp_finding_item *it;
-    if (s) {
-        it = &a->f.items[s->v];
-    } else {
-        it = gp__push((void **)&a->f.items, &a->f.n_items, &a->cap, sizeof *it);
-        if (!it || !gp__map_put(&a->items, (uint64_t)cat, (uintptr_t)op, (uintptr_t)module,
-                            (uint32_t)(a->f.n_items - 1))) {
-            e->oom = true;
-            return;
-        }
-        *it = (gp_finding_item){.category = cat, .op = op, .module = module, .stack = stack};
-    }
-    it->bytes += bytes;
-    it->count++;
-}
+/* ---- detector hooks (detectors.h) ---------------------------------------------------------- */
 
 /* The innermost open region of the thread that is one of the inference regions, or NULL. */
 static const char *inference_region(gp_profile *p, const thread_state *t)
@@ -780,28 +712,21 @@ static const char *inference_region(gp_profile *p, const thread_state *t)
     return NULL;
 }
 
-/* The per-buffer detectors, run when a buffer enters a graph category on thread t:
- * - graph memory inside a no_grad / inference_mode region (not inside enable_grad or backward);
- * - a graph built (SAVED, AUTOGRAD) with grad on inside an inference region: forgot no_grad;
- * - gradients (GRADIENT) allocated inside an inference region. */
+/* Buffer o has just entered its category on thread t (an allocation, a first tag or a retag
+ * that changed it; grad_flag: the event's): the per-buffer detectors judge graph memory. */
 static void detect(gp_profile *p, const thread_state *t, const object *o, bool grad_flag)
 {
     if (!lp_category_is_graph(o->category))
         return;
     const gp_tag_key *k = &p->tag_keys[o->tag_key];
-    uint32_t stack = p->sites[o->site].stack;
-    if (t->no_grad_depth > 0 && t->enable_grad_depth == 0 && t->backward_depth == 0)
-        finding_add(p, GP_FIND_GRAPH_WITHOUT_GRAD, LP_REGION_NO_GRAD, o->category, k->op, k->module, stack,
-                    o->size);
-    const char *inf = inference_region(p, t);
-    if (!inf || t->backward_depth > 0)
-        return;
-    bool grad_on = !t->grad_disabled && t->no_grad_depth == 0 && grad_flag;
-    if (lp_category_is_graph_structure(o->category) && grad_on)
-        finding_add(p, GP_FIND_FORGOT_NO_GRAD, inf, o->category, k->op, k->module, stack, o->size);
-    if (o->category == LP_CAT_GRADIENT)
-        finding_add(p, GP_FIND_PARAM_GRAD_IN_INFERENCE, inf, o->category, k->op, k->module, stack,
-                    o->size);
+    gp__grad_context c = {.grad_off_depth = t->no_grad_depth,
+                          .grad_on_depth = t->enable_grad_depth,
+                          .backward_depth = t->backward_depth,
+                          .mode_off = t->grad_disabled,
+                          .event_grad = grad_flag,
+                          .inference_region = inference_region(p, t)};
+    gp__detect_graph_buffer(p->internal->detectors, &c, o->category, k->op, k->module,
+                            p->sites[o->site].stack, o->size, p->internal->now);
 }
 
 /* ---- the live set ---------------------------------------------------------------------------- */
@@ -1063,8 +988,9 @@ static void region_push(gp_profile *p, thread_state *t, uint32_t thread, const c
     }
 }
 
-/* Scans the live set for graph buffers made inside instance i (for the escape finding's items);
- * bounded to the first few escapes so a long run cannot make this quadratic. */
+/* Hands the escape detector the live buffers saved for backward that were made inside instance
+ * `inst` (gp__detect_escape_item), scanning the live set: the detector asks for this only for
+ * its first few escapes, so a long run cannot make it quadratic. */
 static void escape_items(gp_profile *p, uint32_t inst, const char *region)
 {
     engine *e = p->internal;
@@ -1075,21 +1001,20 @@ static void escape_items(gp_profile *p, uint32_t inst, const char *region)
         for (uint32_t i = o->instance; i != NONE; i = e->instances[i].parent)
             if (i == inst) {
                 const gp_tag_key *key = &p->tag_keys[o->tag_key];
-                finding_add(p, GP_FIND_GRAPH_ESCAPES, region, o->category, key->op, key->module,
-                            p->sites[o->site].stack, o->size);
+                gp__detect_escape_item(e->detectors, region, o->category, key->op, key->module,
+                                       p->sites[o->site].stack, o->size, e->now);
                 break;
             }
     }
 }
 
 /*
- * An inference region was entered again on this thread: tensors allocated inside the instance
- * before the previous one are still saved for backward, so a graph was kept beyond the next
- * iteration:
- * outputs left the region attached to their graph, and something keeps them (the finding
- * graph_escapes_inference). An output kept only until the next iteration replaces it (Python's
- * `out = model(x)`, the loss of the last batch) is not an escape. Then the newest instance
- * replaces the oldest in t->inference_recent.
+ * An inference region was entered again on this thread: if tensors allocated inside the instance
+ * before the previous one are still saved for backward, a graph was kept beyond the next
+ * iteration: outputs left the region attached to their graph, and something keeps them (the
+ * escape detector, gp__detect_escape). An output kept only until the next iteration replaces it
+ * (Python's `out = model(x)`, the loss of the last batch) is not an escape. Then the newest
+ * instance replaces the oldest in t->inference_recent.
  */
 static void inference_entered(gp_profile *p, thread_state *t, uint32_t i)
 {
@@ -1097,15 +1022,9 @@ static void inference_entered(gp_profile *p, thread_state *t, uint32_t i)
     uint32_t old = t->inference_recent[1];
     if (old != NONE) {
         instance *in = &e->instances[old];
-        if (in->saved_inside > 0) {
-            finding_acc *a = finding_get(p, GP_FIND_GRAPH_ESCAPES, in->name);
-            if (a && a->f.count < 64) {
-                escape_items(p, old, in->name);
-            } else if (a) { /* counted, not itemised */
-                a->f.bytes += in->saved_inside;
-                a->f.count++;
-            }
-        }
+        if (in->saved_inside > 0 &&
+            gp__detect_escape(e->detectors, in->name, in->saved_inside, e->now))
+            escape_items(p, old, in->name);
         instance_unref(e, old);
     }
     t->inference_recent[1] = t->inference_recent[0];
@@ -1204,35 +1123,6 @@ static void timeline_advance(gp_profile *p, uint64_t now)
 
 /* ---- iterations ------------------------------------------------------------------------------ */
 
-#define GROWTH_WARMUP 1 /* marks the growth detector skips: the first iteration warms up */
-
-/* A graph tag key's live bytes, at a mark. */
-static void key_growth_mark(gp_profile *p, size_t mark)
-{
-    engine *e = p->internal;
-    if (e->n_key_growth < p->n_tag_keys) {
-        key_growth *g = realloc(e->key_growth, p->n_tag_keys * sizeof *g);
-        if (!g) {
-            e->oom = true;
-            return;
-        }
-        memset(g + e->n_key_growth, 0, (p->n_tag_keys - e->n_key_growth) * sizeof *g);
-        e->key_growth = g;
-        e->n_key_growth = p->n_tag_keys;
-    }
-    for (size_t k = 0; k < p->n_tag_keys; k++) {
-        if (!lp_category_is_graph(p->tag_keys[k].category))
-            continue;
-        key_growth *g = &e->key_growth[k];
-        uint64_t live = p->tag_keys[k].stats.live_bytes;
-        if (mark == GROWTH_WARMUP)
-            g->first = live;
-        else if (mark > GROWTH_WARMUP && live > g->prev)
-            g->grew++;
-        g->prev = g->last = live;
-    }
-}
-
 static void iteration_mark(gp_profile *p, const char *name)
 {
     engine *e = p->internal;
@@ -1247,59 +1137,7 @@ static void iteration_mark(gp_profile *p, const char *name)
     it->time_ns = e->now;
     it->live_bytes = d->pub.live_bytes;
     memcpy(it->live_by_category, d->live_by_cat, sizeof d->live_by_cat);
-    key_growth_mark(p, p->n_iterations - 1);
-}
-
-static uint64_t graph_live(const gp_iteration *it)
-{
-    uint64_t sum = 0;
-    for (int c = 0; c < LP_CAT_COUNT; c++)
-        sum += lp_category_is_graph((lp_category)c) ? it->live_by_category[c] : 0;
-    return sum;
-}
-
-/*
- * The growth detector, at the end. It judges graph memory only (saved, autograd, gradient): a
- * program whose own data grows (a cache, collected results) does not build a graph by growing.
- * The first GROWTH_WARMUP marks warm up; from there to the last mark, the graph memory live at
- * the marks must grow by more than the threshold, in at least 3/4 of the intervals, over 2
- * intervals or more: a steady loop, whose graph memory is the same at every mark, never fires.
- * Items: each graph tag key (category, op, module) that grew, with its top site.
- */
-static void detect_growth(gp_profile *p)
-{
-    engine *e = p->internal;
-    size_t n = p->n_iterations, base = GROWTH_WARMUP;
-    if (n < base + 3)
-        return;
-    const gp_iteration *first = &p->iterations[base], *last = &p->iterations[n - 1];
-    if (graph_live(last) <= graph_live(first) + e->opts->growth_threshold)
-        return;
-    size_t grew = 0;
-    for (size_t i = base + 1; i < n; i++)
-        grew += graph_live(&p->iterations[i]) > graph_live(&p->iterations[i - 1]);
-    if (grew * 4 < (n - 1 - base) * 3)
-        return;
-    finding_acc *a = finding_get(p, GP_FIND_GROWTH, "");
-    if (!a)
-        return;
-    a->f.first_time_ns = first->time_ns;
-    a->f.bytes = graph_live(last) - graph_live(first);
-    a->f.count = grew;
-    for (size_t k = 0; k < e->n_key_growth; k++) {
-        const key_growth *g = &e->key_growth[k];
-        const gp_tag_key *key = &p->tag_keys[k];
-        if (!lp_category_is_graph(key->category) || g->last <= g->first)
-            continue;
-        gp_finding_item *it = gp__push((void **)&a->f.items, &a->f.n_items, &a->cap, sizeof *it);
-        if (!it) {
-            e->oom = true;
-            return;
-        }
-        uint32_t stack = key->top_site != NONE ? p->sites[key->top_site].stack : 0;
-        *it = (gp_finding_item){key->category, key->op, key->module, stack, g->last - g->first,
-                                g->grew};
-    }
+    gp__detect_mark(e->detectors, p);
 }
 
 /* ---- events ---------------------------------------------------------------------------------- */
@@ -1518,20 +1356,13 @@ static void holder_note(gp_profile *p, const gp_event *ev)
                      strtoull(f[6], NULL, 10), ev->time_ns};
 }
 
-/* An autograd_error note (kind, message, op, module, where: tab-separated): the finding of that
- * name, one item per op and module. */
+/* An autograd_error note (kind, message, op, module, where: tab-separated), for the detector
+ * of that name. */
 static void autograd_error_note(gp_profile *p, const gp_event *ev)
 {
     const char *f[5];
-    if (note_fields(p, ev->detail, f, 5) != 5)
-        return;
-    finding_add(p, GP_FIND_AUTOGRAD_ERROR, "", LP_CAT_SAVED, f[2], f[3], 0, 0);
-    finding_acc *a = finding_get(p, GP_FIND_AUTOGRAD_ERROR, "");
-    if (a && !a->f.message) {
-        a->f.error_kind = f[0];
-        a->f.message = f[1];
-        a->f.where = f[4];
-    }
+    if (note_fields(p, ev->detail, f, 5) == 5)
+        gp__detect_autograd_error(p->internal->detectors, f, p->internal->now);
 }
 
 /* Keeps a note (the first GP_MAX_NOTES; the rest are counted) and takes in what the engine
@@ -1705,7 +1536,8 @@ static int finish(gp_profile *p)
     }
     free(best);
     timeline_close_bucket(p);
-    detect_growth(p);
+    if (gp__detectors_finish(e->detectors, p) != 0)
+        return -1;
     /* what only the replay needed: the live set, the lookups by stack id */
     free(e->objects_map.slots);
     e->objects_map = (live_map){0};
@@ -1722,25 +1554,6 @@ static int finish(gp_profile *p)
     free(e->path);
     e->path = NULL;
     e->cap_path = 0;
-    /* findings: items by bytes, largest first; one per (kind, region), by kind then first seen */
-    p->findings = calloc(e->n_findings ? e->n_findings : 1, sizeof *p->findings);
-    if (!p->findings)
-        return -1;
-    for (int k = 0; k < GP_FIND_KIND_COUNT; k++)
-    for (size_t fi = 0; fi < e->n_findings; fi++) {
-        finding_acc *a = &e->findings[fi];
-        if (a->f.kind != (gp_finding_kind)k)
-            continue;
-        for (size_t i = 1; i < a->f.n_items; i++) /* insertion sort: few items, stable */
-            for (size_t j = i; j > 0 && a->f.items[j].bytes > a->f.items[j - 1].bytes; j--) {
-                gp_finding_item tmp = a->f.items[j];
-                a->f.items[j] = a->f.items[j - 1];
-                a->f.items[j - 1] = tmp;
-            }
-        gp_finding *f = &p->findings[p->n_findings++];
-        *f = a->f;
-        a->f.items = NULL;
-    }
     /* publish the devices */
     gp_device_stats *devs = calloc(p->n_devices ? p->n_devices : 1, sizeof *devs);
     if (!devs)
@@ -1795,7 +1608,8 @@ int gp__profile_load_with(const char *path, const gp_analysis_options *opts,
     p->timeline = calloc(e->cap_timeline, sizeof *p->timeline);
     if (!p->symbolizer)
         p->symbolizer = gp_symbolizer_new();
-    if (!p->timeline || !p->symbolizer) {
+    e->detectors = gp__detectors_new(e->opts->growth_threshold, &e->oom);
+    if (!p->timeline || !p->symbolizer || !e->detectors) {
         snprintf(err, err_size, "%s: out of memory", path);
         gp_profile_free(p);
         return -1;
@@ -1858,19 +1672,13 @@ void gp_profile_free(gp_profile *p)
         free(e->module_map.slots);
         free(e->saved_map.slots);
         free(e->region_map.slots);
-        free(e->key_growth);
         free(e->extra);
         free(e->site_sides);
         free(e->host_sites);
         free(e->instances);
         free(e->threads);
         free(e->devices);
-        for (size_t k = 0; k < e->n_findings; k++) {
-            free(e->findings[k].items.slots);
-            free(e->findings[k].f.items);
-        }
-        free(e->findings);
-        free(e->finding_map.slots);
+        gp__detectors_free(e->detectors);
         free(e->key_site_map.slots);
         free(e->key_site_bytes);
         for (size_t i = 0; i < e->n_owned; i++)

@@ -3,7 +3,8 @@
  * live-at-peak by category / device / tag key / call site / module, totals, leaks, temporaries,
  * regions, iterations (marks), the tensors saved for backward, a memory timeline, and the
  * gradient-leak findings. Memory is bounded by live allocations, distinct keys and sites, and the
- * timeline's fixed number of buckets, never by the event count.
+ * timeline's fixed number of buckets, never by the event count. The findings are made by the
+ * detectors (detectors.c), which the replay feeds through internal hooks (detectors.h).
  *
  * Definitions (the README's "Reading a report" says the same for users):
  * - live bytes: allocated and not yet freed, per device. The peak is the host's (device -1) unless

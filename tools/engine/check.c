@@ -23,6 +23,27 @@ void gp_check_rules_default(gp_check_rules *r)
     r->baseline_slack = GP_CHECK_DEFAULT_BASELINE_SLACK;
 }
 
+void gp_check_analysis_options(const gp_check_rules *r, gp_analysis_options *o)
+{
+    if (r->n_regions) {
+        o->inference_regions = r->regions;
+        o->n_inference_regions = r->n_regions;
+    }
+    if (r->has_max_growth)
+        o->growth_threshold = r->max_growth;
+}
+
+gp_check_verdict gp_check_job_verdict(gp_check_result *const *results, size_t n)
+{
+    gp_check_verdict v = GP_CHECK_PASSED;
+    for (size_t i = 0; i < n; i++)
+        if (results[i]->verdict == GP_CHECK_UNJUDGED)
+            return GP_CHECK_UNJUDGED;
+        else if (results[i]->verdict == GP_CHECK_FAILED)
+            v = GP_CHECK_FAILED;
+    return v;
+}
+
 const char *gp_check_kind_name(gp_check_kind k)
 {
     static const char *const names[] = {"forbid",   "max-peak", "max-growth",

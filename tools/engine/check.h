@@ -74,6 +74,11 @@ typedef struct gp_check_rules {
 /* The defaults above; nothing else set. */
 void gp_check_rules_default(gp_check_rules *r);
 
+/* What the replay must know of rules r before gp_check_run judges its profile: r's regions (if
+ * any) become o's inference regions (borrowed from r), and max_growth (if set) o's growth
+ * threshold. The rest of o is left as it is. */
+void gp_check_analysis_options(const gp_check_rules *r, gp_analysis_options *o);
+
 typedef enum gp_check_kind {
     GP_CHECK_FORBID,
     GP_CHECK_MAX_PEAK,
@@ -154,6 +159,10 @@ typedef struct gp_check_result {
 int gp_check_run(const gp_profile *p, const gp_check_rules *rules, gp_check_result **out, char *err,
                  size_t err_size);
 void gp_check_result_free(gp_check_result *r);
+
+/* The verdict of a job of n processes, results[i] of process i (none NULL): unjudged if any
+ * process is, else failed if any is, else passed. */
+gp_check_verdict gp_check_job_verdict(gp_check_result *const *results, size_t n);
 
 /* The name of a violation kind's rule ("forbid", "max-peak", ...; "detector" for detectors). */
 const char *gp_check_kind_name(gp_check_kind k);

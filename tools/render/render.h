@@ -149,6 +149,11 @@ int gp_render_check_text(FILE *out, gp_profile *p, const gp_check_result *r);
 int gp_render_check_json(FILE *out, gp_profile *p, const gp_check_result *r);
 int gp_render_check_junit(FILE *out, gp_profile *p, const gp_check_result *r);
 
+/* The doubts of r as lines for standard error, each after `prefix` ("gradprof check"): a doubt
+ * that decides the verdict as "PREFIX: cannot judge: MESSAGE; OPTION checks it anyway", an
+ * accepted one as "PREFIX: warning: MESSAGE (accepted: OPTION)". */
+void gp_render_check_doubts(FILE *out, const char *prefix, const gp_check_result *r);
+
 /* ---- a job: several processes of one program (ranks), and the pprof and speedscope exports -- */
 
 struct gp_samples;
@@ -221,5 +226,11 @@ int gp_render_check_job_text(FILE *out, const gp_render_process *procs,
                              gp_check_result *const *results, size_t n);
 int gp_render_check_job_json(FILE *out, const gp_render_process *procs,
                              gp_check_result *const *results, size_t n);
+
+/* The check command's output (render_check.c), results[i] of procs[i]: for one process its check
+ * (gp_render_check_text, or _json with json), for several the job's (gp_render_check_job_text
+ * or _json). */
+int gp_render_check_results(FILE *out, const gp_render_process *procs,
+                            gp_check_result *const *results, size_t n, bool json);
 
 #endif /* GRADPROF_TOOLS_RENDER_H */

@@ -133,6 +133,18 @@ static void table_rows(gp__table *t, const gp_check_violation *v, size_t from, s
 
 /* ---- text ------------------------------------------------------------------------------------ */
 
+void gp_render_check_doubts(FILE *out, const char *prefix, const gp_check_result *r)
+{
+    for (size_t i = 0; i < r->n_doubts; i++) {
+        const gp_check_doubt *d = &r->doubts[i];
+        if (d->accepted)
+            fprintf(out, "%s: warning: %s (accepted: %s)\n", prefix, d->message, d->option);
+        else
+            fprintf(out, "%s: cannot judge: %s; %s checks it anyway\n", prefix, d->message,
+                    d->option);
+    }
+}
+
 static void text_headline(FILE *out, const gp_check_result *r)
 {
     size_t nv = r->n_violations;
@@ -452,4 +464,16 @@ int gp_render_check_junit(FILE *out, gp_profile *p, const gp_check_result *r)
         junit_rule(out, p, r, &r->rules[i]);
     fputs("  </testsuite>\n</testsuites>\n", out);
     return ferror(out) ? -1 : 0;
+}
+
+/* ---- the command's output -------------------------------------------------------------------- */
+
+int gp_render_check_results(FILE *out, const gp_render_process *procs,
+                            gp_check_result *const *results, size_t n, bool json)
+{
+    if (n > 1)
+        return json ? gp_render_check_job_json(out, procs, results, n)
+                    : gp_render_check_job_text(out, procs, results, n);
+    return json ? gp_render_check_json(out, procs[0].p, results[0])
+                : gp_render_check_text(out, procs[0].p, results[0]);
 }

@@ -197,18 +197,6 @@ int gp_render_job_json(FILE *out, const gp_render_process *procs, size_t n)
     return gp__jw_finish(&j);
 }
 
-/* The job's verdict: unjudged if any process is, else failed if any is, else passed. */
-static gp_check_verdict job_verdict(gp_check_result *const *results, size_t n)
-{
-    gp_check_verdict v = GP_CHECK_PASSED;
-    for (size_t i = 0; i < n; i++)
-        if (results[i]->verdict == GP_CHECK_UNJUDGED)
-            return GP_CHECK_UNJUDGED;
-        else if (results[i]->verdict == GP_CHECK_FAILED)
-            v = GP_CHECK_FAILED;
-    return v;
-}
-
 int gp_render_check_job_text(FILE *out, const gp_render_process *procs,
                              gp_check_result *const *results, size_t n)
 {
@@ -223,7 +211,7 @@ int gp_render_check_job_text(FILE *out, const gp_render_process *procs,
     size_t counts[3] = {0};
     for (size_t i = 0; i < n; i++)
         counts[results[i]->verdict]++;
-    gp_check_verdict v = job_verdict(results, n);
+    gp_check_verdict v = gp_check_job_verdict(results, n);
     fprintf(out, "%s job of %zu processes: %zu passed, %zu failed, %zu not judged\n\n",
             v == GP_CHECK_PASSED   ? "PASS"
             : v == GP_CHECK_FAILED ? "FAIL"
@@ -259,7 +247,7 @@ int gp_render_check_job_json(FILE *out, const gp_render_process *procs,
     size_t *order = worst_first(procs, results, n);
     if (!order)
         return -1;
-    gp_check_verdict v = job_verdict(results, n);
+    gp_check_verdict v = gp_check_job_verdict(results, n);
     gp__jw j;
     gp__jw_begin(&j, out);
     gp__jw_object(&j, NULL, false);

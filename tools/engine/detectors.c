@@ -1,0 +1,272 @@
+/*
+ * The gradient-leak detectors (detectors.h): findings accumulated per (kind, region) while the
+ * engine replays a trace, and the growth detector, which judges the marks at the end.
+ */
+#include "detectors.h"
+#include "array.h"
+#include "hashmap.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define NONE UINT32_MAX
+
+typedef struct finding_acc {
+    gp_finding f;
+    size_t cap;   /* of f.items */
+    gp_map items; /* (category, op, module) -> item index */
+} finding_acc;
+
+/* A graph tag key's live bytes at the marks, parallel to p->tag_keys. */
+typedef struct key_growth {
+    uint64_t first, prev, last; /* at the first mark after the warm-up, the previous and the last */
+    uint32_t grew;              /* intervals after the warm-up in which it grew */
+} key_growth;
+
+struct gp__detectors {
+    uint64_t growth_threshold;
+    bool *oom;             /* the engine's */
+    finding_acc *findings; /* one per (kind, region), in order of first occurrence */
+    size_t n_findings, cap_findings;
+    gp_map finding_map; /* (kind, region) -> index */
+    key_growth *key_growth;
+    size_t n_key_growth;
+};
+
+static const char *const finding_names[GP_FIND_KIND_COUNT] = {
+    "graph_without_grad",      "forgot_no_grad",          "growth_across_iterations",
+    "param_grad_in_inference", "graph_escapes_inference", "autograd_error"};
+
+const char *gp_finding_kind_name(gp_finding_kind k)
+{
+    return (unsigned)k < GP_FIND_KIND_COUNT ? finding_names[k] : "unknown";
+}
+
+gp__detectors *gp__detectors_new(uint64_t growth_threshold, bool *oom)
+{
+    gp__detectors *d = calloc(1, sizeof *d);
+    if (d) {
+        d->growth_threshold = growth_threshold;
+        d->oom = oom;
+    }
+    return d;
+}
+
+void gp__detectors_free(gp__detectors *d)
+{
+    if (!d)
+        return;
+    for (size_t k = 0; k < d->n_findings; k++) {
+        free(d->findings[k].items.slots);
+        free(d->findings[k].f.items);
+    }
+    free(d->findings);
+    free(d->finding_map.slots);
+    free(d->key_growth);
+    free(d);
+}
+
+/* ---- findings -------------------------------------------------------------------------------- */
+
+/* The accumulator of findings of `kind` in `region` (NULL = none), made on first use. */
+static finding_acc *finding_get(gp__detectors *d, gp_finding_kind kind, const char *region,
+                                uint64_t now)
+{
+    region = region ? region : "";
+    struct gp_map_slot *s = gp__map_find(&d->finding_map, kind, (uintptr_t)region, 0);
+    if (s)
+        return &d->findings[s->v];
+    finding_acc *a = gp__push((void **)&d->findings, &d->n_findings, &d->cap_findings, sizeof *a);
+    if (!a ||
+        !gp__map_put(&d->finding_map, kind, (uintptr_t)region, 0, (uint32_t)(d->n_findings - 1))) {
+        *d->oom = true;
+        return NULL;
+    }
+    a->f.kind = kind;
+    a->f.region = region;
+    a->f.first_time_ns = now;
+    return a;
+}
+
+static void finding_add(gp__detectors *d, gp_finding_kind kind, const char *region, lp_category cat,
+                        const char *op, const char *module, uint32_t stack, uint64_t bytes,
+                        uint64_t now)
+{
+    finding_acc *a = finding_get(d, kind, region, now);
+    if (!a)
+        return;
+    a->f.bytes += bytes;
+    a->f.count++;
+    struct gp_map_slot *s =
+        gp__map_find(&a->items, (uint64_t)cat, (uintptr_t)op, (uintptr_t)module);
+    gp_finding_item *it;
+    if (s) {
+        it = &a->f.items[s->v];
+    } else {
+        it = gp__push((void **)&a->f.items, &a->f.n_items, &a->cap, sizeof *it);
+        if (!it || !gp__map_put(&a->items, (uint64_t)cat, (uintptr_t)op, (uintptr_t)module,
+                                (uint32_t)(a->f.n_items - 1))) {
+            *d->oom = true;
+            return;
+        }
+        *it = (gp_finding_item){.category = cat, .op = op, .module = module, .stack = stack};
+    }
+    it->bytes += bytes;
+    it->count++;
+}
+
+/* ---- the per-buffer detectors ---------------------------------------------------------------- */
+
+void gp__detect_graph_buffer(gp__detectors *d, const gp__grad_context *c, lp_category cat,
+                             const char *op, const char *module, uint32_t stack, uint64_t size,
+                             uint64_t now)
+{
+    if (c->grad_off_depth > 0 && c->grad_on_depth == 0 && c->backward_depth == 0)
+        finding_add(d, GP_FIND_GRAPH_WITHOUT_GRAD, LP_REGION_NO_GRAD, cat, op, module, stack, size,
+                    now);
+    const char *inf = c->inference_region;
+    if (!inf || c->backward_depth > 0)
+        return;
+    bool grad_on = !c->mode_off && c->grad_off_depth == 0 && c->event_grad;
+    if (lp_category_is_graph_structure(cat) && grad_on)
+        finding_add(d, GP_FIND_FORGOT_NO_GRAD, inf, cat, op, module, stack, size, now);
+    if (cat == LP_CAT_GRADIENT)
+        finding_add(d, GP_FIND_PARAM_GRAD_IN_INFERENCE, inf, cat, op, module, stack, size, now);
+}
+
+bool gp__detect_escape(gp__detectors *d, const char *region, uint64_t saved, uint64_t now)
+{
+    finding_acc *a = finding_get(d, GP_FIND_GRAPH_ESCAPES, region, now);
+    if (!a)
+        return false;
+    if (a->f.count < 64) /* bounded, so that a long run cannot make the engine's scan quadratic */
+        return true;
+    a->f.bytes += saved; /* counted, not itemised */
+    a->f.count++;
+    return false;
+}
+
+void gp__detect_escape_item(gp__detectors *d, const char *region, lp_category cat, const char *op,
+                            const char *module, uint32_t stack, uint64_t size, uint64_t now)
+{
+    finding_add(d, GP_FIND_GRAPH_ESCAPES, region, cat, op, module, stack, size, now);
+}
+
+void gp__detect_autograd_error(gp__detectors *d, const char *const f[5], uint64_t now)
+{
+    finding_add(d, GP_FIND_AUTOGRAD_ERROR, "", LP_CAT_SAVED, f[2], f[3], 0, 0, now);
+    finding_acc *a = finding_get(d, GP_FIND_AUTOGRAD_ERROR, "", now);
+    if (a && !a->f.message) {
+        a->f.error_kind = f[0];
+        a->f.message = f[1];
+        a->f.where = f[4];
+    }
+}
+
+/* ---- growth across iterations ---------------------------------------------------------------- */
+
+#define GROWTH_WARMUP 1 /* marks the growth detector skips: the first iteration warms up */
+
+void gp__detect_mark(gp__detectors *d, const gp_profile *p)
+{
+    size_t mark = p->n_iterations - 1;
+    if (d->n_key_growth < p->n_tag_keys) {
+        key_growth *g = realloc(d->key_growth, p->n_tag_keys * sizeof *g);
+        if (!g) {
+            *d->oom = true;
+            return;
+        }
+        memset(g + d->n_key_growth, 0, (p->n_tag_keys - d->n_key_growth) * sizeof *g);
+        d->key_growth = g;
+        d->n_key_growth = p->n_tag_keys;
+    }
+    for (size_t k = 0; k < p->n_tag_keys; k++) {
+        if (!lp_category_is_graph(p->tag_keys[k].category))
+            continue;
+        key_growth *g = &d->key_growth[k];
+        uint64_t live = p->tag_keys[k].stats.live_bytes;
+        if (mark == GROWTH_WARMUP)
+            g->first = live;
+        else if (mark > GROWTH_WARMUP && live > g->prev)
+            g->grew++;
+        g->prev = g->last = live;
+    }
+}
+
+static uint64_t graph_live(const gp_iteration *it)
+{
+    uint64_t sum = 0;
+    for (int c = 0; c < LP_CAT_COUNT; c++)
+        sum += lp_category_is_graph((lp_category)c) ? it->live_by_category[c] : 0;
+    return sum;
+}
+
+/*
+ * The growth detector, at the end. It judges graph memory only (saved, autograd, gradient): a
+ * program whose own data grows (a cache, collected results) does not build a graph by growing.
+ * The first GROWTH_WARMUP marks warm up; from there to the last mark, the graph memory live at
+ * the marks must grow by more than the threshold, in at least 3/4 of the intervals, over 2
+ * intervals or more: a steady loop, whose graph memory is the same at every mark, never fires.
+ * Items: each graph tag key (category, op, module) that grew, with its top site.
+ */
+static void detect_growth(gp__detectors *d, const gp_profile *p)
+{
+    size_t n = p->n_iterations, base = GROWTH_WARMUP;
+    if (n < base + 3)
+        return;
+    const gp_iteration *first = &p->iterations[base], *last = &p->iterations[n - 1];
+    if (graph_live(last) <= graph_live(first) + d->growth_threshold)
+        return;
+    size_t grew = 0;
+    for (size_t i = base + 1; i < n; i++)
+        grew += graph_live(&p->iterations[i]) > graph_live(&p->iterations[i - 1]);
+    if (grew * 4 < (n - 1 - base) * 3)
+        return;
+    finding_acc *a = finding_get(d, GP_FIND_GROWTH, "", first->time_ns);
+    if (!a)
+        return;
+    a->f.first_time_ns = first->time_ns;
+    a->f.bytes = graph_live(last) - graph_live(first);
+    a->f.count = grew;
+    for (size_t k = 0; k < d->n_key_growth; k++) {
+        const key_growth *g = &d->key_growth[k];
+        const gp_tag_key *key = &p->tag_keys[k];
+        if (!lp_category_is_graph(key->category) || g->last <= g->first)
+            continue;
+        gp_finding_item *it = gp__push((void **)&a->f.items, &a->f.n_items, &a->cap, sizeof *it);
+        if (!it) {
+            *d->oom = true;
+            return;
+        }
+        uint32_t stack = key->top_site != NONE ? p->sites[key->top_site].stack : 0;
+        *it = (gp_finding_item){key->category,      key->op, key->module, stack,
+                                g->last - g->first, g->grew};
+    }
+}
+
+/* ---- the end --------------------------------------------------------------------------------- */
+
+int gp__detectors_finish(gp__detectors *d, gp_profile *p)
+{
+    detect_growth(d, p);
+    /* items by bytes, largest first; one finding per (kind, region), by kind then first seen */
+    p->findings = calloc(d->n_findings ? d->n_findings : 1, sizeof *p->findings);
+    if (!p->findings)
+        return -1;
+    for (int k = 0; k < GP_FIND_KIND_COUNT; k++)
+        for (size_t fi = 0; fi < d->n_findings; fi++) {
+            finding_acc *a = &d->findings[fi];
+            if (a->f.kind != (gp_finding_kind)k)
+                continue;
+            for (size_t i = 1; i < a->f.n_items; i++) /* insertion sort: few items, stable */
+                for (size_t j = i; j > 0 && a->f.items[j].bytes > a->f.items[j - 1].bytes; j--) {
+                    gp_finding_item tmp = a->f.items[j];
+                    a->f.items[j] = a->f.items[j - 1];
+                    a->f.items[j - 1] = tmp;
+                }
+            gp_finding *f = &p->findings[p->n_findings++];
+            *f = a->f;
+            a->f.items = NULL; /* the profile's now */
+        }
+    return 0;
+}

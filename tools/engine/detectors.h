@@ -1,0 +1,83 @@
+/*
+ * The gradient-leak detectors (DESIGN.md "Detectors"; the finding kinds are gp_finding_kind in
+ * analysis.h), internal to the engine. The replay (analysis.c) owns one gp__detectors per load
+ * and feeds it through the hooks below, in event order, with the facts each detector judges: the
+ * detectors see no engine state, and read the profile only through its public fields. At the end
+ * gp__detectors_finish runs the growth detector and hands every finding to the profile.
+ *
+ * Findings are one per (kind, region), made the first time a hook reports one, with
+ * first_time_ns = that hook's `now`; their items are one per (category, op, module), with the
+ * stack of the first buffer of it. Strings passed in are borrowed: they must live as long as the
+ * profile (the profile's interned strings do).
+ *
+ * Out of memory: a hook that cannot record sets the engine's flag (`oom` of gp__detectors_new)
+ * and returns; the engine then fails the load.
+ */
+#ifndef GRADPROF_TOOLS_DETECTORS_H
+#define GRADPROF_TOOLS_DETECTORS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "analysis.h"
+
+typedef struct gp__detectors gp__detectors;
+
+/* New detectors with the growth detector's threshold (gp_analysis_options.growth_threshold).
+ * `oom` is the engine's out-of-memory flag, which the hooks set (never clear); it must outlive
+ * the detectors. NULL when out of memory. */
+gp__detectors *gp__detectors_new(uint64_t growth_threshold, bool *oom);
+
+/* Frees the detectors and the findings not handed to a profile. NULL is a no-op. */
+void gp__detectors_free(gp__detectors *d);
+
+/* The grad context of a buffer's thread when the buffer entered a graph category. */
+typedef struct gp__grad_context {
+    int grad_off_depth; /* open grad-off scopes (no_grad, inference_mode) */
+    int grad_on_depth;  /* open scopes that turn grad back on (enable_grad, inference_mode off) */
+    int backward_depth; /* open backward passes */
+    bool mode_off;      /* the thread's last grad-mode event turned grad off */
+    bool event_grad;    /* the event's own grad-enabled flag */
+    const char *inference_region; /* the innermost open inference region, NULL if none */
+} gp__grad_context;
+
+/*
+ * A buffer of `size` bytes entered graph category `cat` (lp_category_is_graph: allocated so, or
+ * tagged or retagged into it), made at call stack `stack` under tag (op, module), in context c:
+ * graph_without_grad inside a grad-off scope (not inside enable_grad or backward);
+ * forgot_no_grad for a graph built (SAVED, AUTOGRAD) with grad on inside an inference region;
+ * param_grad_in_inference for a GRADIENT inside an inference region (not inside backward).
+ */
+void gp__detect_graph_buffer(gp__detectors *d, const gp__grad_context *c, lp_category cat,
+                             const char *op, const char *module, uint32_t stack, uint64_t size,
+                             uint64_t now);
+
+/*
+ * An instance of inference region `region` that ended two entries of it ago (on its thread) still
+ * holds `saved` > 0 bytes saved for backward: outputs left the region attached to a graph that
+ * something keeps (graph_escapes_inference; an output kept only until the next entry replaces it
+ * is not an escape, which is why the engine asks one entry later). Returns true when the finding
+ * wants the buffers listed (its first 64): the engine then calls gp__detect_escape_item once per
+ * live buffer of that instance that is saved for backward; false when it counted `saved` itself.
+ */
+bool gp__detect_escape(gp__detectors *d, const char *region, uint64_t saved, uint64_t now);
+void gp__detect_escape_item(gp__detectors *d, const char *region, lp_category cat, const char *op,
+                            const char *module, uint32_t stack, uint64_t size, uint64_t now);
+
+/* A mark was appended to p->iterations: the growth detector notes each graph tag key's live
+ * bytes there. */
+void gp__detect_mark(gp__detectors *d, const gp_profile *p);
+
+/* An autograd_error note of the PyTorch helper, its fields f = kind, message, op, module, where:
+ * the autograd_error finding, one item per (op, module); the first error's kind, message and
+ * where are the finding's. */
+void gp__detect_autograd_error(gp__detectors *d, const char *const f[5], uint64_t now);
+
+/*
+ * At the end of the replay, once p's tag keys have their top_site: runs the growth detector over
+ * p->iterations, then hands every finding to p (p->findings, n_findings; ordered by kind, then
+ * by first occurrence; items by bytes, largest first). Returns 0, or -1 when out of memory.
+ */
+int gp__detectors_finish(gp__detectors *d, gp_profile *p);
+
+#endif /* GRADPROF_TOOLS_DETECTORS_H */
