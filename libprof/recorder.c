@@ -254,8 +254,8 @@ static struct {
     bool handlers_installed;
 } R = {.fd = -1, .lock = PTHREAD_MUTEX_INITIALIZER};
 
-/* Set once the program has called pthread_cancel (preload.c): from then on the whole event path
- * runs with cancellation disabled. Before, only the recorder's writes do. */
+/* Set once the program has called pthread_cancel (preload.c): from then on stack unwinding runs
+ * with cancellation disabled too. Before, only the recorder's writes, opens and rescans do. */
 atomic_bool lp__cancel_used;
 
 /* Who holds a buffer's `busy` flag. */
