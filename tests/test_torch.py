@@ -348,6 +348,94 @@ def test_retention(E):
 
 # ---- the pytest plugin ------------------------------------------------------------------------------
 
+# ---- CUDA tensors: the helper's device handling, without a GPU -----------------------------------
+
+def test_cuda_tags(E):
+    """The helper's CUDA path on a machine without a GPU (tests/gpu/run_gpu_checks.sh runs it on
+    one): torch devices map to libprof's (cpu -> host, cuda:N -> N, others and ordinals past
+    LP_MAX_CUDA_DEVICES -> none); CUDA tensors are tagged only in the modes where each storage is
+    a device allocation the recorder saw (preload with the CUPTI module and
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1, or standalone); a CUDA tensor's storage, its tag and its
+    saved-tensor retags go to its device, a CPU tensor's to the host."""
+    import torch
+    sys.path.insert(0, E.helper_dir)
+    import gradprof_torch as gp
+    host = gp._HOST
+    got = {d: gp._lp_device(d) for d in ("cpu", "cuda:0", "cuda:3", "cuda:7", "cuda:8", "meta")}
+    expect(got == {"cpu": host, "cuda:0": 0, "cuda:3": 3, "cuda:7": 7, "cuda:8": None,
+                   "meta": None}, "device strings map to lp devices (%s)" % got)
+    expect(gp._lp_device(torch.device("cuda", 2)) == 2 and gp._lp_device("bogus") is None,
+           "torch.device objects map too; a bad string gives none")
+    inj = {"CUDA_INJECTION64_PATH": "/usr/lib/gradprof/libprof_cupti.so"}
+    cases = [("preload", {}, False), ("preload", inj, False),
+             ("preload", dict(inj, PYTORCH_NO_CUDA_MEMORY_CACHING="1"), True),
+             ("preload", dict(inj, PYTORCH_NO_CUDA_MEMORY_CACHING="0"), False),
+             ("preload", {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, False),
+             ("standalone", {}, True), ("off", {}, False)]
+    for mode, env, want in cases:
+        expect(gp._cuda_tags(mode, env) is want, "CUDA tags in %s with %s: %s" % (mode, env, want))
+
+    class FakeStorage:
+        def data_ptr(self):
+            return 0x7f3a00000000
+
+        def nbytes(self):
+            return 4096
+
+    class FakeCuda:  # what the helper reads of a CUDA tensor
+        device = torch.device("cuda", 1)
+        layout = torch.strided
+        is_quantized = False
+        requires_grad = True
+        shape = (32, 32)
+
+        def untyped_storage(self):
+            return FakeStorage()
+
+    class FakeLib:
+        def __init__(self, mode):
+            self.mode, self.calls = mode, []
+
+        def tag_new(self, *a):
+            self.calls.append(("tag_new",) + a)
+
+        def retag(self, *a):
+            self.calls.append(("retag",) + a)
+
+        def untag(self, *a):
+            self.calls.append(("untag",) + a)
+
+    os.environ.update(inj, PYTORCH_NO_CUDA_MEMORY_CACHING="1")
+    try:
+        st = gp._State()
+        st.lib = FakeLib("preload")
+        fake, cpu = FakeCuda(), torch.zeros(64, 64)
+        info = st.storage_of(fake)
+        expect(info is not None and tuple(info) == (0x7f3a00000000, 4096) and info.device == 1,
+               "a CUDA tensor's storage is on its device (%r)" % (info,))
+        ci = st.storage_of(cpu)
+        expect(ci is not None and ci.device == host and ci[0] == cpu.data_ptr(),
+               "a CPU tensor's storage is on the host")
+        st.tag_param(fake, "Net.fc", "weight", "parameter")
+        tags = [c for c in st.lib.calls if c[0] == "tag_new"]
+        expect(tags and tags[0][1] == 0x7f3a00000000 and tags[0][3] == gp.PARAMETER and
+               tags[0][-1] == 1, "a CUDA parameter is tagged on its device (%s)" % tags)
+        st.lib.calls.clear()
+        x = torch.ones(8, requires_grad=True)
+        y = (x * 2).relu()  # a tensor with a grad_fn, as saved tensors have
+        y_key = st._saved_key(y, y.grad_fn)
+        st.saved_release(y_key)
+        devs = [(c[0], c[-1]) for c in st.lib.calls]
+        expect(devs == [("retag", host), ("retag", host)],
+               "a CPU tensor saved and released is retagged on the host (%s)" % devs)
+        os.environ["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "0"
+        expect(st.storage_of(fake) is None and st.storage_of(cpu) is not None,
+               "with the caching allocator on, CUDA tensors are left alone, CPU ones not")
+    finally:
+        for k in list(inj) + ["PYTORCH_NO_CUDA_MEMORY_CACHING"]:
+            os.environ.pop(k, None)
+
+
 def test_pytest(E):
     """tests/torch_pytest_sample.py under `pytest -p gradprof_pytest`, in-process (no LD_PRELOAD,
     libprof.so from GRADPROF_LIBPROF, no trace file written): exactly the tests named *_fails
@@ -687,7 +775,7 @@ def test_aligned(E, prog):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("subtest", choices=["unmodified", "instrumented", "accumulate", "helper",
-                                        "retention", "pytest",
+                                        "retention", "cuda_tags", "pytest",
                                         "aligned"])
     ap.add_argument("--program", choices=ALIGNED_PROGRAMS, help="for aligned")
     ap.add_argument("--gradprof", required=True)
@@ -712,6 +800,7 @@ def main():
     else:
         {"unmodified": test_unmodified, "instrumented": test_instrumented,
          "accumulate": test_accumulate, "helper": test_helper, "retention": test_retention,
+         "cuda_tags": test_cuda_tags,
          "pytest": test_pytest}[args.subtest](E)
     log("test_torch %s: %d failure(s) in %.0f s" % (name, len(FAILURES), time.time() - t0))
     return 1 if FAILURES else 0
