@@ -348,6 +348,75 @@ def test_retention(E):
 
 # ---- the pytest plugin ------------------------------------------------------------------------------
 
+# ---- the pitfalls the no_grad guides warn about, unmodified, and their fixes ----------------------
+
+# script -> (the check options that judge it, what the pitfall's finding must name)
+PITFALLS = {
+    "pitfall_autocast.py": ((), "forgot_no_grad"),
+    "pitfall_jit.py": ((), "forgot_no_grad"),
+    "pitfall_inplace.py": (("--forbid", "none"), "autograd_error"),
+    "pitfall_inference_tensor.py": (("--forbid", "none"), "autograd_error"),
+}
+
+
+def test_pitfalls(E):
+    """Each pitfall of examples/pytorch/pitfall_*.py and its --fixed variant, run as they are
+    under `gradprof run` with its default options (the helper attaches itself): `check` fails the
+    pitfall with a finding that names it -- autocast's cached bfloat16 weight copies saved with
+    grad on (op autocast::weight_cast), the TorchScript model evaluated without no_grad
+    (TopLevelTracedModule), the in-place op on a saved tensor (PyTorch's version-counter error:
+    op aten::sigmoid, module Sequential.1, the program's line), the inference_mode tensor saved
+    for backward -- and passes the fix; `report` shows the same finding. The in-place and
+    inference-tensor programs fine-tune, so they are judged by the detectors alone."""
+    traces, jobs = {}, []
+    for script in PITFALLS:
+        for fixed in (False, True):
+            t = E.path("pit_%s%s.gptrace" % (script[:-3], "_fixed" if fixed else ""))
+            traces[(script, fixed)] = t
+            remove_traces(t)
+            cmd = [E.gradprof, "run", "-o", t, "--", PY, os.path.join(E.pytorch, script)]
+            # the in-place and inference-tensor pitfalls exit with autograd's error
+            jobs.append(lambda cmd=cmd, fixed=fixed: run(cmd + (["--fixed"] if fixed else []),
+                                                         expect_rc=(0,) if fixed else (0, 1)))
+    parallel(jobs)
+    keys = list(traces)
+    checks = dict(zip(keys, parallel([check_json(E, traces[k], *PITFALLS[k[0]][0])
+                                      for k in keys])))
+    reports = dict(zip(PITFALLS, parallel([report_json(E, traces[(s, False)])
+                                           for s in PITFALLS])))
+    for (script, fixed), (rc, c) in checks.items():
+        rule = PITFALLS[script][1]
+        failed = sorted({v["rule"] for v in c["violations"]})
+        log("%s%s: check rc %d, failed %s; %s" % (script, " --fixed" if fixed else "", rc,
+                                                  failed, c.get("summary", "")[:200]))
+        if fixed:
+            expect(rc == 0 and c["passed"], "%s --fixed: check passes" % script)
+            continue
+        expect(rc == 1 and rule in failed, "%s: check fails it with %s" % (script, rule))
+        items = [i for v in c["violations"] if v["rule"] == rule for i in v["items"]]
+        if script == "pitfall_autocast.py":
+            casts = [i for i in items if i["op"] == "autocast::weight_cast"]
+            expect(any(i["module"] == "Sequential.2" and i["bytes"] == 512 * 512 * 2
+                       for i in casts),
+                   "autocast: the finding names the cached bfloat16 weight copy of Sequential.2 "
+                   "(%s)" % [(i["op"], i["module"], i["bytes"]) for i in items[:4]])
+        elif script == "pitfall_jit.py":
+            expect(items and all(i["module"] == "TopLevelTracedModule" for i in items),
+                   "jit: the finding names the traced model (%s)"
+                   % sorted({i["module"] for i in items}))
+        elif script == "pitfall_inplace.py":
+            expect(any(i["op"] == "aten::sigmoid" and i["module"] == "Sequential.1"
+                       for i in items), "inplace: the error names the op and the module")
+            expect("changed in place" in c["summary"] and "pitfall_inplace.py:" in c["summary"],
+                   "inplace: the verdict is the version-counter error with the line")
+        else:
+            expect("inference_mode tensor was saved for backward" in c["summary"] and
+                   "pitfall_inference_tensor.py:" in c["summary"],
+                   "inference tensor: the verdict names it with the line")
+        kinds = {f["kind"] for f in reports[script]["findings"]}
+        expect(rule in kinds, "%s: report has the finding %s (%s)" % (script, rule, sorted(kinds)))
+
+
 # ---- CUDA tensors: the helper's device handling, without a GPU -----------------------------------
 
 def test_cuda_tags(E):
@@ -775,7 +844,7 @@ def test_aligned(E, prog):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("subtest", choices=["unmodified", "instrumented", "accumulate", "helper",
-                                        "retention", "cuda_tags", "pytest",
+                                        "retention", "pitfalls", "cuda_tags", "pytest",
                                         "aligned"])
     ap.add_argument("--program", choices=ALIGNED_PROGRAMS, help="for aligned")
     ap.add_argument("--gradprof", required=True)
@@ -800,7 +869,7 @@ def main():
     else:
         {"unmodified": test_unmodified, "instrumented": test_instrumented,
          "accumulate": test_accumulate, "helper": test_helper, "retention": test_retention,
-         "cuda_tags": test_cuda_tags,
+         "pitfalls": test_pitfalls, "cuda_tags": test_cuda_tags,
          "pytest": test_pytest}[args.subtest](E)
     log("test_torch %s: %d failure(s) in %.0f s" % (name, len(FAILURES), time.time() - t0))
     return 1 if FAILURES else 0

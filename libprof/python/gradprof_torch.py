@@ -640,6 +640,12 @@ class _State:
                 return ptr
             op = "leaf" if fn is None else _op_name(fn)
             detail = "[%s]" % ",".join(str(d) for d in t.shape)
+            weight = _autocast_weight(fn, self.param_keys, any(
+                e.kind == "ctx" and e.name == "autocast" for e in self.tls.stack))
+            if weight is not None:  # autocast's cached copy of a weight, with a graph
+                op = AUTOCAST_WEIGHT_CAST
+                detail = "%s copy of %s %s" % (str(t.dtype).replace("torch.", ""),
+                                               str(weight.dtype).replace("torch.", ""), detail)
             where = _user_lines(sys._getframe(3))
             if where:
                 detail += " at " + where
@@ -696,6 +702,35 @@ class _State:
 
 
 _S = _State()
+# The op of a saved tensor that is autocast's cast copy of a weight (_autocast_weight).
+AUTOCAST_WEIGHT_CAST = "autocast::weight_cast"
+_VIEW_NODES = ("TBackward0", "TransposeBackward0", "PermuteBackward0", "ViewBackward0",
+               "ExpandBackward0", "UnsqueezeBackward0", "AliasBackward0")
+
+
+def _autocast_weight(fn, param_keys, in_autocast):
+    """The weight (a parameter, by its storage base in param_keys) whose cast copy a saved tensor
+    made by grad_fn `fn` is, if the program is in a torch.autocast block (in_autocast: inside the
+    op that saves, autocast's dispatch key is excluded, so torch.is_autocast_*_enabled() says
+    False) and `fn` is that cast (a _to_copy of the parameter, possibly seen through a view such
+    as the transpose linear saves); else None. While grad is on autocast keeps such a copy of
+    every weight in its cache until the autocast block ends, and autograd saves it."""
+    for _ in range(4):
+        if not in_autocast or fn is None:
+            return None
+        name = type(fn).__name__
+        if name == "ToCopyBackward0":
+            for nxt, _i in fn.next_functions:
+                v = getattr(nxt, "variable", None)  # AccumulateGrad of a leaf
+                if v is not None and v.data_ptr() in param_keys:
+                    return v
+            return None
+        if name not in _VIEW_NODES or not fn.next_functions:
+            return None
+        fn = fn.next_functions[0][0]
+    return None
+
+
 _OP_RE = re.compile(r"Backward\d*$")
 _WORD_RE = re.compile(r"(?<=[a-z0-9])(?=[A-Z][a-z])|(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
