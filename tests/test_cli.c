@@ -1009,6 +1009,24 @@ static void test_check_unclassified(void **state)
     expect_rc(gradprof("check ls.gptrace"), 2);
     contains(err, "are untagged and have no call stack");
     expect_rc(gradprof("check ls.gptrace --allow-unclassified"), 0);
+    /* a tagging source attached (parameters tagged: the PyTorch helper without stacks): judged */
+    char path[600];
+    snprintf(path, sizeof path, "%s/helper.gptrace", tmpdir);
+    tb *b = tb_open(path, "python3");
+    assert_non_null(b);
+    tb_thread(b, 1, "main");
+    tb_at(b, 1000);
+    tb_alloc(b, 0x1000, 1000, 0);
+    tb_tag(b, 0x1000, 1000, LP_CAT_PARAMETER, "parameter", "Net.fc", "weight", true, 0);
+    tb_alloc(b, 0x8000, 9000, 0);
+    tb_at(b, 2000);
+    tb_free(b, 0x8000);
+    tb_free(b, 0x1000);
+    tb_end(b);
+    assert_int_equal(tb_close(b), 0);
+    expect_rc(gradprof("check helper.gptrace"), 0);
+    contains(out, "PASS");
+    lacks(err, "cannot judge");
 }
 
 /* ---- output files ---------------------------------------------------------------------------- */
