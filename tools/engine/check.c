@@ -121,7 +121,8 @@ int gp_check_classified(const gp_profile *p, uint64_t *unclassified, char *why, 
      * PyTorch helper), never from a frame rule: with one attached, what it did not tag is not
      * the graph memory it tags. */
     if (total == 0 || tagged > 0 ||
-        (unsigned __int128)bytes * 100 <= (unsigned __int128)total * GP_CHECK_UNCLASSIFIED_MAX_PERCENT)
+        (unsigned __int128)bytes * 100 <=
+            (unsigned __int128)total * GP_CHECK_UNCLASSIFIED_MAX_PERCENT)
         return 0;
     snprintf(why, why_size,
              "'%s': %" PRIu64 "%% of the bytes allocated (%" PRIu64 " of %" PRIu64
