@@ -41,7 +41,8 @@ What it records:
 * **tensors saved for backward** (``torch.autograd.graph.saved_tensors_hooks``, active during the
   model's forward): the saved tensor's storage is retagged ``saved`` with op = the ATen operator
   that made it, from its ``grad_fn`` (``aten::relu``, ``aten::addmm``, ``aten::convolution``;
-  ``leaf`` for a tensor without one, such as max-pool indices), module = the innermost module
+  ``leaf`` for a tensor without one, such as max-pool indices; ``autocast::weight_cast`` for
+  autocast's cached cast copy of a weight, _autocast_weight), module = the innermost module
   running (the module that saves it), detail = the shape and the program's own lines at that
   moment (``[64,512] at model.py:88 (forward) < eval.py:36 (main)``). A storage saved several times is retagged once and goes back
   to ``activation`` when the last saver lets go (after backward, or when the output that owns the
