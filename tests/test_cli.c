@@ -1009,6 +1009,24 @@ static void test_check_unclassified(void **state)
     expect_rc(gradprof("check ls.gptrace"), 2);
     contains(err, "are untagged and have no call stack");
     expect_rc(gradprof("check ls.gptrace --allow-unclassified"), 0);
+    /* a tagging source attached (parameters tagged: the PyTorch helper without stacks): judged */
+    char path[600];
+    snprintf(path, sizeof path, "%s/helper.gptrace", tmpdir);
+    tb *b = tb_open(path, "python3");
+    assert_non_null(b);
+    tb_thread(b, 1, "main");
+    tb_at(b, 1000);
+    tb_alloc(b, 0x1000, 1000, 0);
+    tb_tag(b, 0x1000, 1000, LP_CAT_PARAMETER, "parameter", "Net.fc", "weight", true, 0);
+    tb_alloc(b, 0x8000, 9000, 0);
+    tb_at(b, 2000);
+    tb_free(b, 0x8000);
+    tb_free(b, 0x1000);
+    tb_end(b);
+    assert_int_equal(tb_close(b), 0);
+    expect_rc(gradprof("check helper.gptrace"), 0);
+    contains(out, "PASS");
+    lacks(err, "cannot judge");
 }
 
 /* ---- output files ---------------------------------------------------------------------------- */
@@ -1274,6 +1292,51 @@ static void test_run_preload_env(void **state)
     contains(out, "libprof_preload.so:libm.so.6");
 }
 
+/* A Python program is recorded without stacks unless the user says otherwise; others as told. */
+static void test_run_python_stacks(void **state)
+{
+    /* a Python by its name (a shell script here: the name decides) */
+    char path[600];
+    snprintf(path, sizeof path, "%s/python-fake", tmpdir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("#!/bin/sh\necho \"depth=$GRADPROF_STACK_DEPTH marker=$GRADPROF_PYTHON_NO_STACKS "
+          "sample=$GRADPROF_STACK_SAMPLE\"\n",
+          f);
+    fclose(f);
+    assert_int_equal(chmod(path, 0755), 0);
+    expect_rc(gradprof("run -o a.%%p -- ./python-fake"), 0);
+    contains(out, "depth=0 marker=1 sample=\n");
+    expect_rc(gradprof("run --stack-depth 16 -o b.%%p -- ./python-fake"), 0);
+    contains(out, "depth=16 marker= sample=\n");
+    expect_rc(gradprof("run --stack-sample 64k -o c.%%p -- ./python-fake"), 0);
+    contains(out, "depth= marker= sample=65536\n");
+    expect_rc(gradprof("run --no-torch -o d.%%p -- ./python-fake"), 0);
+    contains(out, "depth= marker= sample=\n");
+    expect_rc(sh("GRADPROF_STACK_SAMPLE=4096 '" GRADPROF_BIN "' run -o e.%%p -- ./python-fake"), 0);
+    contains(out, "depth= marker= sample=4096\n");
+    expect_rc(sh("GRADPROF_TORCH=0 '" GRADPROF_BIN "' run -o g.%%p -- ./python-fake"), 0);
+    contains(out, "depth= marker= sample=\n");
+    /* not a Python program */
+    expect_rc(gradprof("run -o h.%%p -- /bin/sh -c 'echo \"depth=$GRADPROF_STACK_DEPTH\"'"), 0);
+    contains(out, "depth=\n");
+    /* a script whose #! line names python, found on PATH */
+    if (access(PYTHON, X_OK) == 0) {
+        snprintf(path, sizeof path, "%s/tool", tmpdir);
+        f = fopen(path, "w");
+        assert_non_null(f);
+        fputs("#!" PYTHON "\nimport os\nprint('depth=%s' % os.environ.get('GRADPROF_STACK_DEPTH'))"
+              "\n",
+              f);
+        fclose(f);
+        assert_int_equal(chmod(path, 0755), 0);
+        expect_rc(sh("PATH=\"$PWD:$PATH\" '" GRADPROF_BIN "' run -o t.%%p -- tool"), 0);
+        contains(out, "depth=0\n");
+        /* the startup hook says it once when the program never imported torch */
+        contains(err, "did not import torch");
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1309,6 +1372,7 @@ int main(void)
 #ifdef GRADPROF_MLP_INFER
         cmocka_unit_test_setup_teardown(test_run_mlp_infer, setup, teardown),
 #endif
+        cmocka_unit_test_setup_teardown(test_run_python_stacks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_run_exit_status, setup, teardown),
         cmocka_unit_test_setup_teardown(test_run_not_found, setup, teardown),
         cmocka_unit_test_setup_teardown(test_run_output, setup, teardown),

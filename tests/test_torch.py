@@ -184,7 +184,10 @@ def test_instrumented(E):
             t[k] = E.path("i_%s_%s.gptrace" % (m, g))
             s[k] = E.path("i_%s_%s.saved.json" % (m, g))
             flag = "--grad" if g == "grad" else "--no-grad"
-            jobs.append(record(E, t[k], m + ".py", [flag, "--instrument", "--saved-report", s[k]]))
+            # with stacks (STACK_RUN_OPTS): without them a 40-byte bias can pair with a Python
+            # object of its size in the aligned diff, and parameters are compared to the byte
+            jobs.append(record(E, t[k], m + ".py", [flag, "--instrument", "--saved-report", s[k]],
+                               opts=STACK_RUN_OPTS))
     parallel(jobs)
     d_mlp, d_cnn, c_mg, c_mn, c_cg, c_cn, r_mlp, r_cnn = parallel([
         diff_json(E, t["mlpgrad"], t["mlpnograd"]), diff_json(E, t["cnngrad"], t["cnnnograd"]),
@@ -348,6 +351,163 @@ def test_retention(E):
 
 # ---- the pytest plugin ------------------------------------------------------------------------------
 
+# ---- the pitfalls the no_grad guides warn about, unmodified, and their fixes ----------------------
+
+# script -> (the check options that judge it, what the pitfall's finding must name)
+PITFALLS = {
+    "pitfall_autocast.py": ((), "forgot_no_grad"),
+    "pitfall_jit.py": ((), "forgot_no_grad"),
+    "pitfall_inplace.py": (("--forbid", "none"), "autograd_error"),
+    "pitfall_inference_tensor.py": (("--forbid", "none"), "autograd_error"),
+}
+
+
+def test_pitfalls(E):
+    """Each pitfall of examples/pytorch/pitfall_*.py and its --fixed variant, run as they are
+    under `gradprof run` with its default options (the helper attaches itself): `check` fails the
+    pitfall with a finding that names it -- autocast's cached bfloat16 weight copies saved with
+    grad on (op autocast::weight_cast), the TorchScript model evaluated without no_grad
+    (TopLevelTracedModule), the in-place op on a saved tensor (PyTorch's version-counter error:
+    op aten::sigmoid, module Sequential.1, the program's line), the inference_mode tensor saved
+    for backward -- and passes the fix; `report` shows the same finding. The in-place and
+    inference-tensor programs fine-tune, so they are judged by the detectors alone."""
+    traces, jobs = {}, []
+    for script in PITFALLS:
+        for fixed in (False, True):
+            t = E.path("pit_%s%s.gptrace" % (script[:-3], "_fixed" if fixed else ""))
+            traces[(script, fixed)] = t
+            remove_traces(t)
+            cmd = [E.gradprof, "run", "-o", t, "--", PY, os.path.join(E.pytorch, script)]
+            # the in-place and inference-tensor pitfalls exit with autograd's error
+            jobs.append(lambda cmd=cmd, fixed=fixed: run(cmd + (["--fixed"] if fixed else []),
+                                                         expect_rc=(0,) if fixed else (0, 1)))
+    parallel(jobs)
+    keys = list(traces)
+    checks = dict(zip(keys, parallel([check_json(E, traces[k], *PITFALLS[k[0]][0])
+                                      for k in keys])))
+    reports = dict(zip(PITFALLS, parallel([report_json(E, traces[(s, False)])
+                                           for s in PITFALLS])))
+    for (script, fixed), (rc, c) in checks.items():
+        rule = PITFALLS[script][1]
+        failed = sorted({v["rule"] for v in c["violations"]})
+        log("%s%s: check rc %d, failed %s; %s" % (script, " --fixed" if fixed else "", rc,
+                                                  failed, c.get("summary", "")[:200]))
+        if fixed:
+            expect(rc == 0 and c["passed"], "%s --fixed: check passes" % script)
+            continue
+        expect(rc == 1 and rule in failed, "%s: check fails it with %s" % (script, rule))
+        items = [i for v in c["violations"] if v["rule"] == rule for i in v["items"]]
+        if script == "pitfall_autocast.py":
+            casts = [i for i in items if i["op"] == "autocast::weight_cast"]
+            expect(any(i["module"] == "Sequential.2" and i["bytes"] == 512 * 512 * 2
+                       for i in casts),
+                   "autocast: the finding names the cached bfloat16 weight copy of Sequential.2 "
+                   "(%s)" % [(i["op"], i["module"], i["bytes"]) for i in items[:4]])
+        elif script == "pitfall_jit.py":
+            expect(items and all(i["module"] == "TopLevelTracedModule" for i in items),
+                   "jit: the finding names the traced model (%s)"
+                   % sorted({i["module"] for i in items}))
+        elif script == "pitfall_inplace.py":
+            expect(any(i["op"] == "aten::sigmoid" and i["module"] == "Sequential.1"
+                       for i in items), "inplace: the error names the op and the module")
+            expect("changed in place" in c["summary"] and "pitfall_inplace.py:" in c["summary"],
+                   "inplace: the verdict is the version-counter error with the line")
+        else:
+            expect("inference_mode tensor was saved for backward" in c["summary"] and
+                   "pitfall_inference_tensor.py:" in c["summary"],
+                   "inference tensor: the verdict names it with the line")
+        kinds = {f["kind"] for f in reports[script]["findings"]}
+        expect(rule in kinds, "%s: report has the finding %s (%s)" % (script, rule, sorted(kinds)))
+
+
+# ---- CUDA tensors: the helper's device handling, without a GPU -----------------------------------
+
+def test_cuda_tags(E):
+    """The helper's CUDA path on a machine without a GPU (tests/gpu/run_gpu_checks.sh runs it on
+    one): torch devices map to libprof's (cpu -> host, cuda:N -> N, others and ordinals past
+    LP_MAX_CUDA_DEVICES -> none); CUDA tensors are tagged only in the modes where each storage is
+    a device allocation the recorder saw (preload with the CUPTI module and
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1, or standalone); a CUDA tensor's storage, its tag and its
+    saved-tensor retags go to its device, a CPU tensor's to the host."""
+    import torch
+    sys.path.insert(0, E.helper_dir)
+    import gradprof_torch as gp
+    host = gp._HOST
+    got = {d: gp._lp_device(d) for d in ("cpu", "cuda:0", "cuda:3", "cuda:7", "cuda:8", "meta")}
+    expect(got == {"cpu": host, "cuda:0": 0, "cuda:3": 3, "cuda:7": 7, "cuda:8": None,
+                   "meta": None}, "device strings map to lp devices (%s)" % got)
+    expect(gp._lp_device(torch.device("cuda", 2)) == 2 and gp._lp_device("bogus") is None,
+           "torch.device objects map too; a bad string gives none")
+    inj = {"CUDA_INJECTION64_PATH": "/usr/lib/gradprof/libprof_cupti.so"}
+    cases = [("preload", {}, False), ("preload", inj, False),
+             ("preload", dict(inj, PYTORCH_NO_CUDA_MEMORY_CACHING="1"), True),
+             ("preload", dict(inj, PYTORCH_NO_CUDA_MEMORY_CACHING="0"), False),
+             ("preload", {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, False),
+             ("standalone", {}, True), ("off", {}, False)]
+    for mode, env, want in cases:
+        expect(gp._cuda_tags(mode, env) is want, "CUDA tags in %s with %s: %s" % (mode, env, want))
+
+    class FakeStorage:
+        def data_ptr(self):
+            return 0x7f3a00000000
+
+        def nbytes(self):
+            return 4096
+
+    class FakeCuda:  # what the helper reads of a CUDA tensor
+        device = torch.device("cuda", 1)
+        layout = torch.strided
+        is_quantized = False
+        requires_grad = True
+        shape = (32, 32)
+
+        def untyped_storage(self):
+            return FakeStorage()
+
+    class FakeLib:
+        def __init__(self, mode):
+            self.mode, self.calls = mode, []
+
+        def tag_new(self, *a):
+            self.calls.append(("tag_new",) + a)
+
+        def retag(self, *a):
+            self.calls.append(("retag",) + a)
+
+        def untag(self, *a):
+            self.calls.append(("untag",) + a)
+
+    os.environ.update(inj, PYTORCH_NO_CUDA_MEMORY_CACHING="1")
+    try:
+        st = gp._State()
+        st.lib = FakeLib("preload")
+        fake, cpu = FakeCuda(), torch.zeros(64, 64)
+        info = st.storage_of(fake)
+        expect(info is not None and tuple(info) == (0x7f3a00000000, 4096) and info.device == 1,
+               "a CUDA tensor's storage is on its device (%r)" % (info,))
+        ci = st.storage_of(cpu)
+        expect(ci is not None and ci.device == host and ci[0] == cpu.data_ptr(),
+               "a CPU tensor's storage is on the host")
+        st.tag_param(fake, "Net.fc", "weight", "parameter")
+        tags = [c for c in st.lib.calls if c[0] == "tag_new"]
+        expect(tags and tags[0][1] == 0x7f3a00000000 and tags[0][3] == gp.PARAMETER and
+               tags[0][-1] == 1, "a CUDA parameter is tagged on its device (%s)" % tags)
+        st.lib.calls.clear()
+        x = torch.ones(8, requires_grad=True)
+        y = (x * 2).relu()  # a tensor with a grad_fn, as saved tensors have
+        y_key = st._saved_key(y, y.grad_fn)
+        st.saved_release(y_key)
+        devs = [(c[0], c[-1]) for c in st.lib.calls]
+        expect(devs == [("retag", host), ("retag", host)],
+               "a CPU tensor saved and released is retagged on the host (%s)" % devs)
+        os.environ["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "0"
+        expect(st.storage_of(fake) is None and st.storage_of(cpu) is not None,
+               "with the caching allocator on, CUDA tensors are left alone, CPU ones not")
+    finally:
+        for k in list(inj) + ["PYTORCH_NO_CUDA_MEMORY_CACHING"]:
+            os.environ.pop(k, None)
+
+
 def test_pytest(E):
     """tests/torch_pytest_sample.py under `pytest -p gradprof_pytest`, in-process (no LD_PRELOAD,
     libprof.so from GRADPROF_LIBPROF, no trace file written): exactly the tests named *_fails
@@ -487,8 +647,10 @@ TOLERANCE = 0.03
 # ops. Set for every run of a program here, so the runs and the truth agree on where the peak is.
 ALIGNED_ENV = {"OPENBLAS_NUM_THREADS": "1"}
 # Recorder options. The unmodified runs need stacks: without them nothing is classified (no frame
-# rules), so nothing is inferred. The runs with the helper align on its tags without stacks
-# (twins by size and role), and their traces take a quarter of the time to record and diff.
+# rules), so nothing is inferred; `gradprof run` records a Python program without stacks unless
+# told, so they ask. The runs with the helper align on its tags without stacks (twins by size and
+# role), and their traces take a quarter of the time to record and diff.
+STACK_RUN_OPTS = ["--stack-depth", "32"]
 INSTRUMENTED_RUN_OPTS = ["--no-stacks"]
 
 
@@ -638,12 +800,12 @@ def test_aligned(E, prog):
     t0 = time.time()
     res = parallel([
         truth_run(E, script, ["--grad"], tr, env),
-        record_opts(E, t["A"], script, ["--grad"], env),
-        record_opts(E, t["B"], script, ["--no-grad"], env),
+        record_opts(E, t["A"], script, ["--grad"], env, STACK_RUN_OPTS),
+        record_opts(E, t["B"], script, ["--no-grad"], env, STACK_RUN_OPTS),
         record_opts(E, t["Ai"], script, ["--grad", "--instrument"], env, INSTRUMENTED_RUN_OPTS),
         record_opts(E, t["Bi"], script, ["--no-grad", "--instrument"], env,
                     INSTRUMENTED_RUN_OPTS),
-        record_opts(E, t["B2"], script, ["--no-grad"], env),
+        record_opts(E, t["B2"], script, ["--no-grad"], env, STACK_RUN_OPTS),
         truth_run(E, script, ["--no-grad"], tr0, env)])
     truth, truth0 = res[0], res[-1]
     t1 = time.time()
@@ -687,7 +849,7 @@ def test_aligned(E, prog):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("subtest", choices=["unmodified", "instrumented", "accumulate", "helper",
-                                        "retention", "pytest",
+                                        "retention", "pitfalls", "cuda_tags", "pytest",
                                         "aligned"])
     ap.add_argument("--program", choices=ALIGNED_PROGRAMS, help="for aligned")
     ap.add_argument("--gradprof", required=True)
@@ -712,6 +874,7 @@ def main():
     else:
         {"unmodified": test_unmodified, "instrumented": test_instrumented,
          "accumulate": test_accumulate, "helper": test_helper, "retention": test_retention,
+         "pitfalls": test_pitfalls, "cuda_tags": test_cuda_tags,
          "pytest": test_pytest}[args.subtest](E)
     log("test_torch %s: %d failure(s) in %.0f s" % (name, len(FAILURES), time.time() - t0))
     return 1 if FAILURES else 0

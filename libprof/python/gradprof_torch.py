@@ -41,7 +41,8 @@ What it records:
 * **tensors saved for backward** (``torch.autograd.graph.saved_tensors_hooks``, active during the
   model's forward): the saved tensor's storage is retagged ``saved`` with op = the ATen operator
   that made it, from its ``grad_fn`` (``aten::relu``, ``aten::addmm``, ``aten::convolution``;
-  ``leaf`` for a tensor without one, such as max-pool indices), module = the innermost module
+  ``leaf`` for a tensor without one, such as max-pool indices; ``autocast::weight_cast`` for
+  autocast's cached cast copy of a weight, _autocast_weight), module = the innermost module
   running (the module that saves it), detail = the shape and the program's own lines at that
   moment (``[64,512] at model.py:88 (forward) < eval.py:36 (main)``). A storage saved several times is retagged once and goes back
   to ``activation`` when the last saver lets go (after backward, or when the output that owns the
@@ -57,7 +58,12 @@ those saved by the last complete forward of an instrumented model).
 
 Limits:
 
-* CPU tensors only (CUDA storages are skipped until gradprof records CUDA memory); zero-size
+* CUDA tensors are tagged like CPU ones (same categories, on their device ``cuda:N``) only where
+  each storage is its own device allocation the recorder saw: under ``gradprof run --cuda`` with
+  ``PYTORCH_NO_CUDA_MEMORY_CACHING=1`` (``_cuda_tags``), or when the helper loaded libprof itself
+  (it then reports each buffer's birth and end); otherwise the caching allocator's segments stay
+  what the recorder saw. Tensors on other devices (``meta``, ``mps``, ``xpu``) are never tagged;
+* zero-size
   storages, and storages whose base is not 64-byte aligned (so not from PyTorch's CPU allocator,
   e.g. a view into a NumPy array), are never tagged, because under the preload a tag of an
   address the recorder did not see allocated counts as a new allocation (a 64-byte aligned
@@ -105,8 +111,45 @@ REGION_INFERENCE_MODE_OFF = "inference_mode(false)"
 REGION_BACKWARD = "backward"
 REGION_INFERENCE = "inference"
 _HOST = -1  # LP_DEVICE_HOST
+_MAX_CUDA_DEVICES = 8  # LP_MAX_CUDA_DEVICES
 _ALIGN = 64  # c10's CPU allocator aligns every storage to 64 bytes
 _SANITIZED = (b"__asan_init", b"__tsan_init", b"__msan_init", b"libasan.so", b"libtsan.so")
+
+
+class _Storage(tuple):
+    """(base address, bytes) of a tensor's storage; .device is its lp_device (_HOST, or the CUDA
+    ordinal)."""
+    device = _HOST
+
+
+def _lp_device(device):
+    """The lp_device of a torch.device (or its string): _HOST for "cpu", N for "cuda:N" (a bare
+    "cuda" is the current device), None for any other device or an ordinal libprof has no
+    counters for (LP_MAX_CUDA_DEVICES)."""
+    try:
+        import torch
+        d = torch.device(device)
+        if d.type == "cpu":
+            return _HOST
+        if d.type != "cuda":
+            return None
+        i = d.index if d.index is not None else torch.cuda.current_device()
+    except Exception:
+        return None
+    return i if 0 <= i < _MAX_CUDA_DEVICES else None
+
+
+def _cuda_tags(mode, environ=None):
+    """Whether CUDA tensors get tags in this libprof mode: "standalone" (the helper reports each
+    buffer's birth and end itself), or "preload" with the CUPTI module injected (gradprof run
+    --cuda) and PyTorch's caching allocator off (PYTORCH_NO_CUDA_MEMORY_CACHING set and not 0), so
+    that each storage is one cudaMalloc the recorder saw. A tag on a device address it did not see
+    allocated would count as a new allocation."""
+    env = os.environ if environ is None else environ
+    if mode == "standalone":
+        return True
+    return (mode == "preload" and env.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "0") not in ("", "0")
+            and "libprof_cupti" in env.get("CUDA_INJECTION64_PATH", ""))
 
 
 class _Tag(ctypes.Structure):
@@ -259,21 +302,21 @@ class _Lib:
             pass
 
     # -- events (each swallows errors: profiling must not break the program) --
-    def tag_new(self, ptr, nbytes, cat, op, module, detail, grad):
+    def tag_new(self, ptr, nbytes, cat, op, module, detail, grad, device=_HOST):
         """Gives a live, so far untagged buffer its role."""
         t = _Tag(cat, _b(op), _b(module), _b(detail), grad)
         if self.mode == "preload":
-            self.lib.lp_retag(ptr, nbytes, _HOST, OTHER, ctypes.byref(t))
+            self.lib.lp_retag(ptr, nbytes, device, OTHER, ctypes.byref(t))
         else:
-            self.lib.lp_alloc(ptr, nbytes, _HOST, ctypes.byref(t))
+            self.lib.lp_alloc(ptr, nbytes, device, ctypes.byref(t))
 
-    def retag(self, ptr, nbytes, frm, cat, op, module, detail, grad):
+    def retag(self, ptr, nbytes, frm, cat, op, module, detail, grad, device=_HOST):
         t = _Tag(cat, _b(op), _b(module), _b(detail), grad)
-        self.lib.lp_retag(ptr, nbytes, _HOST, frm, ctypes.byref(t))
+        self.lib.lp_retag(ptr, nbytes, device, frm, ctypes.byref(t))
 
-    def untag(self, ptr, nbytes, cat):
+    def untag(self, ptr, nbytes, cat, device=_HOST):
         """Standalone mode: the helper's record of the buffer ends (no raw free is seen)."""
-        self.lib.lp_free(ptr, nbytes, _HOST, cat)
+        self.lib.lp_free(ptr, nbytes, device, cat)
 
 
 class _TLS(threading.local):
@@ -299,10 +342,11 @@ class _Entry:
 
 
 class _SavedEntry:
-    __slots__ = ("count", "nbytes", "op", "module", "detail")
+    __slots__ = ("count", "nbytes", "op", "module", "detail", "device")
 
-    def __init__(self, nbytes, op, module, detail):
+    def __init__(self, nbytes, op, module, detail, device=_HOST):
         self.count, self.nbytes, self.op, self.module, self.detail = 1, nbytes, op, module, detail
+        self.device = device
 
 
 class _Packed:
@@ -363,6 +407,11 @@ class _State:
         if self.lib is None:
             self.lib = _Lib()
         return self.lib.mode != "off"
+
+    @property
+    def cuda_tags(self):
+        """Whether CUDA tensors get tags (_cuda_tags of the libprof mode)."""
+        return self.lib is not None and _cuda_tags(self.lib.mode)
 
     @property
     def on(self):
@@ -456,13 +505,22 @@ class _State:
                 return
 
     # -- storages --
-    @staticmethod
-    def storage_of(t):
-        """(base address, bytes) of a CPU tensor's storage that came from PyTorch's allocator, or
+    def storage_of(self, t):
+        """The _Storage (base address, bytes, .device) of a tensor's storage that came from
+        PyTorch's CPU allocator, or its CUDA one where CUDA tensors get tags (_cuda_tags); else
         None."""
         try:
             import torch
-            if t.device.type != "cpu" or t.layout != torch.strided or t.is_quantized:
+            dev = t.device
+            if dev.type == "cpu":
+                device = _HOST
+            elif dev.type == "cuda" and self.cuda_tags:
+                device = _lp_device(dev)
+                if device is None:
+                    return None
+            else:
+                return None
+            if t.layout != torch.strided or t.is_quantized:
                 return None
             f = getattr(t, "untyped_storage", None) or getattr(t, "_storage", None)
             s = f() if f is not None else t.storage()
@@ -471,7 +529,9 @@ class _State:
             return None
         if not ptr or n <= 0 or ptr % _ALIGN:
             return None
-        return ptr, n
+        info = _Storage((ptr, n))
+        info.device = device
+        return info
 
     def tag_param(self, t, module, name, op):
         info = self.storage_of(t)
@@ -484,16 +544,16 @@ class _State:
             return
         self.tagged_params[ptr] = weakref.ref(t)
         try:
-            self.lib.tag_new(ptr, n, PARAMETER, op, module, name, t.requires_grad)
+            self.lib.tag_new(ptr, n, PARAMETER, op, module, name, t.requires_grad, info.device)
             if self.lib.mode == "standalone":
-                weakref.finalize(t, self._untag_quiet, ptr, n, PARAMETER)
+                weakref.finalize(t, self._untag_quiet, ptr, n, PARAMETER, info.device)
         except Exception:
             pass
 
-    def _untag_quiet(self, ptr, n, cat):
+    def _untag_quiet(self, ptr, n, cat, device=_HOST):
         try:
             if self.on:
-                self.lib.untag(ptr, n, cat)
+                self.lib.untag(ptr, n, cat, device)
         except Exception:
             pass
 
@@ -532,9 +592,10 @@ class _State:
                     try:
                         self.lib.tag_new(info[0], info[1], GRADIENT, "accumulate_grad", path,
                                          "[%s]" % ",".join(str(d) for d in g.shape),
-                                         self.grad_mode()[0])
+                                         self.grad_mode()[0], info.device)
                         if self.lib.mode == "standalone":
-                            weakref.finalize(g, self._untag_quiet, info[0], info[1], GRADIENT)
+                            weakref.finalize(g, self._untag_quiet, info[0], info[1], GRADIENT,
+                                             info.device)
                     except Exception:
                         pass
 
@@ -580,10 +641,16 @@ class _State:
                 return ptr
             op = "leaf" if fn is None else _op_name(fn)
             detail = "[%s]" % ",".join(str(d) for d in t.shape)
+            weight = _autocast_weight(fn, self.param_keys, any(
+                e.kind == "ctx" and e.name == "autocast" for e in self.tls.stack))
+            if weight is not None:  # autocast's cached copy of a weight, with a graph
+                op = AUTOCAST_WEIGHT_CAST
+                detail = "%s copy of %s %s" % (str(t.dtype).replace("torch.", ""),
+                                               str(weight.dtype).replace("torch.", ""), detail)
             where = _user_lines(sys._getframe(3))
             if where:
                 detail += " at " + where
-            e = self.saved[ptr] = _SavedEntry(n, op, module, detail)
+            e = self.saved[ptr] = _SavedEntry(n, op, module, detail, info.device)
             self.saved_count += 1
             self.saved_live[module] = self.saved_live.get(module, 0) + n
             self.saved_live_total += n
@@ -600,9 +667,9 @@ class _State:
             # A tensor is only ever saved while grad is on (the pack hook itself runs with grad
             # disabled), so the tag's grad flag is true.
             if self.lib.mode == "preload":
-                self.lib.retag(ptr, n, OTHER, SAVED, op, module, detail, True)
+                self.lib.retag(ptr, n, OTHER, SAVED, op, module, detail, True, info.device)
             else:
-                self.lib.tag_new(ptr, n, SAVED, op, module, detail, True)
+                self.lib.tag_new(ptr, n, SAVED, op, module, detail, True, info.device)
         except Exception:
             pass
         return ptr
@@ -626,15 +693,45 @@ class _State:
             return
         try:
             if self.lib.mode == "preload":
-                self.lib.retag(ptr, e.nbytes, SAVED, ACTIVATION, e.op, e.module, e.detail, True)
+                self.lib.retag(ptr, e.nbytes, SAVED, ACTIVATION, e.op, e.module, e.detail, True,
+                               e.device)
             else:
-                self.lib.untag(ptr, e.nbytes, SAVED)
+                self.lib.untag(ptr, e.nbytes, SAVED, e.device)
             self.retag_count += 1
         except Exception:
             pass
 
 
 _S = _State()
+# The op of a saved tensor that is autocast's cast copy of a weight (_autocast_weight).
+AUTOCAST_WEIGHT_CAST = "autocast::weight_cast"
+_VIEW_NODES = ("TBackward0", "TransposeBackward0", "PermuteBackward0", "ViewBackward0",
+               "ExpandBackward0", "UnsqueezeBackward0", "AliasBackward0")
+
+
+def _autocast_weight(fn, param_keys, in_autocast):
+    """The weight (a parameter, by its storage base in param_keys) whose cast copy a saved tensor
+    made by grad_fn `fn` is, if the program is in a torch.autocast block (in_autocast: inside the
+    op that saves, autocast's dispatch key is excluded, so torch.is_autocast_*_enabled() says
+    False) and `fn` is that cast (a _to_copy of the parameter, possibly seen through a view such
+    as the transpose linear saves); else None. While grad is on autocast keeps such a copy of
+    every weight in its cache until the autocast block ends, and autograd saves it."""
+    for _ in range(4):
+        if not in_autocast or fn is None:
+            return None
+        name = type(fn).__name__
+        if name == "ToCopyBackward0":
+            for nxt, _i in fn.next_functions:
+                v = getattr(nxt, "variable", None)  # AccumulateGrad of a leaf
+                if v is not None and v.data_ptr() in param_keys:
+                    return v
+            return None
+        if name not in _VIEW_NODES or not fn.next_functions:
+            return None
+        fn = fn.next_functions[0][0]
+    return None
+
+
 _OP_RE = re.compile(r"Backward\d*$")
 _WORD_RE = re.compile(r"(?<=[a-z0-9])(?=[A-Z][a-z])|(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 

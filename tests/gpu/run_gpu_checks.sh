@@ -7,7 +7,9 @@
 #                alloc_*_site functions (checked on `gradprof report --format json`);
 #   2. torch:    tests/gpu/torch_mlp.py (a CUDA MLP eval loop) grad vs no_grad under
 #                PYTORCH_NO_CUDA_MEMORY_CACHING=1, with `gradprof diff` and `gradprof check`; the
-#                grad run's cuda:0 peak must exceed the no_grad run's; plus one grad run with the
+#                grad run's cuda:0 peak must exceed the no_grad run's, and the PyTorch helper
+#                must have tagged the CUDA tensors (parameter and saved bytes on cuda:0 with grad
+#                on, no saved ones with no_grad); plus one grad run with the
 #                caching allocator (segments only) for comparison;
 #   3. overhead: the MLP loop's wall time under `gradprof run --cuda` / without, with and without
 #                the caching allocator.
@@ -202,9 +204,16 @@ def dev(path, name="cuda:0"):
     r = json.load(open(path))
     for d in r["devices"]:
         if d["device"] == name:
+            keys = [k for k in r["tag_keys"] if k["device"] == name]
+            # the PyTorch helper's tags on the device (gradprof_torch.py tags CUDA tensors under
+            # PYTORCH_NO_CUDA_MEMORY_CACHING=1 with --cuda): bytes per category
+            tagged = {}
+            for k in keys:
+                if k["category"] in ("parameter", "saved", "gradient"):
+                    tagged[k["category"]] = tagged.get(k["category"], 0) + k["total_bytes"]
             return {"peak_bytes": d["peak_bytes"], "live_at_end": d["live_at_end"],
-                    "cuda_allocs": sum(k["count"] for k in r["tag_keys"] if k["device"] == name)}
-    return {"peak_bytes": 0, "live_at_end": 0, "cuda_allocs": 0}
+                    "cuda_allocs": sum(k["count"] for k in keys), "tagged_bytes": tagged}
+    return {"peak_bytes": 0, "live_at_end": 0, "cuda_allocs": 0, "tagged_bytes": {}}
 w = sys.argv[4]
 torch_a = json.loads(open(os.path.join(w, "mlp_grad.json")).read().strip().splitlines()[-1])
 torch_b = json.loads(open(os.path.join(w, "mlp_nograd.json")).read().strip().splitlines()[-1])
@@ -217,9 +226,15 @@ fig = {"grad_no_caching": a, "nograd_no_caching": b, "grad_caching_allocator": c
        "activation_bytes_per_layer": B * W * 4, "layers": L}
 json.dump(fig, open(os.path.join(w, "mlp_figures.json"), "w"), indent=2)
 print(json.dumps(fig, indent=2))
-sys.exit(0 if a and b and a["peak_bytes"] > b["peak_bytes"] and b["cuda_allocs"] > 0 else 1)
+# The helper tagged the CUDA tensors: parameters in both runs, saved activations only with grad
+# on (torch_mlp.py's model is called in eval mode, so the helper's inference region is there too).
+tags_ok = (a and b and a["tagged_bytes"].get("parameter", 0) > 0 and
+           a["tagged_bytes"].get("saved", 0) > 0 and b["tagged_bytes"].get("saved", 0) == 0)
+print("CUDA tensors tagged by the helper: %s" % ("yes" if tags_ok else "NO"))
+sys.exit(0 if a and b and a["peak_bytes"] > b["peak_bytes"] and b["cuda_allocs"] > 0 and tags_ok
+         else 1)
 PYEOF
-        if [ $? -eq 0 ]; then result torch PASS "grad peak on cuda:0 > no_grad peak; diff/check in mlp_diff.txt, mlp_check.txt"
+        if [ $? -eq 0 ]; then result torch PASS "grad peak on cuda:0 > no_grad peak, CUDA tensors tagged (parameter, saved); diff/check in mlp_diff.txt, mlp_check.txt"
         else result torch FAIL "see mlp_figures"; fi
     fi
 fi

@@ -51,7 +51,10 @@ static const char usage_tail[] =
     "iteration mark at each call of the model and an inference region around each call in\n"
     "eval mode, with no change to the program. With GRADPROF_GRAD_DEFAULT=off a PyTorch program\n"
     "starts with grad off, as a program of the gradprof tensor library does. The hook then\n"
-    "runs the program's own sitecustomize, if any.\n"
+    "runs the program's own sitecustomize, if any. A Python program (its name starts with\n"
+    "python, or its #! line names python) is recorded without call stacks unless a stack\n"
+    "option, a GRADPROF_STACK_* variable or --no-torch says otherwise: the helper's tags say\n"
+    "what its tensors are, and stacks cost it 3-7x its time (bench/NOTES.md).\n"
     "\n"
     "Exit status: PROGRAM's; 128+N if signal N killed it; 127 if PROGRAM was not found, 126 if\n"
     "it could not be executed; 2 for a bad option or a missing preload library.\n";
@@ -117,7 +120,8 @@ int gp_cmd_run(int argc, char **argv)
     }
     if (!templ)
         return gp_cli_error(CMD, "out of memory");
-    gp_run_spec spec = {.templ = templ, .templ_option = "-o", .no_record = !record};
+    gp_run_spec spec = {
+        .templ = templ, .templ_option = "-o", .no_record = !record, .python_no_stacks = true};
     gp_run_result r;
     if ((rc = gp_run_program(CMD, &setup, &spec, prog, &r))) {
         free(templ);

@@ -341,8 +341,8 @@ static void expand_pid(char *out, size_t size, const char *templ, pid_t pid)
 
 /* Variables to set in the child: names are static strings, values are owned. */
 typedef struct env_list {
-    const char *name[12];
-    char *value[12];
+    const char *name[16];
+    char *value[16];
     int n;
 } env_list;
 
@@ -481,8 +481,56 @@ static int run_child(char **argv, const env_list *env, int infd, int outfd, int 
 
 /* ---- one run --------------------------------------------------------------------------------- */
 
+bool gp_run_is_python(const char *prog)
+{
+    const char *base = strrchr(prog, '/');
+    if (strncmp(base ? base + 1 : prog, "python", 6) == 0)
+        return true;
+    char path[PATH_MAX] = "";
+    if (strchr(prog, '/')) {
+        snprintf(path, sizeof path, "%s", prog);
+    } else { /* the first executable of that name on PATH, as execvp finds it */
+        const char *dirs = getenv("PATH");
+        for (const char *d = dirs ? dirs : "/usr/local/bin:/usr/bin:/bin"; d && !path[0];) {
+            const char *end = strchr(d, ':');
+            size_t n = end ? (size_t)(end - d) : strlen(d);
+            char cand[PATH_MAX];
+            if (snprintf(cand, sizeof cand, "%.*s/%s", n ? (int)n : 1, n ? d : ".", prog) <
+                    (int)sizeof cand &&
+                access(cand, X_OK) == 0)
+                snprintf(path, sizeof path, "%s", cand);
+            d = end ? end + 1 : NULL;
+        }
+    }
+    FILE *f = path[0] ? fopen(path, "re") : NULL;
+    if (!f)
+        return false;
+    char line[256] = "";
+    bool py = fgets(line, sizeof line, f) && strncmp(line, "#!", 2) == 0 &&
+              strstr(line, "python") != NULL;
+    fclose(f);
+    return py;
+}
+
+/* Whether a Python program is recorded without stacks (gp_run_spec.python_no_stacks): the helper
+ * may attach, and the user chose nothing about stacks. */
+static bool python_no_stacks(const gp_run_setup *s, const gp_run_spec *spec, char **prog)
+{
+    const gp_run_config *c = &s->cfg;
+    const char *torch = getenv("GRADPROF_TORCH");
+    if (!spec->python_no_stacks || !s->python_startup[0] || c->have_depth || c->have_min ||
+        c->have_sample || c->torch == 0 || (c->torch < 0 && torch && !strcmp(torch, "0")))
+        return false;
+    const char *const vars[] = {"GRADPROF_STACK_DEPTH", "GRADPROF_MIN_STACK_SIZE",
+                                "GRADPROF_STACK_SAMPLE"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+        if (getenv(vars[i]) && *getenv(vars[i]))
+            return false;
+    return gp_run_is_python(prog[0]);
+}
+
 /* The environment of the program (see gp_run_program). */
-static int build_env(const char *cmd, const gp_run_setup *s, const gp_run_spec *spec,
+static int build_env(const char *cmd, const gp_run_setup *s, const gp_run_spec *spec, char **prog,
                      const char *abs_templ, env_list *e)
 {
     const gp_run_config *c = &s->cfg;
@@ -499,6 +547,9 @@ static int build_env(const char *cmd, const gp_run_setup *s, const gp_run_spec *
          (rc = env_add(cmd, e, "GRADPROF_MIN_STACK_SIZE", "%" PRIu64, c->min_stack))) ||
         (c->have_sample &&
          (rc = env_add(cmd, e, "GRADPROF_STACK_SAMPLE", "%" PRIu64, c->sample))) ||
+        (python_no_stacks(s, spec, prog) &&
+         ((rc = env_add(cmd, e, "GRADPROF_STACK_DEPTH", "0")) ||
+          (rc = env_add(cmd, e, "GRADPROF_PYTHON_NO_STACKS", "1")))) ||
         (c->have_flush && (rc = env_add(cmd, e, "GRADPROF_FLUSH_MS", "%" PRIu64, c->flush_ms))) ||
         (s->cupti[0] && (rc = env_add(cmd, e, "CUDA_INJECTION64_PATH", "%s", s->cupti))) ||
         (c->torch >= 0 && (rc = env_add(cmd, e, "GRADPROF_TORCH", "%d", c->torch))) ||
@@ -610,7 +661,7 @@ int gp_run_program(const char *cmd, const gp_run_setup *s, const gp_run_spec *sp
     env_list env = {0};
     name_list before = {0}, after = {0};
     int infd = -1, outfd = -1, errfd = -1;
-    int rc = build_env(cmd, s, spec, abs_templ, &env);
+    int rc = build_env(cmd, s, spec, prog, abs_templ, &env);
     if (rc == 0 && spec->stdin_null && (infd = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
         rc = gp_cli_error(cmd, "cannot open /dev/null: %s", strerror(errno));
     if (rc == 0 && spec->stdout_path)

@@ -89,6 +89,11 @@ typedef struct gp_run_spec {
     const char *stderr_path;  /* likewise stderr */
     bool stdin_null;          /* stdin from /dev/null instead of inherited */
     bool no_record;           /* run the program as it is: no preload, no trace (templ unused) */
+    bool python_no_stacks;    /* a Python program (gp_run_is_python) that the PyTorch helper may
+                                 attach to, with no stack option or GRADPROF_STACK_* variable of
+                                 the user's, is recorded without call stacks (GRADPROF_STACK_DEPTH=0,
+                                 and GRADPROF_PYTHON_NO_STACKS=1 for the startup hook): gradprof run
+                                 only; bench/NOTES.md "PyTorch examples" has the figures */
 } gp_run_spec;
 
 typedef struct gp_run_result {
@@ -124,6 +129,11 @@ int gp_run_program(const char *cmd, const gp_run_setup *s, const gp_run_spec *sp
  * false; any other value warns (naming the variable and the value) and gives true, as the
  * recorder reads only 0 and 1 and gradprof run records unless told 0. */
 bool gp_run_enabled(const char *cmd);
+
+/* Whether prog (as execvp would find it on PATH) is a Python program: its name starts with
+ * "python", or it is a script whose "#!" line names python (torchrun, pytest, a script run
+ * directly). */
+bool gp_run_is_python(const char *prog);
 
 /* Frees what *r holds and zeroes it; a zeroed result is a no-op. */
 void gp_run_result_free(gp_run_result *r);

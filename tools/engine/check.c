@@ -127,18 +127,23 @@ int gp_check_complete(const gp_profile *p, char *why, size_t why_size)
 
 int gp_check_classified(const gp_profile *p, uint64_t *unclassified, char *why, size_t why_size)
 {
-    uint64_t bytes = 0, total = 0;
+    uint64_t bytes = 0, total = 0, tagged = 0;
     for (size_t i = 0; i < p->n_sites; i++) {
         const gp_site *s = &p->sites[i];
         if (s->stack == 0)
             bytes += gp_site_allocated(p, i, LP_CAT_OTHER);
         for (int c = 0; c < LP_CAT_COUNT; c++)
             total += gp_site_allocated(p, i, (lp_category)c);
+        tagged += gp_site_allocated(p, i, LP_CAT_PARAMETER) + gp_site_allocated(p, i, LP_CAT_SAVED);
     }
     if (unclassified)
         *unclassified = bytes;
-    if (total == 0 || (unsigned __int128)bytes * 100 <=
-                          (unsigned __int128)total * GP_CHECK_UNCLASSIFIED_MAX_PERCENT)
+    /* Parameters and saved tensors come only from a tagging source (the tensor library, the
+     * PyTorch helper), never from a frame rule: with one attached, what it did not tag is not
+     * the graph memory it tags. */
+    if (total == 0 || tagged > 0 ||
+        (unsigned __int128)bytes * 100 <=
+            (unsigned __int128)total * GP_CHECK_UNCLASSIFIED_MAX_PERCENT)
         return 0;
     snprintf(why, why_size,
              "'%s': %" PRIu64 "%% of the bytes allocated (%" PRIu64 " of %" PRIu64

@@ -29,7 +29,9 @@
  *               a detector or the baseline) graph memory can be told from other memory: the
  *               bytes allocated that stayed `other` and have no call stack, so that neither a
  *               tag nor a frame rule could say what they were, are at most
- *               GP_CHECK_UNCLASSIFIED_MAX_PERCENT of all bytes allocated.
+ *               GP_CHECK_UNCLASSIFIED_MAX_PERCENT of all bytes allocated, or a tagging source
+ *               was attached (some bytes tagged `parameter` or `saved`, which no frame rule
+ *               gives: the PyTorch helper in a run without stacks).
  * A doubt the rules accept (allow_incomplete, allow_unclassified) is kept and shown but does not
  * decide the verdict. Verdict: UNJUDGED when a doubt is not accepted (whatever the rules found),
  * else FAILED when a rule has a violation, else PASSED.

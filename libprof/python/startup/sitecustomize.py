@@ -18,6 +18,12 @@ then acts once torch has been imported (a program that never imports torch pays 
   covered: threads that were already running when torch was imported (PyTorch's grad mode is per
   thread), threads started without ``threading`` (from C++).
 
+``gradprof run`` records a Python program without call stacks unless told otherwise (the
+PyTorch helper's tags say what the tensors are; README "PyTorch"); it then sets
+``GRADPROF_PYTHON_NO_STACKS=1``, and a program that exits without having imported torch gets one
+line saying that ``--stack-depth 32`` records its stacks. The variable is taken out of the
+environment, so programs this one starts do not repeat the line.
+
 Interpreters started with ``-S``, ``-E`` or ``-I`` skip this file or ignore ``PYTHONPATH``. A
 value of either variable other than those documented gives one warning line and is ignored.
 Then it runs the ``sitecustomize`` the program would have had without gradprof: the next one on
@@ -162,10 +168,25 @@ def _wants_helper():
     return _setting("GRADPROF_TORCH", ("1", "0")) != "0"
 
 
+def _note_no_stacks():
+    """At exit, when the program never imported torch: it was recorded without stacks."""
+    if "torch" in sys.modules:
+        return
+    try:
+        sys.stderr.write("gradprof: this Python program did not import torch, so nothing tagged "
+                         "its memory and it was recorded without call stacks (the default for "
+                         "Python programs); run it with --stack-depth 32 for them\n")
+    except Exception:
+        pass
+
+
 def _main():
     grad_off = _setting("GRADPROF_GRAD_DEFAULT", ("on", "off")) == "off"
     if grad_off or _wants_helper():
         _install_torch_hook()
+    if os.environ.pop("GRADPROF_PYTHON_NO_STACKS", None) == "1":
+        import atexit
+        atexit.register(_note_no_stacks)
 
 
 _main()
