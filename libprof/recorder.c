@@ -1492,10 +1492,13 @@ static uintptr_t lp__stack_end(void)
     return end;
 }
 
-/* Walks the frame-pointer chain from fp: up to max return addresses into ips. Returns their count,
- * or -1 if a frame pointer was out of the thread's stack, not above the previous one or
- * misaligned; *zero_end tells whether the chain ended on a zero frame pointer. */
-static int lp__fp_walk(lp__thread *th, uintptr_t fp, uintptr_t *ips, int max, bool *zero_end)
+/* Walks the frame-pointer chain from fp: libprof's own frames (the innermost ones) are passed
+ * over, then up to `depth` return addresses go into ips, hashed on the way into (*h1, *h2) (never
+ * both 0). Returns their count, or -1 if a frame pointer was out of the thread's stack, not above
+ * the previous one or misaligned; *zero_end tells whether the chain ended on a zero frame
+ * pointer. */
+static int lp__fp_walk(lp__thread *th, uintptr_t fp, uintptr_t *ips, int depth, bool *zero_end,
+                       uint64_t *h1, uint64_t *h2)
 {
 #if defined(__x86_64__)
     if (th->stack_tid != th->tid) {
@@ -1503,9 +1506,10 @@ static int lp__fp_walk(lp__thread *th, uintptr_t fp, uintptr_t *ips, int max, bo
         th->stack_tid = th->tid;
     }
     uintptr_t lo = (uintptr_t)__builtin_frame_address(0), hi = th->stack_hi;
-    int n = 0;
+    uint64_t a = 0x9E3779B97F4A7C15ull, b = 0xC2B2AE3D27D4EB4Full;
+    int n = 0, own = 0;
     *zero_end = false;
-    while (n < max) {
+    while (n < depth) {
         if (fp == 0) {
             *zero_end = true;
             break;
@@ -1514,17 +1518,26 @@ static int lp__fp_walk(lp__thread *th, uintptr_t fp, uintptr_t *ips, int max, bo
             return -1;
         const uintptr_t *frame = (const uintptr_t *)fp;
         uintptr_t next = frame[0], ret = frame[1];
-        if (ret < 4096)
-            return -1;
-        ips[n++] = ret;
-        if (next != 0 && next <= fp)
+        if (ret < 4096 || (next != 0 && next <= fp))
             return -1;
         lo = fp + 16;
         fp = next;
+        if (n == 0 && ret >= R.self_lo && ret < R.self_hi) {
+            if (++own > 8)
+                return -1;
+            continue;
+        }
+        ips[n++] = ret;
+        a = (a ^ ret) * 0xff51afd7ed558ccdull;
+        a ^= a >> 32;
+        b = (b + ret) * 0xc4ceb9fe1a85ec53ull;
+        b ^= b >> 29;
     }
+    *h1 = lp__mix(a ^ (uint64_t)n) | 1;
+    *h2 = lp__mix(b + (uint64_t)n);
     return n;
 #else
-    (void)th, (void)fp, (void)ips, (void)max, (void)zero_end;
+    (void)th, (void)fp, (void)ips, (void)depth, (void)zero_end, (void)h1, (void)h2;
     return -1;
 #endif
 }
@@ -1552,16 +1565,13 @@ __attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
     }
     bool py = lp__py_on();
     /* The frame-pointer walk first, for a stack checked before (see above). */
-    int fp_first = 0, fp_n = -1;
+    int fp_n = -1;
     bool fp_zero = false;
     uint64_t f1 = 0, f2 = 0, id;
     if (R.opts.frame_pointers && !R.unwinder && R.self_hi && !py) {
-        fp_n = lp__fp_walk(th, (uintptr_t)__builtin_frame_address(0), fp_ips, max, &fp_zero);
-        while (fp_first < fp_n && fp_ips[fp_first] >= R.self_lo && fp_ips[fp_first] < R.self_hi)
-            fp_first++;
-        fp_n = fp_n - fp_first < depth ? fp_n - fp_first : depth;
+        fp_n = lp__fp_walk(th, (uintptr_t)__builtin_frame_address(0), fp_ips, depth, &fp_zero, &f1,
+                           &f2);
         if (fp_n > 0) {
-            lp__hash_words(fp_ips + fp_first, (size_t)fp_n, &f1, &f2);
             if (lp__map_get(&th->fp_stacks, f1, f2, &id) && id != LP__FP_NO)
                 return (uint32_t)id;
         }
@@ -1588,7 +1598,7 @@ __attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
         int kb = n - first < depth ? n - first : depth;
         bool same = fp_n == kb || (fp_zero && fp_n < kb && kb - fp_n <= LP__FP_OUTER);
         for (int i = 0; same && i < fp_n; i++)
-            same = fp_ips[fp_first + i] == (uintptr_t)ips[first + i];
+            same = fp_ips[i] == (uintptr_t)ips[first + i];
         lp__map_put(&th->fp_stacks, f1, f2, same && stack ? stack : LP__FP_NO);
     }
     return stack;
