@@ -473,9 +473,15 @@ def main():
     if "perf15" in SECTIONS:
         log("perf profiles of the issue-15 rows that miss their targets")
         RESULTS["perf15"] = {}
+        done = {}
         for name, _, _, ok, _, cmd in rows:
             if ok is False and cmd:
                 cmd = [c.replace("$WORK", WORK) for c in cmd]
+                if shell(cmd) in done:  # the same command missed another target too
+                    RESULTS["perf15"][name] = {"command": shell(cmd), "excerpt":
+                                               "(the same command as \"%s\" above)" % done[shell(cmd)]}
+                    continue
+                done[shell(cmd)] = name
                 RESULTS["perf15"][name] = {"command": shell(cmd),
                                            "excerpt": perf_profile(cmd, name)}
     if "perf" not in SECTIONS:

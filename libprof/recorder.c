@@ -280,6 +280,9 @@ struct lp__thread {
     lp__map py_modules;  /* (code, its names and first line) -> "py:" module id */
     lp__map py_lines;    /* (code, its names and first line | instruction) -> module << 32 | line */
     lp__map fp_stacks;   /* (hash of a frame-pointer walk, depth) -> stack id, or LP__FP_NO */
+    struct lp__fp_memo { /* fp_stacks' recent entries, direct-mapped by the hash (0: empty) */
+        uint64_t f1, f2, id;
+    } fp_memo[64];
     uintptr_t stack_hi;  /* the end of this OS thread's stack, for the frame-pointer walk */
     pid_t stack_tid;     /* the thread stack_hi belongs to (0: not known yet) */
     struct lp__py_memo { /* py_lines' recent entries, direct-mapped (0: empty) */
@@ -1049,6 +1052,7 @@ static void lp__thread_reset(lp__thread *th)
     lp__map_clear(&th->py_modules);
     lp__map_clear(&th->py_lines);
     lp__map_clear(&th->fp_stacks);
+    memset(th->fp_memo, 0, sizeof th->fp_memo);
     th->stack_tid = 0;
     memset(th->py_memo, 0, sizeof th->py_memo);
     th->next_string_id = 1;
@@ -1561,6 +1565,7 @@ __attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
         lp__map_clear(&th->frames);
         lp__map_clear(&th->stacks);
         lp__map_clear(&th->fp_stacks);
+        memset(th->fp_memo, 0, sizeof th->fp_memo);
         th->modules_generation = atomic_load(&R.modules_generation);
     }
     bool py = lp__py_on();
@@ -1572,8 +1577,13 @@ __attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
         fp_n = lp__fp_walk(th, (uintptr_t)__builtin_frame_address(0), fp_ips, depth, &fp_zero, &f1,
                            &f2);
         if (fp_n > 0) {
-            if (lp__map_get(&th->fp_stacks, f1, f2, &id) && id != LP__FP_NO)
+            struct lp__fp_memo *memo = &th->fp_memo[f1 >> 58];
+            if (memo->f1 == f1 && memo->f2 == f2 && memo->id != LP__FP_NO)
+                return (uint32_t)memo->id;
+            if (lp__map_get(&th->fp_stacks, f1, f2, &id) && id != LP__FP_NO) {
+                *memo = (struct lp__fp_memo){f1, f2, id};
                 return (uint32_t)id;
+            }
         }
     }
     /* libunwind may make system calls (memory validation, reading unwind tables) and takes the
