@@ -23,6 +23,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("BUILD", "/tmp/build-bench")
 RUNS = int(os.environ.get("RUNS", "5"))
 SMOKE = bool(os.environ.get("SMOKE"))  # tiny sizes, to test the harness itself
+# SECTIONS: which parts run (comma-separated; default all): overhead, analysis, analysis_targets,
+# big_report, tensor, perf. SECTIONS=issue15 is the issue-15 table: the storm and the PyTorch
+# MLP overhead, report/diff against heaptrack_print, the 100M-event report, perf of the misses.
+SECTIONS = set(os.environ.get("SECTIONS", "all").split(","))
+if "issue15" in SECTIONS:
+    SECTIONS |= {"overhead:storm", "overhead:torch", "analysis_targets", "big_report", "perf15"}
+if "all" in SECTIONS:
+    SECTIONS |= {"overhead", "analysis", "analysis_targets", "big_report", "tensor", "perf",
+                 "perf15"}
+BIG_N = "200000" if SMOKE else "25000000"  # allocations per thread: 2 x 2 x 25 M = 100 M events
 TORCH_PY = "/usr/bin/python3"
 GP = os.path.join(BUILD, "tools", "gradprof")
 THREADS = "1"
@@ -149,16 +159,20 @@ def overhead():
     res = {}
     mb = os.path.join(BUILD, "bench", "malloc_bench")
     mi = os.path.join(BUILD, "examples", "mlp_infer")
-    progs = [("malloc_bench", [mb, "20000" if SMOKE else "1000000", "2"]),
-             ("mlp_infer", [mi, "--iters", "1" if SMOKE else "10"])]
-    if torch_ok():
+    progs = [("malloc_bench", [mb, "20000" if SMOKE else "1000000", "2"])]
+    if "overhead" in SECTIONS:
+        progs.append(("mlp_infer", [mi, "--iters", "1" if SMOKE else "10"]))
+    if "overhead" not in SECTIONS and "overhead:torch" not in SECTIONS:
+        pass
+    elif torch_ok():
         progs.append(("torch_mlp_infer", [TORCH_PY, os.path.join(ROOT, "bench",
                                                                   "torch_mlp_infer.py"), "20"]))
     else:
         res["torch_mlp_infer"] = {"note": "not available (no torch in /usr/bin/python3)"}
     # massif runs the BLAS kernels ~150x slower: it gets a smaller mlp_infer, with its own
     # unprofiled baseline interleaved with it
-    progs.append(("mlp_infer, massif size", [mi, "--width", "256", "--iters",
+    if "overhead" in SECTIONS:
+        progs.append(("mlp_infer, massif size", [mi, "--width", "256", "--iters",
                                              "1" if SMOKE else "3"]))
     for name, cmd in progs:
         log("overhead:", name)
@@ -220,6 +234,7 @@ def overhead():
             if "wall" in v and base:
                 v["ratio"] = v["wall"] / base
                 v["rss_delta"] = v["rss"] - d["unprofiled"]["rss"]
+                v["rss_ratio"] = v["rss"] / d["unprofiled"]["rss"]
         res[name] = {"command": shell(cmd), "configs": d}
         for c in cfgs:
             COMMANDS.append(shell(c[1]))
@@ -263,6 +278,118 @@ def analysis():
     for c in cfgs:
         COMMANDS.append(shell(c[1]))
     return res
+
+
+def big_report():
+    """`gradprof report` of a 100M-event trace (the storm with 25 M allocations per thread),
+    against heaptrack_print of heaptrack's trace of the same program. Fewer rounds (at most 3,
+    no warm-up): one report takes tens of seconds."""
+    mb = os.path.join(BUILD, "bench", "malloc_bench")
+    cmd = [mb, BIG_N, "2"]
+    a = os.path.join(WORK, "big100m.gptrace")
+    rc = [GP, "run", "-o", a, "--"] + cmd
+    log("big report: recording", shell(rc))
+    t0 = time.monotonic()
+    subprocess.run(rc, env=ENV, capture_output=True, cwd=WORK)
+    res = {"program": shell(cmd), "record_s": time.monotonic() - t0}
+    if not os.path.exists(a):
+        res["note"] = "recording failed"
+        return res
+    COMMANDS.append(shell(rc))
+    res["events"] = trace_events(a)
+    res["trace_bytes"] = os.path.getsize(a)
+    cfgs = [("gradprof report", [GP, "report", a, "-o", os.path.join(WORK, "big.txt")], None)]
+    if have("heaptrack") and have("heaptrack_print"):
+        hc = ["heaptrack", "-o", os.path.join(WORK, "bigh100m")] + cmd
+        log("big report: recording", shell(hc))
+        subprocess.run(hc, env=ENV, capture_output=True, cwd=WORK)
+        h = [f for f in os.listdir(WORK) if f.startswith("bigh100m")]
+        if h:
+            h = os.path.join(WORK, h[0])
+            res["heaptrack_trace_bytes"] = os.path.getsize(h)
+            cfgs.append(("heaptrack_print", ["heaptrack_print", h], None))
+            COMMANDS.append(shell(hc))
+    for c in cfgs:
+        COMMANDS.append(shell(c[1]))
+    log("big report: timing")
+    d = interleave(cfgs, runs=min(RUNS, 3), warmup=False)
+    for lab, v in d.items():
+        if "wall" in v and res["events"]:
+            v["events_per_s"] = res["events"] / v["wall"]
+    res["configs"] = d
+    res["report_cmd"] = cfgs[0][1]  # the traces stay in WORK for perf of a miss
+    return res
+
+
+def issue15_rows():
+    """The issue-15 table: (row, figure, target, met or None, command, perf command or None)."""
+    rows = []
+    ov = RESULTS.get("overhead", {})
+    def cfg(prog, c):
+        return ov.get(prog, {}).get("configs", {}).get(c, {})
+    mb = ov.get("malloc_bench", {})
+    if "configs" in mb:
+        base = cfg("malloc_bench", "unprofiled")
+        for c, tgt, lim in (("gradprof run (stacks)", "<= 4x plain", 4.0),
+                            ("gradprof run --no-stacks", "<= 2x plain", 2.0)):
+            r = cfg("malloc_bench", c).get("ratio")
+            cmd = [GP, "run"] + (["--no-stacks"] if "no-stacks" in c else []) + [
+                "-o", "$WORK/s.gptrace", "--"] + mb["command"].split()
+            rows.append(("storm, %s" % c, "%sx (%.3f s vs plain %.3f s)" % (
+                "%.2f" % r if r else "n/a", cfg("malloc_bench", c).get("wall", 0),
+                base.get("wall", 0)), tgt, None if r is None else r <= lim, shell(cmd), cmd))
+        g, h = cfg("malloc_bench", "gradprof run (stacks)").get("ratio"), cfg(
+            "malloc_bench", "heaptrack").get("ratio")
+        if g and h:
+            rows.append(("storm, heaptrack (for the row below)", "%.2fx" % h, "reference", None,
+                         "heaptrack -o $WORK/h " + mb["command"], None))
+            rows.append(("storm: gradprof (stacks) overhead / heaptrack's overhead",
+                         "%.3f ((%.2f - 1) / (%.2f - 1))" % ((g - 1) / (h - 1), g, h),
+                         "<= 1/6 (0.167)", (g - 1) / (h - 1) <= 1 / 6, "(the two rows above)",
+                         None))
+    tm = ov.get("torch_mlp_infer", {})
+    if "configs" in tm:
+        for c, tgt, lim in (("gradprof run (stacks)", "default mode: <= 1.5x time and RSS", 1.5),
+                            ("gradprof run --no-stacks",
+                             "recommended mode: <= 1.1x time and RSS", 1.1),
+                            ("heaptrack", "reference", None)):
+            v = cfg("torch_mlp_infer", c)
+            r, rr = v.get("ratio"), v.get("rss_ratio")
+            fig = ("time %.2fx, peak RSS %.2fx (%.0f vs %.0f MiB)" % (
+                r, rr, v["rss"] / 1048576, cfg("torch_mlp_infer", "unprofiled")["rss"] / 1048576)
+                   if r and rr else "n/a")
+            ok = None if lim is None or r is None else (r <= lim and rr <= lim)
+            if c == "heaptrack":
+                cmd = ["heaptrack", "-o", "$WORK/h"] + tm["command"].split()
+            else:
+                cmd = [GP, "run"] + (["--no-stacks"] if "no-stacks" in c else []) + [
+                    "-o", "$WORK/s.gptrace", "--"] + tm["command"].split()
+            rows.append(("PyTorch MLP (bench/torch_mlp_infer.py 20), %s" % c, fig, tgt, ok,
+                         shell(cmd), cmd if ok is False else None))
+    at = RESULTS.get("analysis_targets")
+    if at:
+        import analysis_bench
+        for t, ok, fig in analysis_bench.targets(at):
+            prog = t.split(":")[0]
+            what = "gradprof diff" if "`diff`" in t else "gradprof report"
+            cmd = next((c for c in COMMANDS if c.startswith(GP + " " + what.split()[1])
+                        and ("pytorch" in c) == (prog == "pytorch")), "")
+            rows.append((t, fig, "as named", ok, cmd, cmd.split() if ok is False else None))
+    br = RESULTS.get("big_report", {})
+    if "configs" in br:
+        g, h = br["configs"].get("gradprof report", {}), br["configs"].get("heaptrack_print", {})
+        if "wall" in g:
+            fig = "%.1f s, %.3g events/s, peak RSS %.0f MiB" % (
+                g["wall"], g.get("events_per_s", 0), g["rss"] / 1048576)
+            ok = None
+            if "wall" in h:
+                fig += "; heaptrack_print %.1f s, %.0f MiB (time %.2fx, RSS %.2fx of it)" % (
+                    h["wall"], h["rss"] / 1048576, g["wall"] / h["wall"], g["rss"] / h["rss"])
+                ok = g["wall"] <= h["wall"] and g["rss"] <= 1.5 * h["rss"]
+            rows.append(("`report` of a %s-event trace (%s)" % (br.get("events"), br["program"]),
+                         fig, "time <= heaptrack_print's, RSS <= 1.5x its", ok,
+                         shell(br["report_cmd"]), br["report_cmd"] if ok is False else None))
+    return rows
 
 
 def kv(s):
@@ -316,7 +443,8 @@ def perf_profile(cmd, label):
                           "--percent-limit", "2", "--sort", "dso,symbol"],
                          capture_output=True, text=True, cwd=WORK)
     os.unlink(data)
-    lines = [l for l in rep.stdout.splitlines() if l.strip() and not l.startswith("#")]
+    lines = [re.sub(r"\s+-\s+-\s*$", "", l).rstrip() for l in rep.stdout.splitlines()
+             if l.strip() and not l.startswith("#")]
     COMMANDS.append("perf record -g -- " + shell(cmd) + "  # " + label)
     return "\n".join(lines[:14])
 
@@ -325,13 +453,41 @@ def main():
     t0 = time.monotonic()
     RESULTS["machine"] = machine()
     RESULTS["runs"] = RUNS
-    RESULTS["overhead"] = overhead()
-    RESULTS["analysis"] = analysis()
-    if have("heaptrack") and have("heaptrack_print") and torch_ok() and not SMOKE:
+    RESULTS["sections"] = sorted(SECTIONS)
+    if SECTIONS & {"overhead", "overhead:storm", "overhead:torch"}:
+        RESULTS["overhead"] = overhead()
+    if "analysis" in SECTIONS:
+        RESULTS["analysis"] = analysis()
+    if ("analysis_targets" in SECTIONS and have("heaptrack") and have("heaptrack_print") and
+            torch_ok() and not SMOKE):
         import analysis_bench  # issues 11 and 15: report vs heaptrack_print, diff vs report
         log("analysis against heaptrack_print")
+        os.environ["KEEP_TRACES"] = os.path.join(WORK, "analysis")  # for perf of a miss
         RESULTS["analysis_targets"] = analysis_bench.run(BUILD, RUNS, COMMANDS)
-    RESULTS["tensor"] = tensors()
+    if "big_report" in SECTIONS:
+        RESULTS["big_report"] = big_report()
+    if "tensor" in SECTIONS:
+        RESULTS["tensor"] = tensors()
+    rows = issue15_rows()
+    RESULTS["issue15"] = [r[:5] for r in rows]
+    if "perf15" in SECTIONS:
+        log("perf profiles of the issue-15 rows that miss their targets")
+        RESULTS["perf15"] = {}
+        done = {}
+        for name, _, _, ok, _, cmd in rows:
+            if ok is False and cmd:
+                cmd = [c.replace("$WORK", WORK) for c in cmd]
+                if shell(cmd) in done:  # the same command missed another target too
+                    RESULTS["perf15"][name] = {"command": shell(cmd), "excerpt":
+                                               "(the same command as \"%s\" above)" % done[shell(cmd)]}
+                    continue
+                done[shell(cmd)] = name
+                RESULTS["perf15"][name] = {"command": shell(cmd),
+                                           "excerpt": perf_profile(cmd, name)}
+    if "perf" not in SECTIONS:
+        RESULTS["elapsed_s"] = time.monotonic() - t0
+        finish()
+        return
     log("perf profiles")
     RESULTS["perf"] = {
         "malloc_bench under gradprof run (stacks)": perf_profile(
@@ -343,6 +499,10 @@ def main():
             [os.path.join(BUILD, "bench", "tensor_bench"), "mlp", "no_grad", "20"], "mlp"),
     }
     RESULTS["elapsed_s"] = time.monotonic() - t0
+    finish()
+
+
+def finish():
     with open(os.path.join(ROOT, "bench", "results.json"), "w") as f:
         json.dump({**RESULTS, "commands": COMMANDS}, f, indent=1, default=str)
     import render_results

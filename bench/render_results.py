@@ -29,10 +29,32 @@ def write(R, commands, path):
       "then the median of %d rounds; whole run took %.0f s |\n" % (R["runs"], R["elapsed_s"]))
     w("The machine is shared (other builds and tests ran during this run), so single figures "
       "are noisy; ratios are side by side.\n")
+    secs = R.get("sections", ["all"])
+    if "all" not in secs:
+        w("Sections run: `SECTIONS=%s` (the others are not in this file; `bench/run.sh` without "
+          "SECTIONS runs them all).\n" % ",".join(s for s in secs if ":" not in s))
+    if R.get("issue15"):
+        w("## Issue 15: recorder cost and analysis targets\n")
+        w("Ratios are to the unprofiled program measured in the same rounds (section 1 has the "
+          "times); `$WORK` is the run's temporary directory.\n")
+        w("| row | figure | target | status | command |\n|---|---|---|---|---|")
+        for row, fig, tgt, ok, cmd in R["issue15"]:
+            w("| %s | %s | %s | %s | `%s` |" % (row, fig, tgt, "" if ok is None else (
+                "**met**" if ok else "**missed**"), cmd.replace("|", "\\|")))
+        w("")
+        for name, v in R.get("perf15", {}).items():
+            w("**perf of the missed row \"%s\"** (`perf record -g -- %s`; `perf report "
+              "--no-children --sort dso,symbol`, >= 2%%):\n" % (name, v["command"]))
+            w("```\n%s\n```\n" % v["excerpt"])
 
-    # ---- targets
+    write_rest(R, commands, path, L)
+
+
+def write_rest(R, commands, path, L):
+    w = L.append
+    # ---- targets (issue 7)
     tg = []
-    ov = R["overhead"]
+    ov = R.get("overhead", {})
     def ratio(prog, cfg):
         try:
             return ov[prog]["configs"][cfg].get("ratio")
@@ -50,11 +72,12 @@ def write(R, commands, path):
                    "(ratio - 1) %.2f vs %.2f" % (g, h, h / 3, g - 1, h - 1)))
     else:
         tg.append(("malloc_bench vs heaptrack", None, "heaptrack not available"))
-    an = R["analysis"]["configs"]
+    an = R.get("analysis", {}).get("configs", {})
     s = an.get("gradprof report", {}).get("speedup_vs_heaptrack_print")
-    tg.append(("`report` >= 3x faster than heaptrack_print", None if s is None else s >= 3,
-               "%sx faster" % f(s)))
-    T = R["tensor"]
+    if an:
+        tg.append(("`report` >= 3x faster than heaptrack_print", None if s is None else s >= 3,
+                   "%sx faster" % f(s)))
+    T = R.get("tensor", {})
     for mdl in ("mlp", "cnn"):
         row = T.get(mdl + "/no_grad", {})
         tr, hr = row.get("time_ratio"), row.get("hwm_ratio")
@@ -72,12 +95,13 @@ def write(R, commands, path):
                    ng["peak"] <= 2.5 * layer,
                    "%s = %.2f layers of [64,1024] fp32 (libprof counters)" % (
                        mib(ng["peak"]), ng["peak"] / layer)))
-    w("## Targets\n")
-    w("| target | status | figure |\n|---|---|---|")
-    for t, ok, fig in tg:
-        w("| %s | %s | %s |" % (t, "not available" if ok is None else
-                                ("**met**" if ok else "**missed**"), fig))
-    w("")
+    if T:  # a full run (bench/run.sh without SECTIONS)
+        w("## Targets (issue 7)\n")
+        w("| target | status | figure |\n|---|---|---|")
+        for t, ok, fig in tg:
+            w("| %s | %s | %s |" % (t, "not available" if ok is None else
+                                    ("**met**" if ok else "**missed**"), fig))
+        w("")
 
     # ---- 1
     w("## 1. Profiler overhead\n")
@@ -106,6 +130,34 @@ def write(R, commands, path):
       "(including the recorder's buffers) or the wrapper's, whichever is larger.\n")
 
     # ---- 2
+    if "analysis" in R:
+        write_analysis(R, w)
+    big = R.get("big_report", {})
+    if "configs" in big:
+        w("## 2c. `report` of a 100M-event trace\n")
+        w("Trace of `%s` (recorded in %.0f s): %s events, %s bytes; heaptrack's trace of the same "
+          "program: %s bytes. Medians of %d rounds, no warm-up.\n" % (
+              big["program"], big["record_s"], big.get("events"), big.get("trace_bytes"),
+              big.get("heaptrack_trace_bytes", "not available"), min(R["runs"], 3)))
+        w("| analyzer | wall (median) | events/s | peak RSS |\n|---|---|---|---|")
+        for lab, v in big["configs"].items():
+            if "wall" not in v:
+                w("| %s | failed | | |" % lab)
+                continue
+            w("| %s | %.2f s | %s | %s |" % (lab, v["wall"], f(v.get("events_per_s"), "%.3g"),
+                                             mib(v["rss"])))
+        w("")
+    # ---- 2b (bench/analysis_bench.py, also run alone by bench/analysis.sh)
+    if "analysis_targets" in R:
+        import analysis_bench
+        w(analysis_bench.render(R["analysis_targets"]) + "\n")
+    if T:
+        write_tensor(R, T, w)
+    finish(R, commands, path, L)
+
+
+def write_analysis(R, w):
+    an = R["analysis"]["configs"]
     a = R["analysis"]
     w("## 2. Analysis speed\n")
     w("Trace of `%s`: %s events, %s bytes (%s); heaptrack's trace of the same program: %s bytes. "
@@ -125,11 +177,8 @@ def write(R, commands, path):
         w("| heaptrack_print | not available | | | |")
     w("")
 
-    # ---- 2b (bench/analysis_bench.py, also run alone by bench/analysis.sh)
-    if "analysis_targets" in R:
-        import analysis_bench
-        w(analysis_bench.render(R["analysis_targets"]) + "\n")
 
+def write_tensor(R, T, w):
     # ---- 3/4
     w("## 3. Tensor library vs PyTorch CPU, and 4. the no_grad effect\n")
     w("`bench/tensor_bench` (C, public API of include/gradprof/tensor.h) and "
@@ -175,8 +224,13 @@ def write(R, commands, path):
                 f(div(g["ms"], n["ms"])), f(div(g["ms"], i["ms"])),
                 f(div(g[key], n[key])), f(div(g[key], i[key]))))
     w("")
-    w("## perf profiles (for the missed targets)\n")
-    for k, v in R["perf"].items():
+
+
+def finish(R, commands, path, L):
+    w = L.append
+    if R.get("perf"):
+        w("## perf profiles (for the missed targets)\n")
+    for k, v in R.get("perf", {}).items():
         w("**%s** (`perf report --no-children --sort dso,symbol`, >= 2%%):\n" % k)
         w("```\n%s\n```\n" % v)
     w("## Analysis and next steps\n")
@@ -192,7 +246,8 @@ def write(R, commands, path):
     w("```")
     txt = "\n".join(L) + "\n"
     import os
-    notes = os.path.join(os.path.dirname(path), "NOTES.md")
+    notes = os.path.join(os.path.dirname(path),
+                         "NOTES.md" if "tensor" in R else "NOTES15.md")
     if os.path.exists(notes):
         txt = txt.replace("NOTES_PLACEHOLDER", open(notes).read().strip())
     else:

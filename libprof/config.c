@@ -19,6 +19,7 @@ void lp_options_default(lp_options *o)
     o->stack_sample_bytes = 0;
     o->flush_ms = LP_DEFAULT_FLUSH_MS;
     o->enabled = true;
+    o->frame_pointers = true;
 }
 
 /* Warns about variable `name` (index `key`) once: "gradprof: GRADPROF_X='v' <why>; using <dflt>". */
@@ -111,4 +112,7 @@ void lp_options_from_env(lp_options *o)
     v = o->enabled;
     if (lp__env_uint(5, "GRADPROF_ENABLE", 0, 1, &v) == 0)
         o->enabled = v != 0;
+    v = o->frame_pointers;
+    if (lp__env_uint(6, "GRADPROF_FRAME_POINTERS", 0, 1, &v) == 0)
+        o->frame_pointers = v != 0;
 }

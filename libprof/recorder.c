@@ -279,6 +279,12 @@ struct lp__thread {
     lp__map ip_cache; /* (ip, 1) -> module id << 48 | offset */
     lp__map py_modules;  /* (code, its names and first line) -> "py:" module id */
     lp__map py_lines;    /* (code, its names and first line | instruction) -> module << 32 | line */
+    lp__map fp_stacks;   /* (hash of a frame-pointer walk, depth) -> stack id, or LP__FP_NO */
+    struct lp__fp_memo { /* fp_stacks' recent entries, direct-mapped by the hash (0: empty) */
+        uint64_t f1, f2, id;
+    } fp_memo[64];
+    uintptr_t stack_hi;  /* the end of this OS thread's stack, for the frame-pointer walk */
+    pid_t stack_tid;     /* the thread stack_hi belongs to (0: not known yet) */
     struct lp__py_memo { /* py_lines' recent entries, direct-mapped (0: empty) */
         uint64_t k1, k2, where;
     } py_memo[256];
@@ -1045,6 +1051,9 @@ static void lp__thread_reset(lp__thread *th)
     lp__map_clear(&th->ip_cache);
     lp__map_clear(&th->py_modules);
     lp__map_clear(&th->py_lines);
+    lp__map_clear(&th->fp_stacks);
+    memset(th->fp_memo, 0, sizeof th->fp_memo);
+    th->stack_tid = 0;
     memset(th->py_memo, 0, sizeof th->py_memo);
     th->next_string_id = 1;
     th->next_stack_id = 1;
@@ -1448,6 +1457,97 @@ static int lp__merge_python(lp__thread *th, void *const *ips, int n, int depth)
     return m;
 }
 
+/* ---- the frame-pointer walk ------------------------------------------------------------------
+ *
+ * Where the program keeps frame pointers, the chain of saved (frame pointer, return address) pairs
+ * gives the same return addresses as libunwind for a fraction of the cost. It is never trusted
+ * blindly: each frame pointer must lie inside the thread's stack, above the previous one and
+ * aligned (else the walk is abandoned before reading anything else), and a walk is used only
+ * after it was checked once against libunwind. The check is per walk (the hash of its return
+ * addresses): if the walk equals libunwind's stack, every function on it kept a frame pointer at
+ * those call sites (where a function keeps one is a property of the instruction address), so any
+ * later walk with the same addresses is right too, and its stack id is libunwind's. A walk that
+ * ended on a zero frame pointer (the outermost frame: glibc's clone and _start clear it) may
+ * stop up to two frames short of libunwind (start_thread and clone3, __libc_start_main and
+ * _start, which keep no frame pointer); those outer frames are taken from the checked walk. A
+ * walk that differs is remembered as such (LP__FP_NO) and libunwind answers for it every time.
+ */
+#define LP__FP_NO UINT64_MAX
+/* Outer frames libunwind may add to a walk that ended on a zero frame pointer. */
+#define LP__FP_OUTER 2
+
+/* The end of the calling thread's stack, or 0 if unknown (then no frame-pointer walk). */
+static uintptr_t lp__stack_end(void)
+{
+    pthread_attr_t attr;
+    void *addr = NULL;
+    size_t size = 0;
+    /* For the main thread glibc reads /proc/self/maps (a cancellation point, allocations: the
+     * guard keeps those out of the trace). */
+    int saved_errno = errno, cancel = lp__cancel_off();
+    uintptr_t end = 0;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+        if (pthread_attr_getstack(&attr, &addr, &size) == 0)
+            end = (uintptr_t)addr + size;
+        pthread_attr_destroy(&attr);
+    }
+    lp__cancel_restore(cancel);
+    errno = saved_errno;
+    return end;
+}
+
+/* Walks the frame-pointer chain from fp: libprof's own frames (the innermost ones) are passed
+ * over, then up to `depth` return addresses go into ips, hashed on the way into (*h1, *h2) (never
+ * both 0). Returns their count, or -1 if a frame pointer was out of the thread's stack, not above
+ * the previous one or misaligned; *zero_end tells whether the chain ended on a zero frame
+ * pointer. */
+static int lp__fp_walk(lp__thread *th, uintptr_t fp, uintptr_t *ips, int depth, bool *zero_end,
+                       uint64_t *h1, uint64_t *h2)
+{
+#if defined(__x86_64__)
+    if (th->stack_tid != th->tid) {
+        th->stack_hi = lp__stack_end();
+        th->stack_tid = th->tid;
+    }
+    uintptr_t lo = (uintptr_t)__builtin_frame_address(0), hi = th->stack_hi;
+    uint64_t a = 0x9E3779B97F4A7C15ull, b = 0xC2B2AE3D27D4EB4Full;
+    int n = 0, own = 0;
+    *zero_end = false;
+    while (n < depth) {
+        if (fp == 0) {
+            *zero_end = true;
+            break;
+        }
+        if (fp < lo || hi < 16 || fp > hi - 16 || (fp & 7))
+            return -1;
+        const uintptr_t *frame = (const uintptr_t *)fp;
+        uintptr_t next = frame[0], ret = frame[1];
+        if (ret < 4096 || (next != 0 && next <= fp))
+            return -1;
+        lo = fp + 16;
+        fp = next;
+        if (n == 0 && ret >= R.self_lo && ret < R.self_hi) {
+            if (++own > 8)
+                return -1;
+            continue;
+        }
+        ips[n++] = ret;
+        a = (a ^ ret) * 0xff51afd7ed558ccdull;
+        a ^= a >> 32;
+        b = (b + ret) * 0xc4ceb9fe1a85ec53ull;
+        b ^= b >> 29;
+    }
+    *h1 = lp__mix(a ^ (uint64_t)n) | 1;
+    *h2 = lp__mix(b + (uint64_t)n);
+    return n;
+#else
+    (void)th, (void)fp, (void)ips, (void)depth, (void)zero_end, (void)h1, (void)h2;
+    return -1;
+#endif
+}
+
+static uint32_t lp__stack_id(lp__thread *th, void *const *ips, int n, bool py);
+
 /* The stack id of the current call chain, writing STACK records for nodes not seen before.
  * Frames inside libprof itself are dropped; Python frames replace the eval loop's activations
  * (pseudo-module "py:<file>:<qualname>", offset = line). Kept out of line so the frames to drop
@@ -1455,7 +1555,37 @@ static int lp__merge_python(lp__thread *th, void *const *ips, int n, int depth)
 __attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
 {
     void *ips[LP_MAX_STACK_DEPTH + 8];
-    int max = R.opts.stack_depth + 8;
+    uintptr_t fp_ips[LP_MAX_STACK_DEPTH + 8];
+    int max = R.opts.stack_depth + 8, depth = R.opts.stack_depth;
+    if (th->modules_generation !=
+        atomic_load_explicit(&R.modules_generation, memory_order_relaxed)) {
+        /* Code was unloaded: an address may now belong to another object, so the frames and
+         * stacks built from old addresses are stale too (their ids stay valid in the trace). */
+        lp__map_clear(&th->ip_cache);
+        lp__map_clear(&th->frames);
+        lp__map_clear(&th->stacks);
+        lp__map_clear(&th->fp_stacks);
+        memset(th->fp_memo, 0, sizeof th->fp_memo);
+        th->modules_generation = atomic_load(&R.modules_generation);
+    }
+    bool py = lp__py_on();
+    /* The frame-pointer walk first, for a stack checked before (see above). */
+    int fp_n = -1;
+    bool fp_zero = false;
+    uint64_t f1 = 0, f2 = 0, id;
+    if (R.opts.frame_pointers && !R.unwinder && R.self_hi && !py) {
+        fp_n = lp__fp_walk(th, (uintptr_t)__builtin_frame_address(0), fp_ips, depth, &fp_zero, &f1,
+                           &f2);
+        if (fp_n > 0) {
+            struct lp__fp_memo *memo = &th->fp_memo[f1 >> 58];
+            if (memo->f1 == f1 && memo->f2 == f2 && memo->id != LP__FP_NO)
+                return (uint32_t)memo->id;
+            if (lp__map_get(&th->fp_stacks, f1, f2, &id) && id != LP__FP_NO) {
+                *memo = (struct lp__fp_memo){f1, f2, id};
+                return (uint32_t)id;
+            }
+        }
+    }
     /* libunwind may make system calls (memory validation, reading unwind tables) and takes the
      * loader's lock: once the program cancels threads, not a place to be cancelled in. */
     int saved_errno = errno, cancel = PTHREAD_CANCEL_DISABLE;
@@ -1473,22 +1603,28 @@ __attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
     }
     if (n <= first)
         return 0;
-    if (th->modules_generation != atomic_load_explicit(&R.modules_generation,
-                                                       memory_order_relaxed)) {
-        /* Code was unloaded: an address may now belong to another object, so the frames and
-         * stacks built from old addresses are stale too (their ids stay valid in the trace). */
-        lp__map_clear(&th->ip_cache);
-        lp__map_clear(&th->frames);
-        lp__map_clear(&th->stacks);
-        th->modules_generation = atomic_load(&R.modules_generation);
+    uint32_t stack = lp__stack_id(th, ips + first, n - first, py);
+    if (fp_n > 0) { /* check the walk against libunwind's stack, once */
+        int kb = n - first < depth ? n - first : depth;
+        bool same = fp_n == kb || (fp_zero && fp_n < kb && kb - fp_n <= LP__FP_OUTER);
+        for (int i = 0; same && i < fp_n; i++)
+            same = fp_ips[i] == (uintptr_t)ips[first + i];
+        lp__map_put(&th->fp_stacks, f1, f2, same && stack ? stack : LP__FP_NO);
     }
+    return stack;
+}
+
+/* The stack id of the return addresses ips[0..n) (innermost first, libprof's own frames
+ * dropped), merged with the Python frames if py, writing STACK records for new nodes. */
+static uint32_t lp__stack_id(lp__thread *th, void *const *ips, int n, bool py)
+{
     /* The frames, merged with Python's when the interpreter runs here, and their hash: return
      * addresses, and for a Python frame its code object, names and instruction. */
     int depth = R.opts.stack_depth, m = 0;
-    if (lp__py_on()) {
-        m = lp__merge_python(th, ips + first, n - first, depth);
+    if (py) {
+        m = lp__merge_python(th, ips, n, depth);
     } else {
-        for (int i = first; i < n && m < depth; i++)
+        for (int i = 0; i < n && m < depth; i++)
             th->merged[m++] = (struct lp__mframe){(uintptr_t)ips[i], -1};
     }
     size_t nw = 0;

@@ -48,6 +48,7 @@
 #include "preload/realloc_race.h"
 #include "preload/tsd_alloc.h"
 #include "preload/exclude_own.h"
+#include "preload/fp_chains.h"
 #include "preload/vfork_exec.h"
 #include "analysis.h"
 #include "symbolize.h"
@@ -795,6 +796,98 @@ static void test_call_chain_stack(void **state)
     remove_dir(dir);
 }
 
+/* ---- the frame-pointer walk ------------------------------------------------------------------ */
+
+enum { FPC_N = 2 * FPC_CHAINS * FPC_DEPTHS, FPC_STACK_MAX = 4096 };
+
+/* The call stack of every (thread, chain, depth) of fp_chains, as "module+offset;" from the
+ * innermost frame out, from the trace of one run with GRADPROF_FRAME_POINTERS=`fp`; fails if two
+ * allocations of one size got different stacks, or a size is missing. */
+static void fp_chains_stacks(const char *exe, bool fp, char stacks[FPC_N][FPC_STACK_MAX])
+{
+    const char *dir = make_dir();
+    run_result r;
+    run_exe(exe, true, dir,
+            (const char *[]){fp ? "GRADPROF_FRAME_POINTERS=1" : "GRADPROF_FRAME_POINTERS=0", NULL},
+            &r);
+    assert_true(exited_with(&r, 0));
+    assert_string_equal(r.out, FPC_STDOUT);
+    char paths[1][PATH_MAX + 64];
+    assert_int_equal(traces_of(dir, r.pid, paths, 1), 1);
+    char err[512] = "";
+    gp_trace *t = NULL;
+    if (gp_trace_open(paths[0], &t, err, sizeof err) != 0)
+        fail_msg("gp_trace_open(%s): %s", paths[0], err);
+    unsigned counts[FPC_N] = {0};
+    gp_event ev;
+    int rc;
+    while ((rc = gp_trace_next(t, &ev, err, sizeof err)) == 1) {
+        if (ev.kind != GP_EV_ALLOC || ev.size < FPC_SIZE(0, 0, 0) || ev.size > FPC_SIZE(1, 2, 5))
+            continue;
+        uint64_t k = ev.size - FPC_SIZE(0, 0, 0);
+        int th = (int)(k / 256), c = (int)(k % 256 / 16), d = (int)(k % 16);
+        if (c >= FPC_CHAINS || d >= FPC_DEPTHS)
+            continue;
+        int i = (th * FPC_CHAINS + c) * FPC_DEPTHS + d;
+        char s[FPC_STACK_MAX] = "";
+        size_t len = 0;
+        for (uint32_t id = ev.stack; id != 0 && len < sizeof s - 300;) {
+            uint32_t module, parent;
+            uint64_t offset;
+            assert_int_equal(gp_trace_stack_frame(t, id, &module, &offset, &parent), 0);
+            const gp_module *m = gp_trace_module(t, module);
+            const char *base = m && m->path ? strrchr(m->path, '/') : NULL;
+            len += (size_t)snprintf(s + len, sizeof s - len, "%s+%llx;", base ? base + 1 : "?",
+                                    (unsigned long long)offset);
+            id = parent;
+        }
+        assert_true(len > 0);
+        if (counts[i]++ == 0)
+            snprintf(stacks[i], FPC_STACK_MAX, "%s", s);
+        else if (strcmp(stacks[i], s) != 0)
+            fail_msg("%s (frame pointers %s): size %llu, allocation %u: stack\n  %s\nbut the first "
+                     "was\n  %s",
+                     exe, fp ? "on" : "off", (unsigned long long)ev.size, counts[i], s, stacks[i]);
+    }
+    if (rc < 0)
+        fail_msg("gp_trace_next(%s): %s", paths[0], err);
+    for (int i = 0; i < FPC_N; i++)
+        assert_int_equal(counts[i], FPC_ROUNDS);
+    gp_trace_close(t);
+    remove_dir(dir);
+}
+
+/* The walk's stacks are libunwind's, frame for frame, for a program with frame pointers (where
+ * the walk answers after its first check) and for one without (where the check refuses it); each
+ * repeated allocation keeps its stack, and the leaf frame is chain_leaf's caller in the program. */
+static void check_fp_walk(const char *exe)
+{
+    static char on[FPC_N][FPC_STACK_MAX], off[FPC_N][FPC_STACK_MAX];
+    fp_chains_stacks(exe, true, on);
+    fp_chains_stacks(exe, false, off);
+    const char *name = strrchr(exe, '/') ? strrchr(exe, '/') + 1 : exe;
+    for (int i = 0; i < FPC_N; i++) {
+        if (strcmp(on[i], off[i]) != 0)
+            fail_msg("%s: allocation kind %d: stack with the walk\n  %s\nwith libunwind only\n  %s",
+                     exe, i, on[i], off[i]);
+        char first[PATH_MAX];
+        snprintf(first, sizeof first, "%s+", name);
+        assert_memory_equal(on[i], first, strlen(first)); /* the innermost frame is the program's */
+    }
+}
+
+static void test_fp_walk_with_frame_pointers(void **state)
+{
+    (void)state;
+    check_fp_walk(prog("fp_chains"));
+}
+
+static void test_fp_walk_without_frame_pointers(void **state)
+{
+    (void)state;
+    check_fp_walk(prog("fp_chains_nofp"));
+}
+
 /* ---- configuration and failure --------------------------------------------------------------- */
 
 /* GRADPROF_ENABLE=0: no trace, no change. */
@@ -1463,6 +1556,8 @@ int main(void)
         cmocka_unit_test(test_fork_preload),
         cmocka_unit_test(test_abort_preload),
         cmocka_unit_test(test_call_chain_stack),
+        cmocka_unit_test(test_fp_walk_with_frame_pointers),
+        cmocka_unit_test(test_fp_walk_without_frame_pointers),
         cmocka_unit_test(test_disabled),
         cmocka_unit_test(test_unwritable_output),
         cmocka_unit_test(test_foreign_program),
