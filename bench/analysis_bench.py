@@ -6,7 +6,7 @@
     python3 bench/analysis_bench.py   # the same with an existing build in $BUILD
 
 Programs: (a) the PyTorch MLP evaluation loop, `/usr/bin/python3 examples/pytorch/mlp.py`
-recorded with `gradprof run` (default options, stacks on) and with `heaptrack`, twice for
+recorded with `gradprof run --stack-depth 32` (stacks, as heaptrack records) and with `heaptrack`, twice for
 gradprof (--grad and --no-grad, the diff's two runs); (b) the malloc storm
 (`bench/malloc_bench 1000000 2`). Each analyzer runs under /usr/bin/time (wall, user + system
 CPU, peak RSS = %M); the configurations are interleaved run by run, after one warm-up round, and
@@ -114,7 +114,7 @@ def run(build=None, runs=None, commands=None):
     cfgs = []
     for name, pr in programs.items():
         a = T(name + ".gptrace")
-        rc = [rec_gp, "run", "-o", a, "--"] + pr["cmd"]
+        rc = [rec_gp, "run", "--stack-depth", "32", "-o", a, "--"] + pr["cmd"]
         record(rc, a, name, work)
         commands.append(shell(rc))
         hk = T("h_" + name)
@@ -129,7 +129,7 @@ def run(build=None, runs=None, commands=None):
         cfgs.append(("%s: heaptrack_print" % name, ["heaptrack_print", hk + ".zst"]))
         if "b_cmd" in pr:
             b = T(name + "_b.gptrace")
-            rc = [rec_gp, "run", "-o", b, "--"] + pr["b_cmd"]
+            rc = [rec_gp, "run", "--stack-depth", "32", "-o", b, "--"] + pr["b_cmd"]
             record(rc, b, name + " B", work)
             commands.append(shell(rc))
             info["b_command"] = shell(pr["b_cmd"])

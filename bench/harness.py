@@ -35,6 +35,8 @@ if "all" in SECTIONS:
 BIG_N = "200000" if SMOKE else "25000000"  # allocations per thread: 2 x 2 x 25 M = 100 M events
 TORCH_PY = "/usr/bin/python3"
 GP = os.path.join(BUILD, "tools", "gradprof")
+# "(stacks)" rows ask for stacks by name: a Python program is recorded without them by default
+STACKS = ["--stack-depth", str(32)]
 THREADS = "1"
 ENV = dict(os.environ, OPENBLAS_NUM_THREADS=THREADS, OMP_NUM_THREADS=THREADS,
            MKL_NUM_THREADS=THREADS)
@@ -195,8 +197,9 @@ def overhead():
                 COMMANDS.append(shell(c[1]))
             continue
         cfgs = [("unprofiled", cmd, None),
-                ("gradprof run (stacks)", [GP, "run", "-o", os.path.join(WORK, "s.gptrace"),
-                                           "--"] + cmd, "s.gptrace"),
+                ("gradprof run (stacks)", [GP, "run"] + STACKS + ["-o",
+                                           os.path.join(WORK, "s.gptrace"), "--"] + cmd,
+                 "s.gptrace"),
                 ("gradprof run --no-stacks", [GP, "run", "--no-stacks", "-o",
                                               os.path.join(WORK, "n.gptrace"), "--"] + cmd,
                  "n.gptrace")]
@@ -207,7 +210,7 @@ def overhead():
             d["heaptrack"] = {"note": "not available"}
         # trace size per event: one more run each, kept
         sizes = {}
-        for lab, extra in (("gradprof run (stacks)", []),
+        for lab, extra in (("gradprof run (stacks)", STACKS),
                            ("gradprof run --no-stacks", ["--no-stacks"])):
             t = os.path.join(WORK, "size.gptrace")
             subprocess.run([GP, "run"] + extra + ["-o", t, "--"] + cmd, env=ENV,
@@ -333,7 +336,7 @@ def issue15_rows():
         for c, tgt, lim in (("gradprof run (stacks)", "<= 4x plain", 4.0),
                             ("gradprof run --no-stacks", "<= 2x plain", 2.0)):
             r = cfg("malloc_bench", c).get("ratio")
-            cmd = [GP, "run"] + (["--no-stacks"] if "no-stacks" in c else []) + [
+            cmd = [GP, "run"] + (["--no-stacks"] if "no-stacks" in c else STACKS) + [
                 "-o", "$WORK/s.gptrace", "--"] + mb["command"].split()
             rows.append(("storm, %s" % c, "%sx (%.3f s vs plain %.3f s)" % (
                 "%.2f" % r if r else "n/a", cfg("malloc_bench", c).get("wall", 0),
@@ -362,7 +365,7 @@ def issue15_rows():
             if c == "heaptrack":
                 cmd = ["heaptrack", "-o", "$WORK/h"] + tm["command"].split()
             else:
-                cmd = [GP, "run"] + (["--no-stacks"] if "no-stacks" in c else []) + [
+                cmd = [GP, "run"] + (["--no-stacks"] if "no-stacks" in c else STACKS) + [
                     "-o", "$WORK/s.gptrace", "--"] + tm["command"].split()
             rows.append(("PyTorch MLP (bench/torch_mlp_infer.py 20), %s" % c, fig, tgt, ok,
                          shell(cmd), cmd if ok is False else None))
