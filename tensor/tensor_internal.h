@@ -141,6 +141,10 @@ void tn__strided_rows(const tn__strided *it, tn__row_fn fn, void *ctx);
 /* Bumps the version of t's storage (not for inference storage). */
 void tn__bump_version(tn_tensor *t);
 
+/* Whether nobody else can see t's values (one reference to t and to its storage, no graph slot
+ * saves it, contiguous), so it may be updated in place. */
+bool tn__exclusive(const tn_tensor *t);
+
 /* ---- grad mode ------------------------------------------------------------------------------ */
 
 /* Whether an op on these inputs must record a node: grad enabled and some input requires grad. */
