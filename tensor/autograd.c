@@ -267,8 +267,7 @@ void tn_zero_grad(tn_tensor *t)
 
 /* ---- the engine ----------------------------------------------------------------------------- */
 
-/* Whether nobody else can see t's values, so it may be updated in place. */
-static bool tn__exclusive(const tn_tensor *t)
+bool tn__exclusive(const tn_tensor *t)
 {
     return atomic_load(&t->refcount) == 1 && atomic_load(&t->storage->refcount) == 1 &&
            t->storage->save_count == 0 && tn_is_contiguous(t);

@@ -169,6 +169,47 @@ static tn_tensor *release2(tn_tensor *a, tn_tensor *b, tn_tensor *c)
     return c;
 }
 
+/* Whether t is this forward's own intermediate and no graph is recorded for an op on it (and
+ * `other`): then an in-place update is invisible to everyone but this forward. */
+static bool mine_to_update(tn_tensor *t, tn_tensor *other)
+{
+    tn_tensor *in[2] = {t, other};
+    return tn__exclusive(t) && !tn__grad_needed(other ? 2 : 1, in);
+}
+
+/* a + b. Consumes b: adds a into b in place when b is ours and nothing is recorded (the same
+ * values, IEEE addition commutes), which saves an activation and a pass under no_grad. */
+static tn_tensor *residual_add(tn_tensor *a, tn_tensor *b)
+{
+    if (mine_to_update(b, a) && tn_is_contiguous(a) &&
+        tn__shape_equal(a->ndim, a->shape, b->ndim, b->shape)) {
+        const float *restrict ad = tn_data_const(a);
+        float *restrict bd = tn_data(b);
+        for (int64_t i = 0, n = tn_numel(b); i < n; i++)
+            bd[i] = ad[i] + bd[i];
+        tn__bump_version(b);
+        return b;
+    }
+    tn_tensor *sum = tn_add(a, b);
+    tn_release(b);
+    return sum;
+}
+
+/* relu(f) or gelu(f). Consumes f: relu is applied in place under the same condition as above. */
+static tn_tensor *activation(tn_tensor *f, bool gelu)
+{
+    if (!gelu && mine_to_update(f, NULL)) {
+        float *fd = tn_data(f);
+        for (int64_t i = 0, n = tn_numel(f); i < n; i++)
+            fd[i] = fd[i] < 0.0f ? 0.0f : fd[i]; /* NaN stays NaN, as tn_relu */
+        tn__bump_version(f);
+        return f;
+    }
+    tn_tensor *a = gelu ? tn_gelu(f) : tn_relu(f);
+    tn_release(f);
+    return a;
+}
+
 /* x [B, T, D] -> [B, T, D], post-norm:
  *   h = norm1(x + dropout1(self_attn(x)))
  *   y = norm2(h + dropout2(linear2(dropout(act(linear1(h)))))) */
@@ -184,8 +225,7 @@ static tn_tensor *encoder_layer_forward(tn_module *m, tn_tensor *x)
     tn_release(sa);
     if (!d1)
         return NULL;
-    tn_tensor *r1 = tn_add(x, d1);
-    tn_release(d1);
+    tn_tensor *r1 = residual_add(x, d1);
     if (!r1)
         return NULL;
     tn_tensor *h = tn_module_forward(E->norm1, r1);
@@ -196,8 +236,7 @@ static tn_tensor *encoder_layer_forward(tn_module *m, tn_tensor *x)
     tn_tensor *f = tn_module_forward(E->linear1, h); /* [B, T, F] */
     if (!f)
         return release2(h, NULL, NULL);
-    tn_tensor *a = E->gelu ? tn_gelu(f) : tn_relu(f);
-    tn_release(f);
+    tn_tensor *a = activation(f, E->gelu);
     if (!a)
         return release2(h, NULL, NULL);
     tn_tensor *d = tn_module_forward(E->dropout, a);
@@ -212,8 +251,8 @@ static tn_tensor *encoder_layer_forward(tn_module *m, tn_tensor *x)
     tn_release(l2);
     if (!d2)
         return release2(h, NULL, NULL);
-    tn_tensor *r2 = tn_add(h, d2);
-    release2(h, d2, NULL);
+    tn_tensor *r2 = residual_add(h, d2);
+    tn_release(h);
     if (!r2)
         return NULL;
     tn_tensor *y = tn_module_forward(E->norm2, r2);

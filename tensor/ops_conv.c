@@ -104,8 +104,11 @@ static void im2col(const geom *g, const float *x, float *cols)
                         x + c * g->sc + ih * g->sh + (lo * g->stride - g->pad + j) * g->sw;
                     for (int64_t ow = 0; ow < lo; ow++)
                         dst[ow] = 0.0f;
-                    for (int64_t ow = lo; ow < hi; ow++, src += step)
-                        dst[ow] = *src;
+                    if (step == 1)
+                        memcpy(dst + lo, src, (size_t)(hi - lo) * sizeof(float));
+                    else
+                        for (int64_t ow = lo; ow < hi; ow++, src += step)
+                            dst[ow] = *src;
                     for (int64_t ow = hi; ow < g->Wo; ow++)
                         dst[ow] = 0.0f;
                 }
@@ -428,6 +431,78 @@ static int64_t window_argmax(const geom *g, const float *xp, int64_t h0, int64_t
     return h0 * g->W + w0; /* unreachable: the window is never empty */
 }
 
+/* The output columns [*lo, *hi) whose window lies wholly inside [0, W) (lo <= hi; empty when no
+ * window does). */
+static void pool_interior(const geom *g, int64_t *lo, int64_t *hi)
+{
+    int64_t l = (g->pad + g->stride - 1) / g->stride;
+    int64_t h = g->W + g->pad - g->kw < 0 ? 0 : (g->W + g->pad - g->kw) / g->stride + 1;
+    *hi = min64(h, g->Wo);
+    *lo = min64(l, *hi);
+}
+
+/* One output of a pool over the clipped window of (oh, ow): its max (NaN if it holds one) or its
+ * sum times `inv`. */
+static float pool_one(const geom *g, const float *xp, int64_t oh, int64_t ow, bool is_max,
+                      float inv)
+{
+    int64_t h0, h1, w0, w1;
+    pool_window(g, oh, ow, &h0, &h1, &w0, &w1);
+    if (is_max)
+        return window_max(g, xp, h0, h1, w0, w1);
+    float v = 0.0f;
+    for (int64_t h = h0; h < h1; h++)
+        for (int64_t w = w0; w < w1; w++)
+            v += xp[h * g->sh + w * g->sw];
+    return v * inv;
+}
+
+/* o[i] = max(o[i], x[i * step]) for i < n, NaN-sticky (a NaN x or o stays NaN), or o[i] += x[i *
+ * step]. Inlined with a constant step, so GCC vectorises the unit and stride-2 cases. */
+static inline void pool_accumulate(float *restrict o, const float *restrict x, int64_t n,
+                                   int64_t step, bool is_max)
+{
+    if (is_max) {
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i * step];
+            o[i] = (v > o[i]) | (v != v) ? v : o[i];
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            o[i] += x[i * step];
+    }
+}
+
+/* Output row oh, columns [lo, hi), all windows inside [0, W) horizontally: the same values as
+ * pool_one (the window visited row by row, left to right, the same ties and sum order), but
+ * computed a kernel element at a time over the whole row, which vectorises. */
+static void pool_row(const geom *g, const float *xp, int64_t oh, int64_t lo, int64_t hi,
+                     bool is_max, float inv, float *orow)
+{
+    if (lo >= hi)
+        return;
+    int64_t h0, h1, w0, w1;
+    pool_window(g, oh, lo, &h0, &h1, &w0, &w1);
+    int64_t n = hi - lo, step = g->stride * g->sw;
+    float *o = orow + lo;
+    for (int64_t i = 0; i < n; i++)
+        o[i] = is_max ? -INFINITY : 0.0f;
+    for (int64_t h = h0; h < h1; h++) {
+        for (int64_t j = 0; j < g->kw; j++) {
+            const float *x = xp + h * g->sh + (w0 + j) * g->sw;
+            if (step == 1)
+                pool_accumulate(o, x, n, 1, is_max);
+            else if (step == 2)
+                pool_accumulate(o, x, n, 2, is_max);
+            else
+                pool_accumulate(o, x, n, step, is_max);
+        }
+    }
+    if (!is_max)
+        for (int64_t i = 0; i < n; i++)
+            o[i] *= inv;
+}
+
 static tn_tensor *pool_forward(const tn_node_kind *kind, tn_tensor *x, int kernel, int stride,
                                int padding)
 {
@@ -446,26 +521,18 @@ static tn_tensor *pool_forward(const tn_node_kind *kind, tn_tensor *x, int kerne
     float *od = tn_data(out);
     /* count_include_pad: the divisor is always the full kernel. */
     float inv = 1.0f / ((float)kernel * (float)kernel);
+    int64_t lo, hi;
+    pool_interior(&g, &lo, &hi);
     for (int64_t n = 0; n < N; n++) {
         for (int64_t c = 0; c < g.C; c++) {
             const float *xp = xd + n * x->strides[0] + c * g.sc;
-            float *op_ = od + (n * g.C + c) * g.Ho * g.Wo;
-            for (int64_t oh = 0; oh < g.Ho; oh++) {
-                for (int64_t ow = 0; ow < g.Wo; ow++) {
-                    int64_t h0, h1, w0, w1;
-                    pool_window(&g, oh, ow, &h0, &h1, &w0, &w1);
-                    float v;
-                    if (is_max) {
-                        v = window_max(&g, xp, h0, h1, w0, w1);
-                    } else {
-                        v = 0.0f;
-                        for (int64_t h = h0; h < h1; h++)
-                            for (int64_t w = w0; w < w1; w++)
-                                v += xp[h * g.sh + w * g.sw];
-                        v *= inv;
-                    }
-                    op_[oh * g.Wo + ow] = v;
-                }
+            float *orow = od + (n * g.C + c) * g.Ho * g.Wo;
+            for (int64_t oh = 0; oh < g.Ho; oh++, orow += g.Wo) {
+                for (int64_t ow = 0; ow < lo; ow++)
+                    orow[ow] = pool_one(&g, xp, oh, ow, is_max, inv);
+                pool_row(&g, xp, oh, lo, hi, is_max, inv, orow);
+                for (int64_t ow = hi; ow < g.Wo; ow++)
+                    orow[ow] = pool_one(&g, xp, oh, ow, is_max, inv);
             }
         }
     }

@@ -238,6 +238,13 @@ tn_tensor *tn_scaled_dot_product_attention(tn_tensor *q, tn_tensor *k, tn_tensor
         goto done;
     tn_release(kt);
     kt = NULL;
+    tn_tensor *qkv[3] = {q, k, v};
+    if (!causal && tn__exclusive(scores) && !tn__grad_needed(3, qkv)) {
+        /* Nothing is recorded: scale and softmax the scores in place (the same values). */
+        tn__softmax_scaled_(scores, 1.0f / sqrtf((float)d));
+        out = tn_matmul(scores, v);
+        goto done;
+    }
     if (!(scaled = tn_mul_scalar(scores, 1.0f / sqrtf((float)d))))
         goto done;
     tn_release(scores);

@@ -195,6 +195,26 @@ done:
 static const tn_node_kind layer_norm_kind = {"layer_norm", "layer_norm_backward",
                                              layer_norm_backward};
 
+/* sum(x[j]) or, if `sq`, sum((x[j] - mu)^2) over j < n, in 8 interleaved partial sums (lane
+ * j % 8) added pairwise at the end: independent adds that GCC vectorises without -ffast-math,
+ * where one running sum is a chain of dependent adds. PyTorch's CPU reductions also sum in
+ * vector lanes, so the rounding is no further from theirs than a serial sum. */
+static float row_sum(const float *x, int64_t n, float mu, bool sq)
+{
+    float acc[8] = {0};
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int k = 0; k < 8; k++) {
+            float d = x[j + k] - mu;
+            acc[k] += sq ? d * d : x[j + k];
+        }
+    for (int k = 0; j < n; j++, k++) {
+        float d = x[j] - mu;
+        acc[k] += sq ? d * d : x[j];
+    }
+    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
 /* x [..., D], weight [D] or NULL, bias [D] or NULL -> [..., D]; mean and rstd [..., 1] are made
  * only when a node is recorded. */
 tn_tensor *tn_layer_norm(tn_tensor *x, tn_tensor *weight, tn_tensor *bias, float eps)
@@ -241,16 +261,8 @@ tn_tensor *tn_layer_norm(tn_tensor *x, tn_tensor *weight, tn_tensor *bias, float
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = xd + r * D;
         float *yr = yd + r * D;
-        float s = 0;
-        for (int64_t j = 0; j < D; j++)
-            s += xr[j];
-        const float mu = s / (float)D;
-        float v = 0;
-        for (int64_t j = 0; j < D; j++) {
-            float d = xr[j] - mu;
-            v += d * d;
-        }
-        const float rs = 1.0f / sqrtf(v / (float)D + eps);
+        const float mu = row_sum(xr, D, 0.0f, false) / (float)D;
+        const float rs = 1.0f / sqrtf(row_sum(xr, D, mu, true) / (float)D + eps);
         if (md) {
             md[r] = mu;
             rd[r] = rs;

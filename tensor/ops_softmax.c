@@ -28,34 +28,44 @@ static void sm_dims(int ndim, const int64_t *shape, int d, int64_t *outer, int64
         *inner *= shape[i];
 }
 
+/* Rows of n contiguous values: dst[o, :] = softmax (or log-softmax if `log`) of src[o, :] * scale.
+ * dst may be src. With scale 1 the values are those of the softmax of src itself (x * 1 is x). */
+static void sm_rows(const float *src, float *dst, int64_t outer, int64_t n, bool log, float scale)
+{
+    for (int64_t o = 0; o < outer; o++) {
+        const float *in = src + o * n;
+        float *row = dst + o * n;
+        float m = -INFINITY;
+        for (int64_t k = 0; k < n; k++) {
+            float v = in[k] * scale;
+            m = v > m ? v : m;
+        }
+        float sum = 0.0f;
+        if (log) {
+            for (int64_t k = 0; k < n; k++)
+                sum += expf(in[k] * scale - m);
+            /* (x - m) - log(sum) rather than x - (m + log(sum)): exact for large x. */
+            float ls = logf(sum);
+            for (int64_t k = 0; k < n; k++)
+                row[k] = (in[k] * scale - m) - ls;
+        } else {
+            for (int64_t k = 0; k < n; k++) {
+                float e = expf(in[k] * scale - m);
+                row[k] = e;
+                sum += e;
+            }
+            float inv = 1.0f / sum;
+            for (int64_t k = 0; k < n; k++)
+                row[k] *= inv;
+        }
+    }
+}
+
 /* In place: each row p[o, :, j] (stride inner) becomes its softmax, or log-softmax if `log`. */
 static void sm_forward(float *p, int64_t outer, int64_t n, int64_t inner, bool log)
 {
     if (inner == 1) {
-        for (int64_t o = 0; o < outer; o++) {
-            float *row = p + o * n;
-            float m = -INFINITY;
-            for (int64_t k = 0; k < n; k++)
-                m = row[k] > m ? row[k] : m;
-            float sum = 0.0f;
-            if (log) {
-                for (int64_t k = 0; k < n; k++)
-                    sum += expf(row[k] - m);
-                /* (x - m) - log(sum) rather than x - (m + log(sum)): exact for large x. */
-                float ls = logf(sum);
-                for (int64_t k = 0; k < n; k++)
-                    row[k] = (row[k] - m) - ls;
-            } else {
-                for (int64_t k = 0; k < n; k++) {
-                    float e = expf(row[k] - m);
-                    row[k] = e;
-                    sum += e;
-                }
-                float inv = 1.0f / sum;
-                for (int64_t k = 0; k < n; k++)
-                    row[k] *= inv;
-            }
-        }
+        sm_rows(p, p, outer, n, log, 1.0f);
         return;
     }
     float mx[SM_BLOCK], sm[SM_BLOCK];
@@ -228,7 +238,9 @@ static tn_tensor *sm_forward_op(const tn_node_kind *kind, bool log, tn_tensor *x
         return NULL;
     int64_t outer, n, inner;
     sm_dims(x->ndim, x->shape, d, &outer, &n, &inner);
-    if (outer * n * inner > 0) {
+    if (outer * n * inner > 0 && inner == 1 && tn_is_contiguous(x)) {
+        sm_rows(tn_data_const(x), tn_data(out), outer, n, log, 1.0f); /* no copy of x first */
+    } else if (outer * n * inner > 0) {
         sm_gather(x, tn_data(out));
         sm_forward(tn_data(out), outer, n, inner, log);
     }
@@ -251,4 +263,14 @@ tn_tensor *tn_softmax(tn_tensor *x, int dim)
 tn_tensor *tn_log_softmax(tn_tensor *x, int dim)
 {
     return sm_forward_op(&log_softmax_kind, true, x, dim);
+}
+
+int tn__softmax_scaled_(tn_tensor *t, float scale)
+{
+    int64_t n = t->ndim > 0 ? t->shape[t->ndim - 1] : 1;
+    int64_t numel = tn_numel(t);
+    if (numel > 0)
+        sm_rows(tn_data(t), tn_data(t), numel / n, n, false, scale);
+    tn__bump_version(t);
+    return 0;
 }

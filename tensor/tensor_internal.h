@@ -141,6 +141,14 @@ void tn__strided_rows(const tn__strided *it, tn__row_fn fn, void *ctx);
 /* Bumps the version of t's storage (not for inference storage). */
 void tn__bump_version(tn_tensor *t);
 
+/* Whether nobody else can see t's values (one reference to t and to its storage, no graph slot
+ * saves it, contiguous), so it may be updated in place. */
+bool tn__exclusive(const tn_tensor *t);
+
+/* In place, outside the graph: t (tn__exclusive) becomes the softmax over its last dim of t *
+ * scale, the same values as tn_softmax(tn_mul_scalar(t, scale), -1). Returns 0. */
+int tn__softmax_scaled_(tn_tensor *t, float scale);
+
 /* ---- grad mode ------------------------------------------------------------------------------ */
 
 /* Whether an op on these inputs must record a node: grad enabled and some input requires grad. */
