@@ -8,8 +8,9 @@
  * there, once, whichever allocator sits below; what the real operator new does through the
  * functions here is internal and not recorded again), plus the exits that skip destructors
  * (_exit, _Exit: the trace is ended first), the exec family (the trace is flushed first; the new
- * image starts its own) and pthread_cancel (from the first call on, the recorder keeps
- * cancellation off while it unwinds stacks too). fork is handled by the recorder's pthread_atfork
+ * image starts its own), pthread_cancel (from the first call on, the recorder keeps
+ * cancellation off while it unwinds stacks too) and pthread_getattr_np (marked while inside: it
+ * allocates holding the thread's lock, which the recorder's stack bounds would take again). fork is handled by the recorder's pthread_atfork
  * handlers.
  *
  * The real functions come from dlsym(RTLD_NEXT), so another allocator preloaded after this one
@@ -74,6 +75,7 @@ typedef struct lp__real_fns {
     int (*execvpe)(const char *, char *const[], char *const[]);
     int (*fexecve)(int, char *const[], char *const[]);
     int (*pthread_cancel)(pthread_t);
+    int (*pthread_getattr_np)(pthread_t, pthread_attr_t *);
 } lp__real_fns;
 
 enum { LP__REAL_UNRESOLVED, LP__REAL_RESOLVING, LP__REAL_READY };
@@ -124,6 +126,7 @@ static bool lp__real_ready(void)
     LP__RESOLVE(execvpe, "execvpe", NULL);
     LP__RESOLVE(fexecve, "fexecve", NULL);
     LP__RESOLVE(pthread_cancel, "pthread_cancel", NULL);
+    LP__RESOLVE(pthread_getattr_np, "pthread_getattr_np", NULL);
 #undef LP__RESOLVE
     g_real = r;
     __atomic_store_n(&g_real_state, LP__REAL_READY, __ATOMIC_RELEASE);
@@ -530,6 +533,23 @@ LP__EXPORT int pthread_cancel(pthread_t thread)
     if (!lp__real_ready() || g_real.pthread_cancel == NULL)
         return ENOSYS;
     return g_real.pthread_cancel(thread);
+}
+
+/* Only marked: while inside, the recorder does not ask for this thread's stack bounds (see
+ * lp__in_getattr). Before the real functions are resolved, the real one is looked up here. */
+LP__EXPORT int pthread_getattr_np(pthread_t thread, pthread_attr_t *attr)
+{
+    int (*real)(pthread_t, pthread_attr_t *) =
+        lp__real_ready() ? g_real.pthread_getattr_np
+                         : (int (*)(pthread_t, pthread_attr_t *))dlsym(RTLD_NEXT,
+                                                                       "pthread_getattr_np");
+    if (real == NULL)
+        return ENOSYS;
+    bool was = lp__in_getattr;
+    lp__in_getattr = true;
+    int rc = real(thread, attr);
+    lp__in_getattr = was;
+    return rc;
 }
 
 /* ---- start and stop -------------------------------------------------------------------------- */

@@ -257,6 +257,7 @@ static struct {
 /* Set once the program has called pthread_cancel (preload.c): from then on stack unwinding runs
  * with cancellation disabled too. Before, only the recorder's writes, opens and rescans do. */
 atomic_bool lp__cancel_used;
+LP__TLS bool lp__in_getattr;
 
 /* Who holds a buffer's `busy` flag. */
 enum { LP__FREE = 0, LP__OWNER = 1, LP__OTHER = 2 };
@@ -1506,6 +1507,8 @@ static int lp__fp_walk(lp__thread *th, uintptr_t fp, uintptr_t *ips, int depth, 
 {
 #if defined(__x86_64__)
     if (th->stack_tid != th->tid) {
+        if (lp__in_getattr)
+            return -1; /* the bounds are asked for at the next allocation */
         th->stack_hi = lp__stack_end();
         th->stack_tid = th->tid;
     }

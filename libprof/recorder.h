@@ -74,6 +74,12 @@ void lp__flush_from_signal(void);
  * always do). */
 extern atomic_bool lp__cancel_used;
 
+/* Set by the preload library while this thread is inside pthread_getattr_np, which allocates
+ * while holding the thread's own lock (ASan's thread start calls it, so can any program): the
+ * frame-pointer walk must not ask for this thread's stack bounds then, which would wait for that
+ * lock forever; libunwind answers instead. */
+extern LP__TLS bool lp__in_getattr;
+
 /* Warns on stderr, once per `key`, with the "gradprof: " prefix. Async-signal-safe. */
 void lp__warn_once(int key, const char *message);
 enum { LP__WARN_CONFIG = 0, LP__WARN_WRITE = 16, LP__WARN_MEMORY, LP__WARN_OTHER, LP__WARN_PYTHON };

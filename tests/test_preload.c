@@ -47,6 +47,7 @@
 #include "preload/py_alloc.h"
 #include "preload/realloc_race.h"
 #include "preload/tsd_alloc.h"
+#include "preload/getattr_first.h"
 #include "preload/exclude_own.h"
 #include "preload/fp_chains.h"
 #include "preload/vfork_exec.h"
@@ -1070,6 +1071,27 @@ static void test_tsd_destructors(void **state)
     remove_dir(dir);
 }
 
+/* Threads whose first allocation happens inside pthread_getattr_np (glibc's, under the thread's
+ * own lock): the recorder must not ask for the thread's stack bounds there (it hung, waiting for
+ * that lock, under the frame-pointer walk); every thread's block is recorded. */
+static void test_getattr_first(void **state)
+{
+    const char *dir = make_dir();
+    run_result r;
+    run_both(prog("getattr_first"), dir, NULL, &r);
+    if (!exited_with(&r, 0))
+        fail_msg("getattr_first under the preload: status %d (SIGALRM %d: hung)", r.status,
+                 SIGALRM);
+    assert_string_equal(r.out, GA_STDOUT);
+    const uint64_t sizes[] = {GA_SIZE};
+    summary s;
+    summarize_pid(dir, r.pid, sizes, 1, &s, NULL);
+    assert_true(s.info.clean_end);
+    assert_int_equal(s.unmatched_frees, 0);
+    expect_size(&s, GA_SIZE, GA_THREADS, GA_THREADS);
+    remove_dir(dir);
+}
+
 /* ---- the profiler's own work: lp_exclude_push/pop -------------------------------------------- */
 
 /* Allocations between push and pop are not recorded, on that thread only; frees are (a block freed
@@ -1568,6 +1590,7 @@ int main(void)
         cmocka_unit_test(test_fd_hijacked),
         cmocka_unit_test(test_cancelled_threads),
         cmocka_unit_test(test_tsd_destructors),
+        cmocka_unit_test(test_getattr_first),
         cmocka_unit_test(test_realloc_free_comes_first),
         cmocka_unit_test(test_exclude_own_work),
         cmocka_unit_test(test_forms_glibc),
