@@ -246,8 +246,7 @@ def finish(R, commands, path, L):
     w("```")
     txt = "\n".join(L) + "\n"
     import os
-    notes = os.path.join(os.path.dirname(path),
-                         "NOTES.md" if "tensor" in R else "NOTES15.md")
+    notes = os.path.join(os.path.dirname(path), "NOTES.md")
     if os.path.exists(notes):
         txt = txt.replace("NOTES_PLACEHOLDER", open(notes).read().strip())
     else:
