@@ -40,12 +40,26 @@ static const char *measure_title(gp__measure m)
 }
 
 /* Counts the rows of an ordering whose measure is non-zero (the ranked tables skip zeros). */
-static size_t nonzero_sites(const gp_profile *p, const size_t *ix, size_t n, gp__measure m)
+/* The sites ordered by m, for a site table under its title (already written): NULL when there is
+ * nothing to show (after writing "none") or no memory (c->oom set); else *n sites in order, *total
+ * of them with m not 0. The caller frees the array. */
+static size_t *site_table_order(gp__text_ctx *c, gp__measure m, size_t *n, size_t *total)
 {
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        k += gp__stats_measure(&p->sites[ix[i]].stats, m) != 0;
-    return k;
+    gp_profile *p = c->p;
+    size_t *ix = gp__sorted_sites(p, m, n);
+    if (*n && !ix) {
+        c->oom = true;
+        return NULL;
+    }
+    *total = 0;
+    for (size_t i = 0; i < *n; i++)
+        *total += gp__stats_measure(&p->sites[ix[i]].stats, m) != 0;
+    if (!*total) {
+        fprintf(c->out, GP__TEXT_INDENT "none\n");
+        free(ix);
+        return NULL;
+    }
+    return ix;
 }
 
 void gp__text_tag_keys(gp__text_ctx *c)
@@ -162,19 +176,11 @@ static bool site_rows_make(gp_profile *p, const size_t *ix, size_t n, gp__measur
 void gp__text_sites(gp__text_ctx *c)
 {
     gp_profile *p = c->p;
-    size_t n = 0;
-    size_t *ix = gp__sorted_sites(p, c->measure, &n);
-    if (n && !ix) {
-        c->oom = true;
-        return;
-    }
-    size_t total = nonzero_sites(p, ix, n, c->measure);
     gp__text_title(c, "Top sites by %s", measure_title(c->measure));
-    if (!total) {
-        fprintf(c->out, GP__TEXT_INDENT "none\n");
-        free(ix);
+    size_t n = 0, total = 0;
+    size_t *ix = site_table_order(c, c->measure, &n, &total);
+    if (!ix)
         return;
-    }
     /* op: the op whose buffers this call stack made last (a stack is the same for every layer
      * that runs the same code, so no module is shown here; the tag tables have them). */
     bool multi = p->n_devices > 1;
@@ -188,12 +194,11 @@ void gp__text_sites(gp__text_ctx *c)
         free(ix);
         return;
     }
-    size_t shown = 0;
     gp__table *t = multi ? gp__table_new(9, h, "rrrrrllll") : gp__table_new(8, h1, "rrrrrlll");
     for (size_t r = 0; r < rows.n; r++) {
         const gp_site *s = &p->sites[rows.site[r]];
         char b1[32], b2[32], n1[32], pc[16], dev[16];
-        gp__table_cell(t, "%zu", ++shown);
+        gp__table_cell(t, "%zu", r + 1);
         gp__table_cell(t, "%s", gp_format_bytes(s->stats.peak_bytes, b1, sizeof b1));
         gp__table_cell(
             t, "%s",
@@ -206,7 +211,7 @@ void gp__text_sites(gp__text_ctx *c)
         gp__table_cell(t, "%s", gp__text_dash(s->op));
         gp__table_cell(t, "%s", rows.label[r]);
     }
-    gp__text_table_end(c, t, shown, total);
+    gp__text_table_end(c, t, rows.n, total);
     site_rows_free(&rows);
     free(ix);
 }
@@ -218,18 +223,10 @@ void gp__text_temporaries(gp__text_ctx *c)
     gp__text_title(c, "Temporaries: %s allocation%s freed before their thread's next allocation",
                    gp__format_count(p->temporary_count, n1, sizeof n1),
                    p->temporary_count == 1 ? "" : "s");
-    size_t n = 0;
-    size_t *ix = gp__sorted_sites(p, GP__MEASURE_TEMPORARIES, &n);
-    if (n && !ix) {
-        c->oom = true;
+    size_t n = 0, total = 0;
+    size_t *ix = site_table_order(c, GP__MEASURE_TEMPORARIES, &n, &total);
+    if (!ix)
         return;
-    }
-    size_t total = nonzero_sites(p, ix, n, GP__MEASURE_TEMPORARIES);
-    if (!total) {
-        fprintf(c->out, GP__TEXT_INDENT "none\n");
-        free(ix);
-        return;
-    }
     static const char *const h[] = {"#", "temporaries", "of allocations", "allocated", "site"};
     site_rows rows;
     if (!site_rows_make(p, ix, n, GP__MEASURE_TEMPORARIES, c->top, &rows)) {
@@ -238,18 +235,17 @@ void gp__text_temporaries(gp__text_ctx *c)
         return;
     }
     gp__table *t = gp__table_new(5, h, "rrrrl");
-    size_t shown = 0;
     for (size_t r = 0; r < rows.n; r++) {
         const gp_site *s = &p->sites[rows.site[r]];
         char b1[32], n2[32], pc[16];
-        gp__table_cell(t, "%zu", ++shown);
+        gp__table_cell(t, "%zu", r + 1);
         gp__table_cell(t, "%s", gp__format_count(s->stats.temporaries, n2, sizeof n2));
         gp__table_cell(t, "%s",
                        gp__format_percent(s->stats.temporaries, s->stats.count, pc, sizeof pc));
         gp__table_cell(t, "%s", gp_format_bytes(s->stats.total_bytes, b1, sizeof b1));
         gp__table_cell(t, "%s", rows.label[r]);
     }
-    gp__text_table_end(c, t, shown, total);
+    gp__text_table_end(c, t, rows.n, total);
     site_rows_free(&rows);
     free(ix);
 }
@@ -270,18 +266,10 @@ void gp__text_leaks(gp__text_ctx *c)
                        gp__format_bytes_exact(p->leaked_bytes, x1, sizeof x1),
                        gp__format_count(p->leaked_count, n1, sizeof n1),
                        p->leaked_count == 1 ? "" : "s");
-    size_t n = 0;
-    size_t *ix = gp__sorted_sites(p, GP__MEASURE_LEAKED, &n);
-    if (n && !ix) {
-        c->oom = true;
+    size_t n = 0, total = 0;
+    size_t *ix = site_table_order(c, GP__MEASURE_LEAKED, &n, &total);
+    if (!ix)
         return;
-    }
-    size_t total = nonzero_sites(p, ix, n, GP__MEASURE_LEAKED);
-    if (!total) {
-        fprintf(c->out, GP__TEXT_INDENT "none\n");
-        free(ix);
-        return;
-    }
     size_t shown = 0;
     for (size_t i = 0; i < n && shown < c->top; i++) {
         const gp_site *s = &p->sites[ix[i]];
