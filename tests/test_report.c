@@ -557,6 +557,57 @@ static void test_odd_strings(void **state)
     free(text);
 }
 
+/* Sites tied on their numbers are ordered by label, then index: within the rows shown (--top 2:
+ * only the run that reaches them is ranked) and over the whole table in JSON (--top 0). Each
+ * site's label is its Python line; the lines run backwards in the order the sites appear. */
+static void test_site_ties_by_label(void **state)
+{
+    (void)state;
+    char trace[512];
+    snprintf(trace, sizeof trace, "%s/ties.gptrace", tmpdir);
+    tb *b = tb_open(trace, "python3 ties.py");
+    assert_non_null(b);
+    tb_module(b, 1, 0, 0, "py:/srv/app/ties.py:f", "");
+    tb_thread(b, 1, "main");
+    const uint32_t m[1] = {1};
+    uint64_t t = 1000, addr = 0x10000;
+    for (int run = 0; run < 2; run++) /* two tied runs: 4 sites of 2000 B, then 4 of 1000 B */
+        for (uint64_t line = 69; line >= 66; line--) {
+            const uint64_t o[1] = {line - (uint64_t)run * 10};
+            tb_at(b, t += 100);
+            tb_alloc(b, addr += 0x1000, 2000 - (uint64_t)run * 1000, tb_stack(b, 1, m, o));
+        }
+    tb_end(b);
+    assert_int_equal(tb_close(b), 0);
+
+    assert_int_equal(run("'%s' report '%s' --top 2", GRADPROF_BIN, trace), 0);
+    char *text = slurp(out_path, NULL);
+    assert_non_null(text);
+    const char *sites = strstr(text, "Top sites");
+    assert_non_null(sites);
+    const char *first = strstr(sites, "ties.py:66 (f)"), *second = strstr(sites, "ties.py:67 (f)");
+    assert_non_null(first);
+    assert_non_null(second);
+    assert_true(first < second);
+    free(text);
+
+    assert_int_equal(run("'%s' report '%s' --format json --top 0", GRADPROF_BIN, trace), 0);
+    char *doc = slurp(out_path, NULL);
+    assert_non_null(doc);
+    const char *at = strstr(doc, "\"sites\"");
+    assert_non_null(at);
+    static const char *const order[] = {"ties.py:66 (f)", "ties.py:67 (f)", "ties.py:68 (f)",
+                                        "ties.py:69 (f)", "ties.py:56 (f)", "ties.py:57 (f)",
+                                        "ties.py:58 (f)", "ties.py:59 (f)"};
+    for (size_t i = 0; i < sizeof order / sizeof *order; i++) {
+        const char *next = strstr(at, order[i]);
+        if (!next)
+            fail_msg("site %s missing or out of order in the JSON sites", order[i]);
+        at = next;
+    }
+    free(doc);
+}
+
 /* ---- errors ---------------------------------------------------------------------------------- */
 
 static void test_unwritable_output(void **state)
@@ -733,6 +784,7 @@ int main(void)
         cmocka_unit_test(test_json_keys_always_present),
         cmocka_unit_test(test_json_schema_python),
         cmocka_unit_test(test_odd_strings),
+        cmocka_unit_test(test_site_ties_by_label),
         cmocka_unit_test(test_unwritable_output),
         cmocka_unit_test(test_usage_errors),
         cmocka_unit_test(test_bad_traces),

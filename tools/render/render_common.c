@@ -444,10 +444,14 @@ static int cmp_rank_index(const void *a, const void *b)
 }
 
 /* Orders each run ix[start[r]..start[r+1]) of sites tied on the numbers (runs of one need
- * nothing) by (label, index): labels are numbered by pointer, the distinct ones ranked by strcmp
- * (equal strings share a rank), then each run sorted by (rank, index). -1 when out of memory. */
-static int rank_ties(gp_profile *p, size_t *ix, const uint32_t *start, size_t nruns)
+ * nothing) by (label, index), for the runs that begin before position `want` (later ones stay in
+ * index order: nobody reads them, and their labels would cost the most): labels are numbered by
+ * pointer, the distinct ones ranked by strcmp (equal strings share a rank), then each run sorted
+ * by (rank, index). -1 when out of memory. */
+static int rank_ties(gp_profile *p, size_t *ix, const uint32_t *start, size_t nruns, size_t want)
 {
+    while (nruns > 0 && start[nruns - 1] >= want)
+        nruns--;
     label_set ls = {0};
     int rc = -1;
     const char **by_id = NULL, **sorted = NULL;
@@ -626,9 +630,10 @@ static uint32_t pair_id(pair_map *pm, uint64_t m, uint64_t t)
  * The sites in order of (measure desc, total desc, label, index) without comparing sites: each
  * site's (measure, total) pair gets a number, the distinct pairs (usually far fewer than the
  * sites) are sorted, the sites are placed by a counting sort (index order within a pair), and
- * only pairs with several sites look at labels (rank_ties).
+ * only pairs with several sites that begin among the first `want` places look at labels
+ * (rank_ties).
  */
-size_t *gp__sorted_sites(gp_profile *p, gp__measure m, size_t *n)
+size_t *gp__sorted_sites(gp_profile *p, gp__measure m, size_t want, size_t *n)
 {
     size_t ns = p->n_sites;
     *n = 0;
@@ -667,7 +672,7 @@ size_t *gp__sorted_sites(gp_profile *p, gp__measure m, size_t *n)
     for (size_t i = 0; i < ns; i++)
         ix[fill[place[pair_of[i]]]++] = i;
     free(fill);
-    if (rank_ties(p, ix, start, pm.n) != 0)
+    if (rank_ties(p, ix, start, pm.n, want) != 0)
         goto fail;
     free(pm.m);
     free(pm.t);

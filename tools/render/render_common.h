@@ -84,8 +84,9 @@ uint64_t gp__stats_measure(const gp_stats *s, gp__measure m);
  * ordered by the measure, largest first; ties by name, then index.
  * Sites tie on their label (gp_site_label), tag keys on (category, op, module, device), saved
  * tensors on bytes_at_peak then (module, op, shape), regions on max live then name, modules on
- * the measure then path. */
-size_t *gp__sorted_sites(gp_profile *p, gp__measure m, size_t *n);
+ * the measure then path. gp__sorted_sites orders only the first `want` places by label (SIZE_MAX:
+ * all); the rest keep their numbers' order, ties by index. */
+size_t *gp__sorted_sites(gp_profile *p, gp__measure m, size_t want, size_t *n);
 size_t *gp__sorted_tag_keys(const gp_profile *p, gp__measure m, size_t *n);
 size_t *gp__sorted_saved(const gp_profile *p, size_t *n);
 size_t *gp__sorted_regions(const gp_profile *p, size_t *n);

@@ -169,7 +169,7 @@ static int report_sites(FILE *out, gp_profile *p, const gp_render_options *o, gp
                         const char *id, const char *title, const char *note)
 {
     size_t n = 0;
-    size_t *idx = gp__sorted_sites(p, m, &n);
+    size_t *idx = gp__sorted_sites(p, m, gp__html_limit_rows(p->n_sites, o), &n);
     int rc = idx == NULL && p->n_sites > 0 ? -1 : 0;
     if (idx == NULL) /* empty, or out of memory */
         n = 0;

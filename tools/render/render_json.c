@@ -130,7 +130,7 @@ static void tag_keys(gp__jw *j, const gp_profile *p, gp__measure m, size_t top)
 static void sites(gp__jw *j, gp_profile *p, gp__measure m, size_t top)
 {
     size_t n = 0;
-    size_t *ix = gp__sorted_sites(p, m, &n);
+    size_t *ix = gp__sorted_sites(p, m, top ? top : SIZE_MAX, &n);
     if (p->n_sites && !ix)
         gp__jw_fail(j);
     gp__jw_array(j, "sites", false);

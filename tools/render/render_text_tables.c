@@ -46,7 +46,7 @@ static const char *measure_title(gp__measure m)
 static size_t *site_table_order(gp__text_ctx *c, gp__measure m, size_t *n, size_t *total)
 {
     gp_profile *p = c->p;
-    size_t *ix = gp__sorted_sites(p, m, n);
+    size_t *ix = gp__sorted_sites(p, m, c->top, n);
     if (*n && !ix) {
         c->oom = true;
         return NULL;
