@@ -41,39 +41,33 @@ static char *dup_label(const char *op, const char *module, const char *category)
     return d;
 }
 
-static void row_free_strings(gp_diff_row *r)
+/* Keeps a string composed for d (NULL: out of memory); returns it, or NULL (then freed). */
+static const char *keep(gp_diff *d, char *str)
 {
-    free((char *)r->label);
-    free((char *)r->key);
-    free((char *)r->op);
-    free((char *)r->module);
-}
-
-static void rows_free(gp_diff_row *rows, size_t n)
-{
-    for (size_t i = 0; rows && i < n; i++)
-        row_free_strings(&rows[i]);
-    free(rows);
+    char **slot = str ? gp__push((void **)&d->owned_strings, &d->n_owned_strings,
+                                 &d->cap_owned_strings, sizeof *slot)
+                      : NULL;
+    if (!slot) {
+        free(str);
+        return NULL;
+    }
+    return *slot = str;
 }
 
 void gp_diff_free(gp_diff *d)
 {
     if (!d)
         return;
-    for (int c = 0; c < LP_CAT_COUNT; c++)
-        row_free_strings(&d->by_category[c]);
-    rows_free(d->keys, d->n_keys);
-    rows_free(d->ops, d->n_ops);
-    rows_free(d->modules, d->n_modules);
-    rows_free(d->call_sites, d->n_call_sites);
-    rows_free(d->layers, d->n_layers);
-    free((char *)d->a.path);
-    free((char *)d->b.path);
-    free((char *)d->a.command);
-    free((char *)d->b.command);
+    free(d->keys);
+    free(d->ops);
+    free(d->modules);
+    free(d->call_sites);
+    free(d->layers);
+    for (size_t i = 0; i < d->n_owned_strings; i++)
+        free(d->owned_strings[i]);
+    free(d->owned_strings);
     free(d);
 }
-
 
 static int64_t delta_of(uint64_t a, uint64_t b)
 {
@@ -211,7 +205,7 @@ static int order_layers(gp_diff_row *rows, size_t n, const gp_profile *a, const 
 
 /* Call sites whose labels collide get the first frame where their keys part appended
  * (gp_labels_distinct). Returns 0 or -1 (out of memory). */
-static int disambiguate_sites(gp_diff_row *rows, size_t n)
+static int disambiguate_sites(gp_diff *d, gp_diff_row *rows, size_t n)
 {
     const char **labels = malloc((n ? n : 1) * sizeof *labels);
     const char **keys = malloc((n ? n : 1) * sizeof *keys);
@@ -223,11 +217,9 @@ static int disambiguate_sites(gp_diff_row *rows, size_t n)
     }
     if (rc == 0)
         rc = gp_labels_distinct(labels, keys, n, distinct);
-    for (size_t i = 0; rc == 0 && i < n; i++)
-        if (distinct[i]) {
-            free((char *)rows[i].label);
-            rows[i].label = distinct[i];
-        }
+    for (size_t i = 0; i < n; i++)
+        if (distinct[i] && (rows[i].label = keep(d, distinct[i])) == NULL)
+            rc = -1; /* keep freed it; the rest are still kept or freed below */
     free(labels);
     free(keys);
     free(distinct);
@@ -243,8 +235,7 @@ typedef enum table_kind { T_KEYS, T_OPS, T_MODULES, T_SITES, T_LAYERS } table_ki
 typedef struct entry {
     int category;        /* LP_CAT_COUNT when the table is not by category */
     const char *s1, *s2; /* the key: (op, module), (site key, ""), (module, "") */
-    const char *label;   /* call sites: the label in the buffer's run */
-    int side;            /* whose labels: 0 = A, 1 = B */
+    int side;            /* whose labels and stack: 0 = A, 1 = B */
     const gp_aligned *x;
 } entry;
 
@@ -258,10 +249,10 @@ static int entry_key_cmp(const void *pa, const void *pb)
     const entry *a = pa, *b = pb;
     if (a->category != b->category)
         return a->category < b->category ? -1 : 1;
-    int c = strcmp(a->s1, b->s1);
+    int c = a->s1 == b->s1 ? 0 : strcmp(a->s1, b->s1); /* interned: equal often means same */
     if (c)
         return c;
-    c = strcmp(a->s2, b->s2);
+    c = a->s2 == b->s2 ? 0 : strcmp(a->s2, b->s2);
     if (c)
         return c;
     return a->side - b->side; /* A's entries first, so a row's label prefers A's */
@@ -269,7 +260,8 @@ static int entry_key_cmp(const void *pa, const void *pb)
 
 static bool same_key(const entry *a, const entry *b)
 {
-    return a->category == b->category && strcmp(a->s1, b->s1) == 0 && strcmp(a->s2, b->s2) == 0;
+    return a->category == b->category && (a->s1 == b->s1 || strcmp(a->s1, b->s1) == 0) &&
+           (a->s2 == b->s2 || strcmp(a->s2, b->s2) == 0);
 }
 
 /* Adds buffer x's numbers to row r. */
@@ -312,33 +304,28 @@ static void row_add(gp_diff_row *r, const gp_aligned *x)
     r->delta = delta_of(r->a_bytes, r->b_bytes);
 }
 
-/* The call-site key and label of each (side, stack), looked up once: many aligned buffers share
- * a stack. */
-typedef struct site_names {
-    gp_map map; /* (side, stack) -> index into names */
-    struct site_name {
-        const char *key, *label;
-    } *names;
+/* The call-site key of each (side, stack), looked up once: many aligned buffers share a stack. */
+typedef struct site_keys {
+    gp_map map; /* (side, stack) -> index into keys */
+    const char **keys;
     size_t n, cap;
-} site_names;
+} site_keys;
 
-static const struct site_name *site_name_of(site_names *sn, gp_profile *p, int side,
-                                            uint32_t stack)
+static const char *site_key_of(site_keys *sk, gp_profile *p, int side, uint32_t stack)
 {
-    struct gp_map_slot *s = gp__map_find(&sn->map, (uint64_t)side, stack, 0);
+    struct gp_map_slot *s = gp__map_find(&sk->map, (uint64_t)side, stack, 0);
     if (s)
-        return &sn->names[s->v];
-    struct site_name *n = gp__push((void **)&sn->names, &sn->n, &sn->cap, sizeof *n);
-    if (!n || !gp__map_put(&sn->map, (uint64_t)side, stack, 0, (uint32_t)(sn->n - 1)))
+        return sk->keys[s->v];
+    const char **k = gp__push((void **)&sk->keys, &sk->n, &sk->cap, sizeof *k);
+    if (!k || !gp__map_put(&sk->map, (uint64_t)side, stack, 0, (uint32_t)(sk->n - 1)))
         return NULL;
     const char *key = gp_site_key(p, stack);
-    *n = (struct site_name){key ? key : "", gp_site_label(p, stack)};
-    return n;
+    return *k = key ? key : "";
 }
 
 /* One entry per aligned buffer for table `kind`. */
 static int add_entries(entries *e, const gp_align *al, gp_profile *a, gp_profile *b,
-                       table_kind kind, site_names *sn)
+                       table_kind kind, site_keys *sk)
 {
     e->n = 0;
     for (size_t i = 0; i < al->n_buffers; i++) {
@@ -359,14 +346,10 @@ static int add_entries(entries *e, const gp_align *al, gp_profile *a, gp_profile
         case T_LAYERS:
             y.s1 = x->module;
             break;
-        case T_SITES: {
-            const struct site_name *n = site_name_of(sn, p, x->side, x->stack);
-            if (!n)
+        case T_SITES:
+            if ((y.s1 = site_key_of(sk, p, x->side, x->stack)) == NULL)
                 return -1;
-            y.s1 = n->key;
-            y.label = n->label;
             break;
-        }
         }
         entry *slot = gp__push((void **)&e->v, &e->n, &e->cap, sizeof *slot);
         if (!slot)
@@ -376,8 +359,11 @@ static int add_entries(entries *e, const gp_align *al, gp_profile *a, gp_profile
     return 0;
 }
 
-/* Sorts `e` by key and merges each run of equal keys into one row of *out. Returns 0 or -1. */
-static int build_rows(entries *e, table_kind kind, gp_diff_row **out, size_t *n_out)
+/* Sorts `e` by key and merges each run of equal keys into one row of *out. A row's strings are
+ * the profiles' (a: side 0, b: side 1), or composed and kept by d; a call site is labelled by
+ * its first entry's stack (A's when it has one). Returns 0 or -1. */
+static int build_rows(gp_diff *d, entries *e, table_kind kind, gp_profile *a, gp_profile *b,
+                      gp_diff_row **out, size_t *n_out)
 {
     *out = NULL;
     *n_out = 0;
@@ -394,40 +380,31 @@ static int build_rows(entries *e, table_kind kind, gp_diff_row **out, size_t *n_
     for (size_t i = 0; i < e->n;) {
         gp_diff_row *r = &rows[n++];
         const entry *k = &e->v[i];
-        const char *label = NULL;
-        for (; i < e->n && same_key(k, &e->v[i]); i++) {
+        for (; i < e->n && same_key(k, &e->v[i]); i++)
             row_add(r, e->v[i].x);
-            if (!label && e->v[i].label)
-                label = e->v[i].label;
-        }
         r->category = kind == T_KEYS ? (lp_category)k->category : LP_CAT_COUNT;
-        const char *none = "(no module)";
+        r->op = r->module = r->key = "";
         switch (kind) {
         case T_KEYS:
         case T_OPS:
-            r->op = dup_str(k->s1);
-            r->module = dup_str(k->s2);
-            r->key = dup_str("");
-            r->label = dup_label(k->s1, k->s2,
-                                 kind == T_KEYS ? lp_category_name(r->category) : NULL);
+            r->op = k->s1;
+            r->module = k->s2;
+            r->label = keep(d, dup_label(k->s1, k->s2,
+                                         kind == T_KEYS ? lp_category_name(r->category) : NULL));
             break;
         case T_MODULES:
         case T_LAYERS:
-            r->op = dup_str("");
-            r->module = dup_str(k->s1);
-            r->key = dup_str("");
-            r->label = dup_str(*k->s1 ? k->s1 : none);
+            r->module = k->s1;
+            r->label = *k->s1 ? k->s1 : "(no module)";
             r->depth = path_depth(k->s1);
             break;
         case T_SITES:
-            r->op = dup_str("");
-            r->module = dup_str("");
-            r->key = dup_str(k->s1);
-            r->label = dup_str(label ? label : k->s1);
+            r->key = k->s1;
+            r->label = gp_site_label(k->side == 0 ? a : b, k->x->stack);
             break;
         }
-        if (!r->op || !r->module || !r->key || !r->label) {
-            rows_free(rows, n);
+        if (!r->label) {
+            free(rows);
             return -1;
         }
     }
@@ -506,18 +483,18 @@ static void compare_programs(gp_diff *d)
                  a, b);
 }
 
-static int fill_run(gp_diff_run *r, gp_profile *p, const char *path)
+static int fill_run(gp_diff *d, gp_diff_run *r, gp_profile *p, const char *path)
 {
     const char *cmd = p->trace ? gp_trace_meta(p->trace, "command") : NULL;
     r->profile = p;
-    r->path = dup_str(path ? path : (p->path ? p->path : ""));
-    r->command = dup_str(cmd ? cmd : "");
+    r->path = keep(d, dup_str(path ? path : (p->path ? p->path : "")));
+    r->command = cmd ? cmd : "";
     r->device = p->primary_device;
     r->peak_bytes = p->peak_bytes;
     r->peak_time_ns = p->peak_time_ns;
     r->allocations = p->alloc_count;
     r->damaged = p->info && p->info->damaged;
-    return r->path && r->command ? 0 : -1;
+    return r->path ? 0 : -1;
 }
 
 static int64_t sum_delta(const gp_diff_row *rows, size_t n)
@@ -542,10 +519,10 @@ int gp_diff_compute(gp_profile *a, gp_profile *b, const gp_align *al, const char
     *out = NULL;
     gp_diff *d = calloc(1, sizeof *d);
     entries e = {0};
-    site_names sn = {0};
+    site_keys sk = {0};
     if (!d)
         goto oom;
-    if (fill_run(&d->a, a, a_path) || fill_run(&d->b, b, b_path))
+    if (fill_run(d, &d->a, a, a_path) || fill_run(d, &d->b, b, b_path))
         goto oom;
     d->peak_delta = delta_of(a->peak_bytes, b->peak_bytes);
     const gp_device_stats *da = primary(a), *db = primary(b);
@@ -573,18 +550,14 @@ int gp_diff_compute(gp_profile *a, gp_profile *b, const gp_align *al, const char
     for (int c = 0; c < LP_CAT_COUNT; c++) {
         gp_diff_row *r = &d->by_category[c];
         r->category = (lp_category)c;
-        r->label = dup_str(lp_category_name((lp_category)c));
-        r->key = dup_str("");
-        r->op = dup_str("");
-        r->module = dup_str("");
-        if (!r->label || !r->key || !r->op || !r->module)
-            goto oom;
+        r->label = lp_category_name((lp_category)c);
+        r->key = r->op = r->module = "";
     }
     d->remainder.categories = d->aligned_delta;
     for (int c = 0; c < LP_CAT_COUNT; c++)
         d->remainder.categories -= d->by_category[c].delta;
 
-    if (add_entries(&e, al, a, b, T_KEYS, &sn) || build_rows(&e, T_KEYS, &d->keys, &d->n_keys))
+    if (add_entries(&e, al, a, b, T_KEYS, &sk) || build_rows(d, &e, T_KEYS, a, b, &d->keys, &d->n_keys))
         goto oom;
     qsort(d->keys, d->n_keys, sizeof *d->keys, row_by_delta);
     int64_t key_sum_by_cat[LP_CAT_COUNT] = {0};
@@ -594,35 +567,35 @@ int gp_diff_compute(gp_profile *a, gp_profile *b, const gp_align *al, const char
     for (int c = 0; c < LP_CAT_COUNT; c++)
         d->remainder.keys_by_category[c] = d->by_category[c].delta - key_sum_by_cat[c];
 
-    if (add_entries(&e, al, a, b, T_OPS, &sn) || build_rows(&e, T_OPS, &d->ops, &d->n_ops))
+    if (add_entries(&e, al, a, b, T_OPS, &sk) || build_rows(d, &e, T_OPS, a, b, &d->ops, &d->n_ops))
         goto oom;
     qsort(d->ops, d->n_ops, sizeof *d->ops, row_by_held);
-    if (add_entries(&e, al, a, b, T_MODULES, &sn) ||
-        build_rows(&e, T_MODULES, &d->modules, &d->n_modules))
+    if (add_entries(&e, al, a, b, T_MODULES, &sk) ||
+        build_rows(d, &e, T_MODULES, a, b, &d->modules, &d->n_modules))
         goto oom;
     qsort(d->modules, d->n_modules, sizeof *d->modules, row_by_held);
-    if (add_entries(&e, al, a, b, T_SITES, &sn) ||
-        build_rows(&e, T_SITES, &d->call_sites, &d->n_call_sites) ||
-        disambiguate_sites(d->call_sites, d->n_call_sites))
+    if (add_entries(&e, al, a, b, T_SITES, &sk) ||
+        build_rows(d, &e, T_SITES, a, b, &d->call_sites, &d->n_call_sites) ||
+        disambiguate_sites(d, d->call_sites, d->n_call_sites))
         goto oom;
     qsort(d->call_sites, d->n_call_sites, sizeof *d->call_sites, row_by_held);
     d->remainder.call_sites = d->aligned_delta - sum_delta(d->call_sites, d->n_call_sites);
-    if (add_entries(&e, al, a, b, T_LAYERS, &sn) ||
-        build_rows(&e, T_LAYERS, &d->layers, &d->n_layers))
+    if (add_entries(&e, al, a, b, T_LAYERS, &sk) ||
+        build_rows(d, &e, T_LAYERS, a, b, &d->layers, &d->n_layers))
         goto oom;
     if (order_layers(d->layers, d->n_layers, a, b) != 0)
         goto oom;
     d->remainder.layers = d->aligned_delta - sum_delta(d->layers, d->n_layers);
 
     free(e.v);
-    gp__map_free(&sn.map);
-    free(sn.names);
+    gp__map_free(&sk.map);
+    free(sk.keys);
     *out = d;
     return 0;
 oom:
     free(e.v);
-    gp__map_free(&sn.map);
-    free(sn.names);
+    gp__map_free(&sk.map);
+    free(sk.keys);
     gp_diff_free(d);
     snprintf(err, err_size, "out of memory computing the diff");
     return -1;

@@ -19,7 +19,8 @@
  * sums to aligned_delta; each sum is still checked on its own and any difference kept in
  * `remainder` (printed as a row, never hidden).
  *
- * Ownership: a gp_diff owns its rows and every string in them; it borrows the two profiles
+ * Ownership: a gp_diff owns its rows; their strings are the two profiles' (interned names, site
+ * keys and labels) or composed and kept by the diff (owned_strings). It borrows the profiles
  * (`a`, `b`), which must outlive it. gp_diff_free(NULL) is a no-op.
  */
 #ifndef GRADPROF_TOOLS_DIFF_H
@@ -113,6 +114,8 @@ typedef struct gp_diff {
                         parent before its children), then B-only ones, then those without a
                         region in tree order (numeric path segments as numbers), "" last */
     gp_diff_remainder remainder;
+    char **owned_strings; /* the strings composed for the rows and runs, freed with the diff */
+    size_t n_owned_strings, cap_owned_strings;
 } gp_diff;
 
 /* Computes the diff of A and B from their alignment `al` (gp_align_finish done: A loaded with
