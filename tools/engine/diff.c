@@ -1,9 +1,10 @@
 /*
  * gp_diff_compute: the tables of diff.h from the aligned buffers of align.h. Every buffer of the
  * union (live at A's peak, or live in B at the corresponding instant without a twin live at A's
- * peak) becomes one entry per table, keyed by its labels; entries with equal keys merge into one
- * row by sorting. Each table is summed on its own against the aligned delta, so a disagreement
- * shows up as a remainder instead of being absorbed. No address or stack id takes part in a key.
+ * peak) goes into one row per table, the row of its key (its labels; strings of both runs
+ * compared by text), found by hashing. Each table is summed on its own against the aligned delta,
+ * so a disagreement shows up as a remainder instead of being absorbed. No address or stack id
+ * takes part in a key.
  */
 #include "diff.h"
 
@@ -227,42 +228,9 @@ static int disambiguate_sites(gp_diff *d, gp_diff_row *rows, size_t n)
 }
 
 
-/* ---- entries: one per aligned buffer and table ----------------------------------------------- */
+/* ---- rows: the aligned buffers grouped by each table's key ---------------------------------- */
 
 typedef enum table_kind { T_KEYS, T_OPS, T_MODULES, T_SITES, T_LAYERS } table_kind;
-
-/* A buffer's contribution to a row before merging. Strings are borrowed from the profiles. */
-typedef struct entry {
-    int category;        /* LP_CAT_COUNT when the table is not by category */
-    const char *s1, *s2; /* the key: (op, module), (site key, ""), (module, "") */
-    int side;            /* whose labels and stack: 0 = A, 1 = B */
-    const gp_aligned *x;
-} entry;
-
-typedef struct entries {
-    entry *v;
-    size_t n, cap;
-} entries;
-
-static int entry_key_cmp(const void *pa, const void *pb)
-{
-    const entry *a = pa, *b = pb;
-    if (a->category != b->category)
-        return a->category < b->category ? -1 : 1;
-    int c = a->s1 == b->s1 ? 0 : strcmp(a->s1, b->s1); /* interned: equal often means same */
-    if (c)
-        return c;
-    c = a->s2 == b->s2 ? 0 : strcmp(a->s2, b->s2);
-    if (c)
-        return c;
-    return a->side - b->side; /* A's entries first, so a row's label prefers A's */
-}
-
-static bool same_key(const entry *a, const entry *b)
-{
-    return a->category == b->category && (a->s1 == b->s1 || strcmp(a->s1, b->s1) == 0) &&
-           (a->s2 == b->s2 || strcmp(a->s2, b->s2) == 0);
-}
 
 /* Adds buffer x's numbers to row r. */
 static void row_add(gp_diff_row *r, const gp_aligned *x)
@@ -304,113 +272,163 @@ static void row_add(gp_diff_row *r, const gp_aligned *x)
     r->delta = delta_of(r->a_bytes, r->b_bytes);
 }
 
-/* The call-site key of each (side, stack), looked up once: many aligned buffers share a stack. */
+/* One pointer per distinct text among the strings of both runs, which each intern their own: a
+ * key made of canonical pointers compares by address. */
+typedef struct canon {
+    gp_map by_ptr;  /* string address -> index into v */
+    gp_map by_text; /* (two hashes, length) -> index into v */
+    const char **v;
+    size_t n, cap;
+} canon;
+
+/* The canonical pointer of s's text (the first address seen with it); NULL when out of memory. */
+static const char *canon_of(canon *c, const char *s)
+{
+    struct gp_map_slot *m = gp__map_find(&c->by_ptr, (uintptr_t)s, 0, 0);
+    if (m)
+        return c->v[m->v];
+    size_t len = strlen(s);
+    uint64_t h1 = 0xcbf29ce484222325ull, h2 = 0x84222325cbf29ce4ull;
+    for (size_t i = 0; i < len; i++) {
+        h1 = (h1 ^ (unsigned char)s[i]) * 0x100000001b3ull;
+        h2 = gp__mix64(h2 + (unsigned char)s[i]);
+    }
+    struct gp_map_slot *t = gp__map_find(&c->by_text, h1, h2, len);
+    uint32_t i;
+    if (t && strcmp(c->v[t->v], s) == 0) {
+        i = t->v;
+    } else { /* new text (or a hash collision: then its own entry, found by address only) */
+        const char **slot = gp__push((void **)&c->v, &c->n, &c->cap, sizeof *slot);
+        if (!slot)
+            return NULL;
+        *slot = s;
+        i = (uint32_t)(c->n - 1);
+        if (!t && !gp__map_put(&c->by_text, h1, h2, len, i))
+            return NULL;
+    }
+    return gp__map_put(&c->by_ptr, (uintptr_t)s, 0, 0, i) ? c->v[i] : NULL;
+}
+
+static void canon_free(canon *c)
+{
+    gp__map_free(&c->by_ptr);
+    gp__map_free(&c->by_text);
+    free(c->v);
+}
+
+/* The call-site key of each (side, stack), canonical, looked up once: many aligned buffers share
+ * a stack. */
 typedef struct site_keys {
     gp_map map; /* (side, stack) -> index into keys */
     const char **keys;
     size_t n, cap;
 } site_keys;
 
-static const char *site_key_of(site_keys *sk, gp_profile *p, int side, uint32_t stack)
+static const char *site_key_of(site_keys *sk, canon *cn, gp_profile *p, int side, uint32_t stack)
 {
     struct gp_map_slot *s = gp__map_find(&sk->map, (uint64_t)side, stack, 0);
     if (s)
         return sk->keys[s->v];
-    const char **k = gp__push((void **)&sk->keys, &sk->n, &sk->cap, sizeof *k);
+    const char *key = gp_site_key(p, stack);
+    key = canon_of(cn, key ? key : "");
+    const char **k = key ? gp__push((void **)&sk->keys, &sk->n, &sk->cap, sizeof *k) : NULL;
     if (!k || !gp__map_put(&sk->map, (uint64_t)side, stack, 0, (uint32_t)(sk->n - 1)))
         return NULL;
-    const char *key = gp_site_key(p, stack);
-    return *k = key ? key : "";
+    return *k = key;
 }
 
-/* One entry per aligned buffer for table `kind`. */
-static int add_entries(entries *e, const gp_align *al, gp_profile *a, gp_profile *b,
-                       table_kind kind, site_keys *sk)
+/* What the tables share while they are built: canonical strings and call-site keys. */
+typedef struct tables {
+    gp_diff *d;
+    const gp_align *al;
+    gp_profile *run[2]; /* A, B */
+    canon cn;
+    site_keys sk;
+} tables;
+
+static void tables_free(tables *tb)
 {
-    e->n = 0;
-    for (size_t i = 0; i < al->n_buffers; i++) {
-        const gp_aligned *x = &al->buffers[i];
-        gp_profile *p = x->side == 0 ? a : b;
-        entry y = {.category = LP_CAT_COUNT, .s1 = "", .s2 = "", .side = x->side, .x = x};
+    canon_free(&tb->cn);
+    gp__map_free(&tb->sk.map);
+    free(tb->sk.keys);
+}
+
+/* Table `kind`: the aligned buffers grouped by its key, each row made at its key's first buffer
+ * (al->buffers lists A's before B's, so a call site is labelled by A's stack when A has one).
+ * Row strings are the profiles' (canonical) or composed and kept by d. Returns 0 or -1 (out of
+ * memory). */
+static int build_rows(tables *tb, table_kind kind, gp_diff_row **out, size_t *n_out)
+{
+    gp_map row_of = {0}; /* (category, s1, s2) -> row index */
+    gp_diff_row *rows = NULL;
+    size_t n = 0, cap = 0;
+    int rc = -1;
+    for (size_t i = 0; i < tb->al->n_buffers; i++) {
+        const gp_aligned *x = &tb->al->buffers[i];
+        gp_profile *p = tb->run[x->side ? 1 : 0];
+        int category = kind == T_KEYS ? (int)x->category : LP_CAT_COUNT;
+        const char *s1 = "", *s2 = "";
         switch (kind) {
         case T_KEYS:
-            y.category = (int)x->category;
-            y.s1 = x->op;
-            y.s2 = x->module;
-            break;
         case T_OPS:
-            y.s1 = x->op;
-            y.s2 = x->module;
+            s1 = canon_of(&tb->cn, x->op);
+            s2 = canon_of(&tb->cn, x->module);
             break;
         case T_MODULES:
         case T_LAYERS:
-            y.s1 = x->module;
+            s1 = canon_of(&tb->cn, x->module);
             break;
         case T_SITES:
-            if ((y.s1 = site_key_of(sk, p, x->side, x->stack)) == NULL)
-                return -1;
+            s1 = site_key_of(&tb->sk, &tb->cn, p, x->side, x->stack);
             break;
         }
-        entry *slot = gp__push((void **)&e->v, &e->n, &e->cap, sizeof *slot);
-        if (!slot)
-            return -1;
-        *slot = y;
+        if (!s1 || !s2)
+            goto done;
+        struct gp_map_slot *m =
+            gp__map_find(&row_of, (uint64_t)category, (uintptr_t)s1, (uintptr_t)s2);
+        if (m) {
+            row_add(&rows[m->v], x);
+            continue;
+        }
+        gp_diff_row *r = gp__push((void **)&rows, &n, &cap, sizeof *r);
+        if (!r || !gp__map_put(&row_of, (uint64_t)category, (uintptr_t)s1, (uintptr_t)s2,
+                               (uint32_t)(n - 1)))
+            goto done;
+        *r = (gp_diff_row){.category = (lp_category)category, .op = "", .module = "", .key = ""};
+        switch (kind) {
+        case T_KEYS:
+        case T_OPS:
+            r->op = s1;
+            r->module = s2;
+            r->label = keep(
+                tb->d, dup_label(s1, s2, kind == T_KEYS ? lp_category_name(x->category) : NULL));
+            break;
+        case T_MODULES:
+        case T_LAYERS:
+            r->module = s1;
+            r->label = *s1 ? s1 : "(no module)";
+            r->depth = path_depth(s1);
+            break;
+        case T_SITES:
+            r->key = s1;
+            r->label = gp_site_label(p, x->stack);
+            break;
+        }
+        if (!r->label)
+            goto done;
+        row_add(r, x);
     }
-    return 0;
-}
-
-/* Sorts `e` by key and merges each run of equal keys into one row of *out. A row's strings are
- * the profiles' (a: side 0, b: side 1), or composed and kept by d; a call site is labelled by
- * its first entry's stack (A's when it has one). Returns 0 or -1. */
-static int build_rows(gp_diff *d, entries *e, table_kind kind, gp_profile *a, gp_profile *b,
-                      gp_diff_row **out, size_t *n_out)
-{
-    *out = NULL;
-    *n_out = 0;
-    if (e->n == 0)
-        return 0;
-    qsort(e->v, e->n, sizeof *e->v, entry_key_cmp);
-    size_t n_keys = 1;
-    for (size_t i = 1; i < e->n; i++)
-        n_keys += !same_key(&e->v[i - 1], &e->v[i]);
-    gp_diff_row *rows = calloc(n_keys, sizeof *rows); /* a row per key, not per buffer */
-    if (!rows)
-        return -1;
-    size_t n = 0;
-    for (size_t i = 0; i < e->n;) {
-        gp_diff_row *r = &rows[n++];
-        const entry *k = &e->v[i];
-        for (; i < e->n && same_key(k, &e->v[i]); i++)
-            row_add(r, e->v[i].x);
-        r->category = kind == T_KEYS ? (lp_category)k->category : LP_CAT_COUNT;
-        r->op = r->module = r->key = "";
-        switch (kind) {
-        case T_KEYS:
-        case T_OPS:
-            r->op = k->s1;
-            r->module = k->s2;
-            r->label = keep(d, dup_label(k->s1, k->s2,
-                                         kind == T_KEYS ? lp_category_name(r->category) : NULL));
-            break;
-        case T_MODULES:
-        case T_LAYERS:
-            r->module = k->s1;
-            r->label = *k->s1 ? k->s1 : "(no module)";
-            r->depth = path_depth(k->s1);
-            break;
-        case T_SITES:
-            r->key = k->s1;
-            r->label = gp_site_label(k->side == 0 ? a : b, k->x->stack);
-            break;
-        }
-        if (!r->label) {
-            free(rows);
-            return -1;
-        }
+    rc = 0;
+done:
+    gp__map_free(&row_of);
+    if (rc != 0) {
+        free(rows);
+        rows = NULL;
+        n = 0;
     }
     *out = rows;
     *n_out = n;
-    return 0;
+    return rc;
 }
 
 /* The next space-separated word of *s (recorded commands join their arguments with spaces), or
@@ -518,8 +536,7 @@ int gp_diff_compute(gp_profile *a, gp_profile *b, const gp_align *al, const char
 {
     *out = NULL;
     gp_diff *d = calloc(1, sizeof *d);
-    entries e = {0};
-    site_keys sk = {0};
+    tables tb = {.d = d, .al = al, .run = {a, b}};
     if (!d)
         goto oom;
     if (fill_run(d, &d->a, a, a_path) || fill_run(d, &d->b, b, b_path))
@@ -557,7 +574,7 @@ int gp_diff_compute(gp_profile *a, gp_profile *b, const gp_align *al, const char
     for (int c = 0; c < LP_CAT_COUNT; c++)
         d->remainder.categories -= d->by_category[c].delta;
 
-    if (add_entries(&e, al, a, b, T_KEYS, &sk) || build_rows(d, &e, T_KEYS, a, b, &d->keys, &d->n_keys))
+    if (build_rows(&tb, T_KEYS, &d->keys, &d->n_keys))
         goto oom;
     qsort(d->keys, d->n_keys, sizeof *d->keys, row_by_delta);
     int64_t key_sum_by_cat[LP_CAT_COUNT] = {0};
@@ -567,35 +584,28 @@ int gp_diff_compute(gp_profile *a, gp_profile *b, const gp_align *al, const char
     for (int c = 0; c < LP_CAT_COUNT; c++)
         d->remainder.keys_by_category[c] = d->by_category[c].delta - key_sum_by_cat[c];
 
-    if (add_entries(&e, al, a, b, T_OPS, &sk) || build_rows(d, &e, T_OPS, a, b, &d->ops, &d->n_ops))
+    if (build_rows(&tb, T_OPS, &d->ops, &d->n_ops))
         goto oom;
     qsort(d->ops, d->n_ops, sizeof *d->ops, row_by_held);
-    if (add_entries(&e, al, a, b, T_MODULES, &sk) ||
-        build_rows(d, &e, T_MODULES, a, b, &d->modules, &d->n_modules))
+    if (build_rows(&tb, T_MODULES, &d->modules, &d->n_modules))
         goto oom;
     qsort(d->modules, d->n_modules, sizeof *d->modules, row_by_held);
-    if (add_entries(&e, al, a, b, T_SITES, &sk) ||
-        build_rows(d, &e, T_SITES, a, b, &d->call_sites, &d->n_call_sites) ||
+    if (build_rows(&tb, T_SITES, &d->call_sites, &d->n_call_sites) ||
         disambiguate_sites(d, d->call_sites, d->n_call_sites))
         goto oom;
     qsort(d->call_sites, d->n_call_sites, sizeof *d->call_sites, row_by_held);
     d->remainder.call_sites = d->aligned_delta - sum_delta(d->call_sites, d->n_call_sites);
-    if (add_entries(&e, al, a, b, T_LAYERS, &sk) ||
-        build_rows(d, &e, T_LAYERS, a, b, &d->layers, &d->n_layers))
+    if (build_rows(&tb, T_LAYERS, &d->layers, &d->n_layers))
         goto oom;
     if (order_layers(d->layers, d->n_layers, a, b) != 0)
         goto oom;
     d->remainder.layers = d->aligned_delta - sum_delta(d->layers, d->n_layers);
 
-    free(e.v);
-    gp__map_free(&sk.map);
-    free(sk.keys);
+    tables_free(&tb);
     *out = d;
     return 0;
 oom:
-    free(e.v);
-    gp__map_free(&sk.map);
-    free(sk.keys);
+    tables_free(&tb);
     gp_diff_free(d);
     snprintf(err, err_size, "out of memory computing the diff");
     return -1;
