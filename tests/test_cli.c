@@ -33,6 +33,7 @@
 
 #include "cli.h"
 #include "render.h"
+#include "e2e.h"
 #include "traces/trace_builder.h"
 
 #define PEAK_GRAD 669736ull
@@ -48,49 +49,22 @@ static char *out, *err; /* the last run's stdout and stderr */
 
 /* ---- helpers --------------------------------------------------------------------------------- */
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 4096, n = 0, k;
-    char *buf = malloc(cap);
-    while (buf && (k = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += k;
-        if (cap - n < 2) {
-            char *b = realloc(buf, cap *= 2);
-            if (!b)
-                free(buf);
-            buf = b;
-        }
-    }
-    fclose(f);
-    if (buf)
-        buf[n] = '\0';
-    return buf;
-}
-
 /* Runs `sh -c CMD` in tmpdir with stdout and stderr captured into `out` and `err`; returns the
  * exit status (128 + N for signal N). */
 static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int sh(const char *fmt, ...)
 {
-    char cmd[8192], full[8192 + 2 * sizeof out_path + sizeof tmpdir + 64];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    int rc = e2e_vshell(tmpdir, out_path, err_path, fmt, ap);
     va_end(ap);
-    snprintf(full, sizeof full, "cd '%s' && ( %s ) >'%s' 2>'%s'", tmpdir, cmd, out_path, err_path);
-    int st = system(full);
     free(out);
     free(err);
-    out = slurp(out_path);
-    err = slurp(err_path);
+    out = e2e_slurp(out_path, NULL);
+    err = e2e_slurp(err_path, NULL);
     assert_non_null(out);
     assert_non_null(err);
-    if (st == -1)
-        return -1;
-    return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
+    return rc;
 }
 
 /* gradprof ARGS (a shell fragment), from tmpdir. */
@@ -158,7 +132,7 @@ static void python_parses(const char *what, const char *path)
     int rc = sh("%s", cmd);
     if (rc != 0) {
         print_message("%s does not parse as %s:\n", path, what);
-        char *doc = slurp(path);
+        char *doc = e2e_slurp(path, NULL);
         print_message("%s\n", doc ? doc : "(unreadable)");
         free(doc);
         show();
@@ -183,7 +157,7 @@ static void golden(const char *name, const char *text)
         assert_int_equal(fclose(f), 0);
         return;
     }
-    char *want = slurp(path);
+    char *want = e2e_slurp(path, NULL);
     if (!want)
         print_message("missing golden file %s (GRADPROF_UPDATE_GOLDEN=1 writes it)\n", path);
     assert_non_null(want);
@@ -747,7 +721,7 @@ static void test_check_json(void **state)
     /* not judged: passed is false, and the doubt says why */
     expect_rc(gradprof("check " TRACE("damaged") " --format json > '%s'", path), 2);
     python_parses("json", path);
-    char *doc = slurp(path);
+    char *doc = e2e_slurp(path, NULL);
     assert_non_null(doc);
     contains(doc, "\"verdict\": \"unjudged\"");
     contains(doc, "\"passed\": false");
@@ -762,7 +736,7 @@ static void test_check_junit(void **state)
     snprintf(xml, sizeof xml, "%s/junit.xml", tmpdir);
     expect_rc(gradprof("check " TRACE("mlp_grad") " --junit '%s'", xml), 1);
     python_parses("xml", xml);
-    char *doc = slurp(xml);
+    char *doc = e2e_slurp(xml, NULL);
     assert_non_null(doc);
     contains(doc, "<testsuite name=\"gradprof-check\" tests=\"9\" failures=\"3\"");
     contains(doc, "<testcase classname=\"gradprof-check\" name=\"forbid saved\">");
@@ -772,7 +746,7 @@ static void test_check_junit(void **state)
 
     expect_rc(gradprof("check " TRACE("mlp_nograd") " --junit '%s'", xml), 0);
     python_parses("xml", xml);
-    doc = slurp(xml);
+    doc = e2e_slurp(xml, NULL);
     assert_non_null(doc);
     lacks(doc, "<failure");
     contains(doc, "failures=\"0\"");
@@ -780,7 +754,7 @@ static void test_check_junit(void **state)
 
     expect_rc(gradprof("check " TRACE("raw") " --max-growth 1 --junit '%s'", xml), 0);
     python_parses("xml", xml);
-    doc = slurp(xml);
+    doc = e2e_slurp(xml, NULL);
     assert_non_null(doc);
     contains(doc, "<skipped message=\"the trace has 0 marks");
     free(doc);
@@ -870,7 +844,7 @@ static void test_check_golden(void **state)
                  "--max-peak 600k --junit '%s'",
                  xml),
               1);
-    char *doc = slurp(xml);
+    char *doc = e2e_slurp(xml, NULL);
     assert_non_null(doc);
     golden("check_mlp_grad.xml", doc);
     free(doc);
@@ -966,7 +940,7 @@ static void test_check_incomplete(void **state)
     snprintf(xml, sizeof xml, "%s/judge.xml", tmpdir);
     expect_rc(gradprof("check abort.gptrace --junit '%s'", xml), 2);
     python_parses("xml", xml);
-    char *doc = slurp(xml);
+    char *doc = e2e_slurp(xml, NULL);
     assert_non_null(doc);
     contains(doc, "errors=\"1\"");
     contains(doc, "<testcase classname=\"gradprof-check\" name=\"judge: complete trace\">\n"
@@ -974,7 +948,7 @@ static void test_check_incomplete(void **state)
                   "incomplete");
     free(doc);
     expect_rc(gradprof("check abort.gptrace --allow-incomplete --junit '%s'", xml), 0);
-    doc = slurp(xml);
+    doc = e2e_slurp(xml, NULL);
     assert_non_null(doc);
     contains(doc, "<skipped message=\"accepted by --allow-incomplete: ");
     contains(doc, "errors=\"0\"");

@@ -27,6 +27,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "e2e.h"
+
 #define PYTHON "/usr/bin/python3"
 
 static char tmpdir[256];
@@ -35,34 +37,12 @@ static char *out, *err; /* the last command's stdout and stderr */
 
 /* ---- helpers --------------------------------------------------------------------------------- */
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 4096, n = 0, k;
-    char *buf = malloc(cap);
-    while (buf && (k = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += k;
-        if (cap - n < 2) {
-            char *b = realloc(buf, cap *= 2);
-            if (!b)
-                free(buf);
-            buf = b;
-        }
-    }
-    fclose(f);
-    if (buf)
-        buf[n] = '\0';
-    return buf;
-}
-
 /* A file in tmpdir, read whole (NULL if missing); free it. */
 static char *file_text(const char *name)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", tmpdir, name);
-    return slurp(path);
+    return e2e_slurp(path, NULL);
 }
 
 static bool exists(const char *name)
@@ -78,22 +58,17 @@ static bool exists(const char *name)
 static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int sh(const char *fmt, ...)
 {
-    char cmd[8192], full[8192 + 2 * sizeof out_path + sizeof tmpdir + 64];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    int rc = e2e_vshell(tmpdir, out_path, err_path, fmt, ap);
     va_end(ap);
-    snprintf(full, sizeof full, "cd '%s' && ( %s ) >'%s' 2>'%s'", tmpdir, cmd, out_path, err_path);
-    int st = system(full);
     free(out);
     free(err);
-    out = slurp(out_path);
-    err = slurp(err_path);
+    out = e2e_slurp(out_path, NULL);
+    err = e2e_slurp(err_path, NULL);
     assert_non_null(out);
     assert_non_null(err);
-    if (st == -1)
-        return -1;
-    return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
+    return rc;
 }
 
 /* Under GRADPROF_SANITIZE, programs carrying ASan (compare_prog, mlp_infer, gradprof) refuse to
@@ -198,11 +173,6 @@ static void grad_only_in_a(const char *base)
     err = keep_err;
     assert_int_equal(a, 1);
     assert_int_equal(b, 0);
-}
-
-static bool have_python(void)
-{
-    return access(PYTHON, X_OK) == 0;
 }
 
 static int setup(void **state)
@@ -342,7 +312,7 @@ static void test_same_output(void **state)
     contains(err, "diff written to diff.json");
     file_contains("diff.json", "\"schema\"");
     file_contains("diff.json", "j.nograd.gptrace");
-    if (have_python())
+    if (e2e_have_python())
         expect_rc(sh(PYTHON " -c \"import json,sys; json.load(open(sys.argv[1]))\" diff.json"), 0);
     grad_only_in_a("j");
 
@@ -428,7 +398,7 @@ static void test_interrupted(void **state)
  * torch does not get it imported. */
 static void test_python_chain(void **state)
 {
-    if (!have_python()) {
+    if (!e2e_have_python()) {
         print_message("SKIPPED: " PYTHON " is not installed\n");
         skip();
     }
@@ -449,7 +419,7 @@ static void test_python_chain(void **state)
 
 static void test_python_torch(void **state)
 {
-    if (!have_python() || system(PYTHON " -c 'import torch' >/dev/null 2>&1") != 0) {
+    if (!e2e_have_python() || system(PYTHON " -c 'import torch' >/dev/null 2>&1") != 0) {
         print_message("SKIPPED: " PYTHON " cannot import torch\n");
         skip();
     }

@@ -22,6 +22,8 @@
 
 #include "diff.h"
 
+#include "e2e.h"
+
 #ifndef GRADPROF_BIN
 #error "GRADPROF_BIN (the gradprof executable) must be defined"
 #endif
@@ -306,34 +308,6 @@ static int run(const char *out_file, const char *err_file, const char *const *ar
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-/* The whole file, NUL-terminated (caller frees); NULL if it cannot be read. */
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    size_t got;
-    while (buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += got;
-        if (cap - n - 1 == 0) {
-            char *b = realloc(buf, cap *= 2);
-            if (!b) {
-                free(buf);
-                buf = NULL;
-            }
-            buf = b;
-        }
-    }
-    fclose(f);
-    if (buf)
-        buf[n] = 0;
-    if (len)
-        *len = n;
-    return buf;
-}
-
 typedef struct tmp {
     char out[64], err[64], file[64];
 } tmp;
@@ -364,7 +338,7 @@ static void check_golden(const char *path, const char *name)
     char golden[4096];
     snprintf(golden, sizeof golden, "%s/%s", GRADPROF_GOLDEN_DIR, name);
     size_t n = 0, m = 0;
-    char *got = slurp(path, &n);
+    char *got = e2e_slurp(path, &n);
     assert_non_null(got);
     const char *update = getenv("GRADPROF_UPDATE_GOLDEN");
     if (update && strcmp(update, "1") == 0) {
@@ -376,7 +350,7 @@ static void check_golden(const char *path, const char *name)
         free(got);
         return;
     }
-    char *want = slurp(golden, &m);
+    char *want = e2e_slurp(golden, &m);
     if (!want)
         fail_msg("missing golden file %s (run with GRADPROF_UPDATE_GOLDEN=1 to create it)", golden);
     if (n != m || memcmp(got, want, n) != 0) {
@@ -402,11 +376,11 @@ static void test_golden_text(void **state)
     tmp_make(&t);
     const char *args[] = {"diff", "mlp_grad.gptrace", "mlp_nograd.gptrace", NULL};
     assert_int_equal(run(t.out, t.err, args), 0);
-    char *err = slurp(t.err, NULL);
+    char *err = e2e_slurp(t.err, NULL);
     assert_string_equal(err, ""); /* nothing on stderr for two clean traces */
     free(err);
     check_golden(t.out, "diff_mlp.txt");
-    char *out = slurp(t.out, NULL);
+    char *out = e2e_slurp(t.out, NULL);
     assert_non_null(strstr(out, "At A's peak (654.04 KiB) B holds 620.04 KiB: 34.00 KiB held by "
                                 "graph construction"));
     assert_null(strstr(out, "unexplained remainder"));
@@ -428,7 +402,7 @@ static void test_golden_json(void **state)
         "diff", "--format", "json", "-o", t.file, "mlp_grad.gptrace", "mlp_nograd.gptrace", NULL};
     assert_int_equal(run(t.out, t.err, args), 0);
     check_golden(t.file, "diff_mlp.json");
-    char *out = slurp(t.file, NULL);
+    char *out = e2e_slurp(t.file, NULL);
     char want[128];
     snprintf(want, sizeof want, "\"held_by_graph_bytes\": %llu,", (unsigned long long)HELD);
     assert_non_null(strstr(out, want));
@@ -455,7 +429,7 @@ static void test_html(void **state)
     const char *args[] = {
         "diff", "--format", "html", "-o", t.file, "mlp_grad.gptrace", "mlp_nograd.gptrace", NULL};
     assert_int_equal(run(t.out, t.err, args), 0);
-    char *out = slurp(t.file, NULL);
+    char *out = e2e_slurp(t.file, NULL);
     assert_non_null(out);
     assert_non_null(strstr(out, "<html"));
     assert_non_null(strstr(out, "</html>"));
@@ -469,7 +443,7 @@ static void expect(int code, const char *const *args, const char *const *want)
     tmp t;
     tmp_make(&t);
     int rc = run(t.out, t.err, args);
-    char *err = slurp(t.err, NULL);
+    char *err = e2e_slurp(t.err, NULL);
     assert_non_null(err);
     print_message("stderr: %s", err);
     assert_int_equal(rc, code);
@@ -517,7 +491,7 @@ static void test_errors(void **state)
     tmp t;
     tmp_make(&t);
     assert_int_equal(run(t.out, t.err, (const char *[]){"diff", "--help", NULL}), 0);
-    char *out = slurp(t.out, NULL);
+    char *out = e2e_slurp(t.out, NULL);
     assert_non_null(strstr(out, "usage: gradprof diff A B"));
     free(out);
     tmp_remove(&t);
@@ -533,7 +507,7 @@ static void test_other_program(void **state)
     tmp_make(&t);
     const char *args[] = {"diff", "mlp_grad.gptrace", "raw.gptrace", NULL};
     assert_int_equal(run(t.out, t.err, args), 0);
-    char *err = slurp(t.err, NULL), *out = slurp(t.out, NULL);
+    char *err = e2e_slurp(t.err, NULL), *out = e2e_slurp(t.out, NULL);
     print_message("stderr: %s", err);
     const char *want = "A runs 'infer' and B 'raw_program': two different programs";
     assert_non_null(strstr(err, want));
@@ -543,7 +517,7 @@ static void test_other_program(void **state)
     const char *json[] = {
         "diff", "--format", "json", "-o", t.file, "mlp_grad.gptrace", "raw.gptrace", NULL};
     assert_int_equal(run(t.out, t.err, json), 0);
-    out = slurp(t.file, NULL);
+    out = e2e_slurp(t.file, NULL);
     assert_non_null(strstr(out, "\"other_program\": \"A runs 'infer' and B 'raw_program'"));
     free(out);
     tmp_remove(&t);
@@ -556,7 +530,7 @@ static void test_damaged(void **state)
     tmp_make(&t);
     const char *args[] = {"diff", "damaged.gptrace", "mlp_nograd.gptrace", NULL};
     assert_int_equal(run(t.out, t.err, args), 0);
-    char *err = slurp(t.err, NULL), *out = slurp(t.out, NULL);
+    char *err = e2e_slurp(t.err, NULL), *out = e2e_slurp(t.out, NULL);
     print_message("stderr: %s", err);
     assert_non_null(strstr(err, "warning"));
     assert_non_null(strstr(err, "damaged.gptrace"));

@@ -35,6 +35,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "e2e.h"
 #include "traces/trace_builder.h"
 
 #ifndef GRADPROF_BIN
@@ -59,70 +60,14 @@ static char out_path[512], err_path[512];
 
 /* Runs `sh -c CMD` with stdout and stderr to out_path and err_path; returns the exit status
  * (128 + N for signal N). */
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...)
-{
-    char cmd[8192], full[8192 + 2 * sizeof out_path + 32];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    snprintf(full, sizeof full, "( %s ) >'%s' 2>'%s'", cmd, out_path, err_path);
-    int st = system(full);
-    if (st == -1)
-        return -1;
-    if (WIFSIGNALED(st))
-        return 128 + WTERMSIG(st);
-    return WEXITSTATUS(st);
-}
-
-/* The file's contents, NUL-terminated (caller frees); NULL if it cannot be read. */
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 4096, n = 0, k;
-    char *buf = malloc(cap);
-    while (buf != NULL && (k = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += k;
-        if (cap - n < 2) {
-            char *b = realloc(buf, cap *= 2);
-            if (b == NULL)
-                free(buf);
-            buf = b;
-        }
-    }
-    fclose(f);
-    if (buf != NULL)
-        buf[n] = '\0';
-    if (len != NULL)
-        *len = n;
-    return buf;
-}
-
-static bool write_file(const char *path, const char *data, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return false;
-    bool ok = fwrite(data, 1, len, f) == len;
-    return fclose(f) == 0 && ok;
-}
-
-static void print_file(const char *what, const char *path)
-{
-    char *s = slurp(path, NULL);
-    print_message("---- %s ----\n%s\n", what, s ? s : "(unreadable)");
-    free(s);
-}
+#define run(...) e2e_shell(NULL, out_path, err_path, __VA_ARGS__)
 
 /* Asserts that the last run exited with `want`, showing its stderr otherwise. */
 static void expect_rc(int rc, int want)
 {
     if (rc != want) {
-        print_file("stdout", out_path);
-        print_file("stderr", err_path);
+        e2e_print_file("stdout", out_path);
+        e2e_print_file("stderr", err_path);
     }
     assert_int_equal(rc, want);
 }
@@ -132,20 +77,20 @@ static void expect_rc(int rc, int want)
 static void compare_golden(const char *name)
 {
     size_t len = 0;
-    char *got = slurp(out_path, &len);
+    char *got = e2e_slurp(out_path, &len);
     assert_non_null(got);
     assert_true(len > 0);
     char golden_path[1024];
     snprintf(golden_path, sizeof golden_path, "%s/%s", GRADPROF_GOLDEN_DIR, name);
     const char *update = getenv("GRADPROF_UPDATE_GOLDEN");
     if (update != NULL && strcmp(update, "1") == 0) {
-        assert_true(write_file(golden_path, got, len));
+        assert_true(e2e_write_file(golden_path, got, len));
         print_message("updated %s\n", golden_path);
         free(got);
         return;
     }
     size_t want_len = 0;
-    char *want = slurp(golden_path, &want_len);
+    char *want = e2e_slurp(golden_path, &want_len);
     if (want == NULL)
         fail_msg("missing golden file %s (GRADPROF_UPDATE_GOLDEN=1 creates it)", golden_path);
     if (want_len != len || memcmp(want, got, len) != 0) {
@@ -188,7 +133,7 @@ static uint64_t report_number(const char *name, const char *key)
     expect_rc(run("'%s' report '%s' --format json -o '%s'", GRADPROF_BIN,
                   trace_path(name, tp, sizeof tp), json),
               0);
-    char *s = slurp(json, NULL);
+    char *s = e2e_slurp(json, NULL);
     assert_non_null(s);
     char pat[128];
     snprintf(pat, sizeof pat, "\"%s\":", key);
@@ -218,8 +163,8 @@ static void python_check(const char *mode, const char *file, const char *fmt, ..
     va_end(ap);
     int rc = run("'%s' '%s' %s '%s' %s", PYTHON, GRADPROF_EXPORT_CHECK, mode, file, args);
     if (rc != 0) {
-        print_file("export_check", out_path);
-        print_file("stderr", err_path);
+        e2e_print_file("export_check", out_path);
+        e2e_print_file("stderr", err_path);
     }
     assert_int_equal(rc, 0);
 }
@@ -438,7 +383,7 @@ static folded_sum folded_of(const char *name, const char *measure)
     snprintf(dest, sizeof dest, "%s/%s.%s.folded", tmpdir, name, measure);
     snprintf(extra, sizeof extra, "--measure %s", measure);
     expect_rc(report_to(name, "folded", extra, dest), 0);
-    char *text = slurp(dest, NULL);
+    char *text = e2e_slurp(dest, NULL);
     assert_non_null(text);
     folded_sum r = parse_folded(text);
     free(text);
@@ -491,7 +436,7 @@ static void test_folded_sanitized(void **state)
     assert_int_equal(w.lines, 2); /* two stacks */
     char dest[600];
     snprintf(dest, sizeof dest, "%s/weird.total.folded", tmpdir);
-    char *text = slurp(dest, NULL);
+    char *text = e2e_slurp(dest, NULL);
     assert_non_null(text);
     assert_non_null(strstr(text, "we:ird name<b>.so+0x"));
     assert_null(strstr(text, "we;ird"));
@@ -512,7 +457,7 @@ static void test_folded_min(void **state)
         expect_rc(run("'%s' report '%s' --format folded --measure total --min %s -o '%s'",
                       GRADPROF_BIN, tp, cuts[i], dest),
                   0);
-        char *text = slurp(dest, NULL);
+        char *text = e2e_slurp(dest, NULL);
         assert_non_null(text);
         folded_sum f = parse_folded(text);
         assert_int_equal(f.host, 31976);
@@ -528,7 +473,7 @@ static void test_folded_min(void **state)
     expect_rc(run("'%s' report '%s' --format folded --measure total --min 0 -o '%s'", GRADPROF_BIN,
                   tp, dest),
               0);
-    char *text = slurp(dest, NULL);
+    char *text = e2e_slurp(dest, NULL);
     assert_non_null(text);
     assert_int_equal(parse_folded(text).lines, 4);
     assert_null(strstr(text, "[smaller stacks]"));
@@ -537,7 +482,7 @@ static void test_folded_min(void **state)
     static const char *const bad[] = {"101%", "-1%", "x%", "%", "abc", "-5"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         expect_rc(run("'%s' report '%s' --format folded --min '%s'", GRADPROF_BIN, tp, bad[i]), 2);
-        char *err = slurp(err_path, NULL);
+        char *err = e2e_slurp(err_path, NULL);
         assert_non_null(err);
         assert_non_null(strstr(err, "--min"));
         free(err);
@@ -552,14 +497,14 @@ static void test_folded_errors(void **state)
     expect_rc(run("'%s' report '%s' --format folded --measure bogus", GRADPROF_BIN,
                   trace_path("mlp_grad", tp, sizeof tp)),
               2);
-    char *err = slurp(err_path, NULL);
+    char *err = e2e_slurp(err_path, NULL);
     assert_non_null(err);
     assert_non_null(strstr(err, "bogus"));
     free(err);
     static const char *const formats[] = {"folded", "chrome", "html"};
     for (size_t i = 0; i < 3; i++) {
         expect_rc(report_to("mlp_grad", formats[i], NULL, "/dev/full"), 2);
-        err = slurp(err_path, NULL);
+        err = e2e_slurp(err_path, NULL);
         assert_non_null(err);
         assert_non_null(strstr(err, "/dev/full"));
         free(err);
@@ -608,7 +553,7 @@ static void test_chrome(void **state)
     /* printf(1) turns the backslash-n back into WEIRD_REGION's newline */
     python_check("chrome", dest, "--thread-name '%s' --region-name \"$(printf '%s')\" --marks 1",
                  WEIRD_THREAD, "reg;ion\\n<b>\"q\"</b>");
-    char *text = slurp(dest, NULL);
+    char *text = e2e_slurp(dest, NULL);
     assert_non_null(text);
     assert_non_null(strstr(text, "\"gradprof: infer \\\"quoted\\\" <script>alert(1)</script> & "
                                  "back\\\\slash\\ttab;semi\\nline\""));
@@ -683,7 +628,7 @@ static void test_empty_trace(void **state)
                 python_check("html", dest, "--svgs 1 --contains 'No memory was live'");
         } else {
             expect_rc(rc, 2);
-            char *err = slurp(err_path, NULL);
+            char *err = e2e_slurp(err_path, NULL);
             assert_non_null(err);
             assert_non_null(strstr(err, "empty.gptrace"));
             free(err);

@@ -28,6 +28,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "e2e.h"
 #include "traces/trace_builder.h"
 
 #ifndef GRADPROF_BIN
@@ -47,66 +48,7 @@ static char out_path[512], err_path[512];
 
 /* Runs `sh -c CMD` with stdout and stderr to out_path and err_path; returns the exit status
  * (128 + N for signal N). */
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...)
-{
-    char cmd[8192], full[8192 + 2 * sizeof out_path + 32];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    snprintf(full, sizeof full, "( %s ) >'%s' 2>'%s'", cmd, out_path, err_path);
-    int st = system(full);
-    if (st == -1)
-        return -1;
-    if (WIFSIGNALED(st))
-        return 128 + WTERMSIG(st);
-    return WEXITSTATUS(st);
-}
-
-/* The file's contents, NUL-terminated (caller frees); NULL if it cannot be read. */
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    size_t k;
-    while (buf && (k = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += k;
-        if (cap - n < 2) {
-            char *b = realloc(buf, cap *= 2);
-            if (!b) {
-                free(buf);
-                buf = NULL;
-            }
-            buf = b;
-        }
-    }
-    fclose(f);
-    if (buf)
-        buf[n] = '\0';
-    if (len)
-        *len = n;
-    return buf;
-}
-
-static bool write_file(const char *path, const char *data, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return false;
-    bool ok = fwrite(data, 1, len, f) == len;
-    return fclose(f) == 0 && ok;
-}
-
-static void print_file(const char *what, const char *path)
-{
-    char *s = slurp(path, NULL);
-    print_message("---- %s ----\n%s\n", what, s ? s : "(unreadable)");
-    free(s);
-}
+#define run(...) e2e_shell(NULL, out_path, err_path, __VA_ARGS__)
 
 /* Runs the report of trace NAME in FORMAT (extra options in `extra`) from the traces directory and
  * compares its stdout with tests/golden/report_NAME[SUFFIX].EXT, or rewrites that file when
@@ -117,10 +59,10 @@ static void golden(const char *name, const char *format, const char *ext, const 
     int rc = run("cd '%s' && '%s' report %s.gptrace --format %s %s", GRADPROF_TEST_TRACES,
                  GRADPROF_BIN, name, format, extra ? extra : "");
     if (rc != 0)
-        print_file("stderr", err_path);
+        e2e_print_file("stderr", err_path);
     assert_int_equal(rc, 0);
     size_t len = 0;
-    char *got = slurp(out_path, &len);
+    char *got = e2e_slurp(out_path, &len);
     assert_non_null(got);
     assert_true(len > 0);
 
@@ -129,13 +71,13 @@ static void golden(const char *name, const char *format, const char *ext, const 
              suffix ? suffix : "", ext);
     const char *update = getenv("GRADPROF_UPDATE_GOLDEN");
     if (update && strcmp(update, "1") == 0) {
-        assert_true(write_file(golden_path, got, len));
+        assert_true(e2e_write_file(golden_path, got, len));
         print_message("updated %s\n", golden_path);
         free(got);
         return;
     }
     size_t want_len = 0;
-    char *want = slurp(golden_path, &want_len);
+    char *want = e2e_slurp(golden_path, &want_len);
     if (!want)
         fail_msg("missing golden file %s (GRADPROF_UPDATE_GOLDEN=1 creates it)", golden_path);
     if (want_len != len || memcmp(want, got, len) != 0) {
@@ -153,16 +95,10 @@ static void golden(const char *name, const char *format, const char *ext, const 
     free(got);
 }
 
-/* Whether /usr/bin/python3 is there to validate JSON independently. */
-static bool have_python(void)
-{
-    return access("/usr/bin/python3", X_OK) == 0;
-}
-
 /* The JSON in out_path parses with Python's json module (an independent parser). */
 static void assert_json_parses(void)
 {
-    if (!have_python()) {
+    if (!e2e_have_python()) {
         print_message("no /usr/bin/python3: JSON validity not checked independently\n");
         return;
     }
@@ -213,9 +149,9 @@ static char *json_report(const char *name)
     int rc = run("'%s' report '%s/%s.gptrace' --format json --top 0", GRADPROF_BIN,
                  GRADPROF_TEST_TRACES, name);
     if (rc != 0)
-        print_file("stderr", err_path);
+        e2e_print_file("stderr", err_path);
     assert_int_equal(rc, 0);
-    char *doc = slurp(out_path, NULL);
+    char *doc = e2e_slurp(out_path, NULL);
     assert_non_null(doc);
     return doc;
 }
@@ -279,7 +215,7 @@ static void test_golden_damaged(void **state)
 {
     golden("damaged", "text", "txt", NULL, NULL);
     /* The warning goes to stderr, not into the report's stdout: it says what was lost. */
-    char *err = slurp(err_path, NULL);
+    char *err = e2e_slurp(err_path, NULL);
     assert_non_null(err);
     assert_contains(err, "damaged");
     assert_contains(err, "damaged.gptrace");
@@ -292,7 +228,7 @@ static void test_golden_damaged(void **state)
 static void test_golden_top1(void **state)
 {
     golden("leak_accumulate", "text", "txt", "--top 1 --measure total", "_top1");
-    char *out = slurp(out_path, NULL);
+    char *out = e2e_slurp(out_path, NULL);
     assert_non_null(out);
     /* Truncated: tags, sites, temporaries' sites... each says how many rows it left out. */
     size_t notes = 0;
@@ -356,7 +292,7 @@ static void test_numbers_mlp_grad(void **state)
     /* The same numbers in the text report, exact bytes beside the human size. */
     assert_int_equal(run("'%s' report '%s/mlp_grad.gptrace'", GRADPROF_BIN, GRADPROF_TEST_TRACES),
                      0);
-    char *text = slurp(out_path, NULL);
+    char *text = e2e_slurp(out_path, NULL);
     assert_non_null(text);
     assert_contains(text, "\nPeak          654.04 KiB (669,736 B) at 60.0 us on host\n");
     assert_contains(text, "\nLive at exit  556.04 KiB (569,384 B) in 7 allocations\n");
@@ -417,7 +353,7 @@ static void test_numbers_damaged(void **state)
     /* The first iteration's peak comes long before the damage. */
     assert_int_equal(json_u64(doc, "@peak_bytes", NULL), 669736);
     free(doc);
-    char *err = slurp(err_path, NULL);
+    char *err = e2e_slurp(err_path, NULL);
     assert_non_null(err);
     assert_contains(err, "gradprof report: warning: ");
     free(err);
@@ -458,7 +394,7 @@ static void test_json_keys_always_present(void **state)
 /* With --python available, check the structure the README promises, with a real JSON parser. */
 static void test_json_schema_python(void **state)
 {
-    if (!have_python()) {
+    if (!e2e_have_python()) {
         skip();
         return;
     }
@@ -479,7 +415,7 @@ static void test_json_schema_python(void **state)
         "assert d['trace']['command']=='infer --grad' and d['trace']['pid']=='4242'\n";
     char script_path[512];
     snprintf(script_path, sizeof script_path, "%s/check.py", tmpdir);
-    assert_true(write_file(script_path, script, strlen(script)));
+    assert_true(e2e_write_file(script_path, script, strlen(script)));
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s'", script_path, out_path);
     assert_int_equal(system(cmd), 0);
@@ -515,10 +451,10 @@ static void test_odd_strings(void **state)
 
     int rc = run("'%s' report '%s' --format json", GRADPROF_BIN, trace);
     if (rc != 0)
-        print_file("stderr", err_path);
+        e2e_print_file("stderr", err_path);
     assert_int_equal(rc, 0);
     assert_json_parses();
-    if (have_python()) {
+    if (e2e_have_python()) {
         static const char script[] =
             "import json,sys\n"
             "d=json.load(open(sys.argv[1],encoding='utf-8'))\n"
@@ -532,12 +468,12 @@ static void test_odd_strings(void **state)
             "assert d['iterations'][0]['mark']=='mark\\\\1', repr(d['iterations'])\n";
         char script_path[512], cmd[2048];
         snprintf(script_path, sizeof script_path, "%s/odd.py", tmpdir);
-        assert_true(write_file(script_path, script, strlen(script)));
+        assert_true(e2e_write_file(script_path, script, strlen(script)));
         snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s'", script_path, out_path);
         assert_int_equal(system(cmd), 0);
     }
     /* Without Python: the raw bytes show the escapes. */
-    char *doc = slurp(out_path, NULL);
+    char *doc = e2e_slurp(out_path, NULL);
     assert_non_null(doc);
     assert_contains(doc,
                     "\"prog \\\"q\\\" back\\\\slash\\ttab\\nnl \\u0001 na\xc3\xafve \xe2\x9c\x93 "
@@ -548,7 +484,7 @@ static void test_odd_strings(void **state)
     rc = run("'%s' report '%s'", GRADPROF_BIN, trace);
     assert_int_equal(rc, 0);
     size_t len = 0;
-    char *text = slurp(out_path, &len);
+    char *text = e2e_slurp(out_path, &len);
     assert_non_null(text);
     for (size_t i = 0; i < len; i++)
         if (((unsigned char)text[i] < 0x20 && text[i] != '\n') || text[i] == 0x7f)
@@ -581,7 +517,7 @@ static void test_site_ties_by_label(void **state)
     assert_int_equal(tb_close(b), 0);
 
     assert_int_equal(run("'%s' report '%s' --top 2", GRADPROF_BIN, trace), 0);
-    char *text = slurp(out_path, NULL);
+    char *text = e2e_slurp(out_path, NULL);
     assert_non_null(text);
     const char *sites = strstr(text, "Top sites");
     assert_non_null(sites);
@@ -592,7 +528,7 @@ static void test_site_ties_by_label(void **state)
     free(text);
 
     assert_int_equal(run("'%s' report '%s' --format json --top 0", GRADPROF_BIN, trace), 0);
-    char *doc = slurp(out_path, NULL);
+    char *doc = e2e_slurp(out_path, NULL);
     assert_non_null(doc);
     const char *at = strstr(doc, "\"sites\"");
     assert_non_null(at);
@@ -615,7 +551,7 @@ static void test_unwritable_output(void **state)
     int rc = run("'%s' report '%s/mlp_grad.gptrace' -o /nonexistent-dir/report.txt", GRADPROF_BIN,
                  GRADPROF_TEST_TRACES);
     assert_int_equal(rc, 2);
-    char *err = slurp(err_path, NULL);
+    char *err = e2e_slurp(err_path, NULL);
     assert_non_null(err);
     assert_contains(err, "gradprof report: ");
     assert_contains(err, "/nonexistent-dir/report.txt");
@@ -627,7 +563,7 @@ static void test_unwritable_output(void **state)
         rc = run("'%s' report '%s/mlp_grad.gptrace' -o /dev/full", GRADPROF_BIN,
                  GRADPROF_TEST_TRACES);
         assert_int_equal(rc, 2);
-        err = slurp(err_path, NULL);
+        err = e2e_slurp(err_path, NULL);
         assert_non_null(err);
         assert_contains(err, "'/dev/full'");
         free(err);
@@ -657,12 +593,12 @@ static void test_usage_errors(void **state)
         char args[1024];
         snprintf(args, sizeof args, cases[i].args, GRADPROF_TEST_TRACES, GRADPROF_TEST_TRACES);
         int rc = run("'%s' %s", GRADPROF_BIN, args);
-        char *err = slurp(err_path, NULL);
+        char *err = e2e_slurp(err_path, NULL);
         assert_non_null(err);
         if (rc != 2 || !strstr(err, cases[i].message))
             fail_msg("gradprof %s: exit %d, stderr: %s", args, rc, err);
         assert_non_null(strstr(err, "gradprof report: "));
-        char *out = slurp(out_path, NULL);
+        char *out = e2e_slurp(out_path, NULL);
         assert_non_null(out);
         assert_string_equal(out, ""); /* nothing half-written on stdout */
         free(out);
@@ -675,17 +611,17 @@ static void test_bad_traces(void **state)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/notatrace.gptrace", tmpdir);
-    assert_true(write_file(path, "hello, world\n", 13));
+    assert_true(e2e_write_file(path, "hello, world\n", 13));
     int rc = run("'%s' report '%s'", GRADPROF_BIN, path);
     assert_int_equal(rc, 2);
-    char *err = slurp(err_path, NULL);
+    char *err = e2e_slurp(err_path, NULL);
     assert_non_null(err);
     assert_contains(err, "notatrace.gptrace");
     assert_null(strchr(strchr(err, '\n') + 1, '\n'));
     free(err);
 
     snprintf(path, sizeof path, "%s/empty.gptrace", tmpdir);
-    assert_true(write_file(path, "", 0));
+    assert_true(e2e_write_file(path, "", 0));
     rc = run("'%s' report '%s'", GRADPROF_BIN, path);
     assert_int_equal(rc, 2);
 }
@@ -693,7 +629,7 @@ static void test_bad_traces(void **state)
 static void test_help(void **state)
 {
     assert_int_equal(run("'%s' report --help", GRADPROF_BIN), 0);
-    char *out = slurp(out_path, NULL);
+    char *out = e2e_slurp(out_path, NULL);
     assert_non_null(out);
     assert_contains(out, "usage: gradprof report FILE");
     assert_contains(out, "--format");
@@ -711,9 +647,9 @@ static void test_output_file_and_formats(void **state)
         int rc = run("'%s' report '%s/mlp_grad.gptrace' --format %s -o '%s'", GRADPROF_BIN,
                      GRADPROF_TEST_TRACES, formats[i], path);
         if (rc != 0)
-            print_file("stderr", err_path);
+            e2e_print_file("stderr", err_path);
         assert_int_equal(rc, 0);
-        char *out = slurp(out_path, NULL), *file = slurp(path, NULL);
+        char *out = e2e_slurp(out_path, NULL), *file = e2e_slurp(path, NULL);
         assert_non_null(out);
         assert_non_null(file);
         assert_string_equal(out, "");
@@ -738,14 +674,14 @@ static void test_real_trace(void **state)
                  "--batch 8 --iters 3",
                  GRADPROF_PRELOAD_LIB, GRADPROF_BIN, trace, GRADPROF_MLP_INFER);
     if (rc != 0)
-        print_file("stderr", err_path);
+        e2e_print_file("stderr", err_path);
     assert_int_equal(rc, 0);
 
     rc = run("'%s' report '%s'", GRADPROF_BIN, trace);
     if (rc != 0)
-        print_file("stderr", err_path);
+        e2e_print_file("stderr", err_path);
     assert_int_equal(rc, 0);
-    char *text = slurp(out_path, NULL);
+    char *text = e2e_slurp(out_path, NULL);
     assert_non_null(text);
     assert_contains(text, "gradprof report: peak ");
     assert_contains(text, "Program      ");
@@ -757,7 +693,7 @@ static void test_real_trace(void **state)
     rc = run("'%s' report '%s' --format json", GRADPROF_BIN, trace);
     assert_int_equal(rc, 0);
     assert_json_parses();
-    char *doc = slurp(out_path, NULL);
+    char *doc = e2e_slurp(out_path, NULL);
     assert_non_null(doc);
     assert_true(json_u64(doc, "@peak_bytes", NULL) > 0);
     assert_true(json_u64(doc, "@alloc_count", NULL) > 0);
