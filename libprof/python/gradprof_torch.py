@@ -381,6 +381,7 @@ class _State:
         self.patches = []       # (obj, attr, original)
         self.param_keys = set()  # storage bases of parameters/buffers (tagged or not)
         self.tagged_params = {}  # storage base -> weakref to the tensor (to notice replaced ones)
+        self.params_seen = {}   # id(parameter or buffer) -> (weakref, data_ptr) at its last look
         self.grad_tags = {}     # id(param) -> (storage base, weakref to the grad tensor)
         self.saved = {}         # storage base -> _SavedEntry
         self.saved_live = {}    # module -> bytes saved and live now
@@ -534,6 +535,33 @@ class _State:
         return info
 
     def tag_param(self, t, module, name, op):
+        # A tensor looked at before, still at the same address, needs nothing: its storage is
+        # the one tagged then (the tensor holds it alive). Every root call looks at all the
+        # model's parameters, so this is the common case.
+        try:
+            addr = t.data_ptr()
+            seen = self.params_seen.get(id(t))
+            if seen is not None and seen[1] == addr and seen[0]() is t:
+                return
+        except Exception:
+            addr = None
+        self._tag_param(t, module, name, op)
+        if addr is not None:
+            self._param_seen(t, addr)
+
+    def _param_seen(self, t, addr):
+        key = id(t)
+        seen = self.params_seen
+
+        def forget(ref):
+            if seen.get(key, (None,))[0] is ref:
+                del seen[key]
+        try:
+            seen[key] = (weakref.ref(t, forget), addr)
+        except TypeError:  # not weakly referenceable: looked at on every call
+            pass
+
+    def _tag_param(self, t, module, name, op):
         info = self.storage_of(t)
         if info is None:
             return
