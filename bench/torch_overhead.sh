@@ -28,13 +28,15 @@ export OPENBLAS_NUM_THREADS=1
 # stacks since Python programs got that default). The others are explicit, so that the table does
 # not depend on the build: all-32 is every allocation's stack at depth 32 (the default before),
 # sample-1M samples stacks by bytes (geometric, mean 1 MiB), min-4K gives a stack to allocations
-# of 4 KiB and more only (tensors, not Python's small objects).
+# of 4 KiB and more only (tensors, not Python's small objects). no-torch is the recorder alone
+# (--no-torch --no-stacks: no helper), to tell the recorder's cost from the helper's.
 read -r -a labels <<<"${MODES:-plain default all-32 no-stacks all-64 sample-1M min-4K}"
 mode_args() {  # the gradprof run options of mode $1 ("-" = no gradprof)
     case "$1" in
     plain) echo - ;; default) echo "" ;; all-32) echo "--stack-depth 32 --stack-sample 0" ;;
     no-stacks) echo --no-stacks ;; all-64) echo "--stack-depth 64 --stack-sample 0" ;;
     sample-1M) echo "--stack-sample 1M" ;; min-4K) echo "--min-stack-size 4K" ;;
+    no-torch) echo "--no-torch --no-stacks" ;;
     *) echo "unknown mode $1" >&2; exit 2 ;;
     esac
 }
