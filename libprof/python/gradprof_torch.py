@@ -381,6 +381,7 @@ class _State:
         self.patches = []       # (obj, attr, original)
         self.param_keys = set()  # storage bases of parameters/buffers (tagged or not)
         self.tagged_params = {}  # storage base -> weakref to the tensor (to notice replaced ones)
+        self.params_seen = {}   # id(parameter or buffer) -> (weakref, data_ptr) at its last look
         self.grad_tags = {}     # id(param) -> (storage base, weakref to the grad tensor)
         self.saved = {}         # storage base -> _SavedEntry
         self.saved_live = {}    # module -> bytes saved and live now
@@ -534,6 +535,33 @@ class _State:
         return info
 
     def tag_param(self, t, module, name, op):
+        # A tensor looked at before, still at the same address, needs nothing: its storage is
+        # the one tagged then (the tensor holds it alive). Every root call looks at all the
+        # model's parameters, so this is the common case.
+        try:
+            addr = t.data_ptr()
+            seen = self.params_seen.get(id(t))
+            if seen is not None and seen[1] == addr and seen[0]() is t:
+                return
+        except Exception:
+            addr = None
+        self._tag_param(t, module, name, op)
+        if addr is not None:
+            self._param_seen(t, addr)
+
+    def _param_seen(self, t, addr):
+        key = id(t)
+        seen = self.params_seen
+
+        def forget(ref):
+            if seen.get(key, (None,))[0] is ref:
+                del seen[key]
+        try:
+            seen[key] = (weakref.ref(t, forget), addr)
+        except TypeError:  # not weakly referenceable: looked at on every call
+            pass
+
+    def _tag_param(self, t, module, name, op):
         info = self.storage_of(t)
         if info is None:
             return
@@ -1034,26 +1062,28 @@ def _internal_file(filename):
             "/site-packages/" in filename or "/dist-packages/" in filename)
 
 
-_STORE_LINES = {}
+_STORE_LINES = {}  # code -> {name: sorted lines where the code stores it}
 
 
 def _stores(code, name, fallback):
     """Where `code` stores `name` (a variable or, for STORE_ATTR, an attribute): "file.py:55,57"
     (up to three lines), or "file.py:FALLBACK" when it never does. Which of several stores ran
-    last is not known without tracing the program, so all are named."""
-    lines = _STORE_LINES.get((code, name))
-    if lines is None:
+    last is not known without tracing the program, so all are named. One pass over the code's
+    instructions finds the stores of every name (cached per code object)."""
+    table = _STORE_LINES.get(code)
+    if table is None:
         import dis
-        cur, found = None, []
+        cur, found = None, {}
         for ins in dis.get_instructions(code):
             if ins.starts_line is not None:
                 cur = ins.starts_line
             if ins.opname in ("STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF",
-                              "STORE_ATTR") and ins.argval == name and cur is not None:
-                found.append(cur)
-        lines = sorted(set(found))
+                              "STORE_ATTR") and cur is not None:
+                found.setdefault(ins.argval, set()).add(cur)
+        table = {k: sorted(v) for k, v in found.items()}
         if len(_STORE_LINES) < 4096:
-            _STORE_LINES[(code, name)] = lines
+            _STORE_LINES[code] = table
+    lines = table.get(name, ())
     shown = ",".join(str(n) for n in lines[:3]) + (",..." if len(lines) > 3 else "")
     return "%s:%s" % (os.path.basename(code.co_filename), shown or fallback)
 
@@ -1110,10 +1140,12 @@ def _holders(s):
     out = []
     budget = [_HOLDER_NODES]
 
-    def consider(name, kind, where, v, container):
+    def consider(name, kind, code, var, fallback, v, container):
+        """`code` stores `v` in `var` (where, looked up only for a name that holds a graph)."""
         fns = _graph_tensors(v, _HOLDER_ITEMS)
         if not fns:
             return
+        where = _stores(code, var, fallback) if code is not None else ""
         nodes = _graph_nodes(fns, set(), budget[0])
         budget[0] -= nodes
         out.append({"name": name, "kind": kind, "where": where, "tensors": len(fns),
@@ -1128,7 +1160,7 @@ def _holders(s):
             for i, (name, v) in enumerate(list(scope.items())):
                 if i >= _HOLDER_NAMES:
                     break
-                consider(name, "global" if top else "local", _stores(code, name, f.f_lineno), v,
+                consider(name, "global" if top else "local", code, name, f.f_lineno, v,
                          type(v).__name__ if not _is_tensor(v) else "")
         f = f.f_back
     models = list(s.models.values()) + list(s.auto_roots.values())
@@ -1140,12 +1172,10 @@ def _holders(s):
             for name, v in list(vars(mod).items())[:_HOLDER_NAMES]:
                 if name in ("_parameters", "_buffers", "_modules") or name.endswith("_hooks"):
                     continue
-                where = ""
                 fwd = getattr(type(mod), "forward", None)
                 code = getattr(fwd, "__code__", None)
-                if code is not None:
-                    where = _stores(code, name, code.co_firstlineno)
-                consider(m.path(sub) + "." + name, "attribute", where, v,
+                consider(m.path(sub) + "." + name, "attribute", code, name,
+                         code.co_firstlineno if code is not None else 0, v,
                          type(v).__name__ if not _is_tensor(v) else "")
     out.sort(key=lambda h: -h["nodes"])
     return out
