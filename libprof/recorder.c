@@ -129,6 +129,13 @@ static bool lp__map_get(const lp__map *m, uint64_t k1, uint64_t k2, uint64_t *va
     }
 }
 
+/* Starts loading the slot where (k1, k2) would be probed first (lp__map_get follows). */
+static void lp__map_prefetch(const lp__map *m, uint64_t k1, uint64_t k2)
+{
+    if (m->cap)
+        __builtin_prefetch(&m->slots[lp__mix(k1 ^ lp__mix(k2)) & (m->cap - 1)]);
+}
+
 static bool lp__map_grow(lp__map *m)
 {
     size_t cap = m->cap ? 2 * m->cap : 1024;
@@ -275,7 +282,7 @@ struct lp__thread {
      * first_time: when the buffer's oldest record was made (the flush-by-age clock). */
     uint64_t base_time, last_time, last_addr, first_time;
     lp__map strings;  /* (hash1, hash2) -> string id */
-    lp__map frames;   /* (parent stack id + 1, ip) -> stack id */
+    lp__map frames;   /* (hash of the frame keys down to a node) -> stack id */
     lp__map stacks;   /* (hash of the ips, depth) -> stack id */
     lp__map ip_cache; /* (ip, 1) -> module id << 48 | offset */
     lp__map py_modules;  /* (code, its names and first line) -> "py:" module id */
@@ -297,6 +304,12 @@ struct lp__thread {
         int16_t py;   /* else the index of a Python frame in `py` */
     } merged[LP_MAX_STACK_DEPTH];
     uintptr_t words[3 * LP_MAX_STACK_DEPTH];
+    /* For each frame of the merged stack, from the outermost: the hash of the keys from the
+     * outermost frame down to it (the node's key in `frames`) and its place (module << 48 |
+     * offset) once known (a Python frame's), else 0. */
+    struct lp__prefix {
+        uint64_t h1, h2, where;
+    } prefix[LP_MAX_STACK_DEPTH];
     uint32_t next_string_id, next_stack_id;
     int64_t sample_left;
     uint64_t rng;
@@ -1647,34 +1660,51 @@ static uint32_t lp__stack_id(lp__thread *th, void *const *ips, int n, bool py)
     lp__hash_words(th->words, nw, &h1, &h2);
     if (lp__map_get(&th->stacks, h1, h2, &id))
         return (uint32_t)id;
-    /* Walk from the outermost frame inwards, adding tree nodes as needed. A Python frame's key
-     * in `frames` is its (module, line) with the top bit set (no return address has it). */
-    uint64_t parent = 0;
-    for (int i = m - 1; i >= 0; i--) {
-        const struct lp__mframe *f = &th->merged[i];
-        uint64_t key, where = 0, node;
+    /* A node of the tree is found by the hash of the frame keys from the outermost frame down to
+     * it (a return address, or for a Python frame its (module, line) with the top bit set, which
+     * no return address has): independent lookups, so the slots of the innermost ones are loaded
+     * together, and the longest known prefix is searched from the innermost frame out (a new
+     * stack usually adds a few nodes to a known path). */
+    uint64_t a = 0x9E3779B97F4A7C15ull, b = 0xC2B2AE3D27D4EB4Full;
+    for (int j = 0; j < m; j++) {
+        const struct lp__mframe *f = &th->merged[m - 1 - j];
+        uint64_t key, where = 0;
         if (f->py < 0) {
             key = f->ip;
         } else {
-            uint64_t place = lp__py_where(th, &th->py[f->py]), module = place >> 32,
-                     line = place & 0xFFFFFFFF;
-            where = module << 48 | line;
+            uint64_t place = lp__py_where(th, &th->py[f->py]);
+            where = (place >> 32) << 48 | (place & 0xFFFFFFFF);
             key = 1ull << 63 | place;
         }
-        if (!lp__map_get(&th->frames, parent + 1, key, &node)) {
-            if (f->py < 0)
-                where = lp__locate(th, f->ip);
-            node = th->next_stack_id++;
-            lp__map_put(&th->frames, parent + 1, key, node);
-            uint8_t *p = lp__reserve(th, 48);
-            lp__start_untimed(th);
-            *p++ = GP_REC_STACK;
-            p += gp_put_varint(p, node);
-            p += gp_put_varint(p, parent);
-            p += gp_put_varint(p, where >> 48);
-            p += gp_put_varint(p, where & ((1ull << 48) - 1));
-            lp__commit(th, p);
-        }
+        a = (a ^ key) * 0xff51afd7ed558ccdull;
+        a ^= a >> 32;
+        b = (b + key) * 0xc4ceb9fe1a85ec53ull;
+        b ^= b >> 29;
+        struct lp__prefix *pre = &th->prefix[j];
+        *pre = (struct lp__prefix){lp__mix(a ^ (uint64_t)j) | 1, lp__mix(b + (uint64_t)j), where};
+        if (j >= m - 8)
+            lp__map_prefetch(&th->frames, pre->h1, pre->h2);
+    }
+    int known = m - 1;
+    uint64_t parent = 0;
+    while (known >= 0 &&
+           !lp__map_get(&th->frames, th->prefix[known].h1, th->prefix[known].h2, &parent))
+        known--;
+    if (known < 0)
+        parent = 0;
+    for (int j = known + 1; j < m; j++) {
+        const struct lp__mframe *f = &th->merged[m - 1 - j];
+        uint64_t where = f->py < 0 ? lp__locate(th, f->ip) : th->prefix[j].where;
+        uint64_t node = th->next_stack_id++;
+        lp__map_put(&th->frames, th->prefix[j].h1, th->prefix[j].h2, node);
+        uint8_t *p = lp__reserve(th, 48);
+        lp__start_untimed(th);
+        *p++ = GP_REC_STACK;
+        p += gp_put_varint(p, node);
+        p += gp_put_varint(p, parent);
+        p += gp_put_varint(p, where >> 48);
+        p += gp_put_varint(p, where & ((1ull << 48) - 1));
+        lp__commit(th, p);
         parent = node;
     }
     lp__map_put(&th->stacks, h1, h2, parent);
