@@ -129,13 +129,6 @@ static bool lp__map_get(const lp__map *m, uint64_t k1, uint64_t k2, uint64_t *va
     }
 }
 
-/* Starts loading the slot where (k1, k2) would be probed first (lp__map_get follows). */
-static void lp__map_prefetch(const lp__map *m, uint64_t k1, uint64_t k2)
-{
-    if (m->cap)
-        __builtin_prefetch(&m->slots[lp__mix(k1 ^ lp__mix(k2)) & (m->cap - 1)]);
-}
-
 static bool lp__map_grow(lp__map *m)
 {
     size_t cap = m->cap ? 2 * m->cap : 1024;
@@ -174,6 +167,76 @@ static void lp__map_clear(lp__map *m)
 {
     lp__unmap_pages(m->slots, m->cap * sizeof *m->slots);
     *m = (lp__map){0};
+}
+
+/* The same for the stack tables, which hold the most entries: a 96-bit key (k1, k2) whose k1 is
+ * never 0 (a hash | 1; k1 == 0 marks an empty slot) to a 32-bit stack id, in 16-byte slots. */
+typedef struct lp__idmap {
+    struct lp__idslot {
+        uint64_t k1;
+        uint32_t k2, id;
+    } *slots;
+    size_t cap, len;
+} lp__idmap;
+
+static size_t lp__idmap_at(const lp__idmap *m, uint64_t k1, uint32_t k2)
+{
+    return lp__mix(k1 ^ k2) & (m->cap - 1);
+}
+
+static bool lp__idmap_get(const lp__idmap *m, uint64_t k1, uint32_t k2, uint32_t *id)
+{
+    if (!m->cap)
+        return false;
+    for (size_t i = lp__idmap_at(m, k1, k2);; i = (i + 1) & (m->cap - 1)) {
+        const struct lp__idslot *s = &m->slots[i];
+        if (s->k1 == k1 && s->k2 == k2) {
+            *id = s->id;
+            return true;
+        }
+        if (!s->k1)
+            return false;
+    }
+}
+
+/* Starts loading the slot where (k1, k2) is probed first (an lp__idmap_get follows). */
+static void lp__idmap_prefetch(const lp__idmap *m, uint64_t k1, uint32_t k2)
+{
+    if (m->cap)
+        __builtin_prefetch(&m->slots[lp__idmap_at(m, k1, k2)]);
+}
+
+static bool lp__idmap_put(lp__idmap *m, uint64_t k1, uint32_t k2, uint32_t id)
+{
+    if ((m->len + 1) * 4 > m->cap * 3) {
+        lp__idmap grown = {lp__map_pages((m->cap ? 2 * m->cap : 1024) * sizeof *m->slots),
+                           m->cap ? 2 * m->cap : 1024, m->len};
+        if (!grown.slots)
+            return false;
+        for (size_t i = 0; i < m->cap; i++) {
+            const struct lp__idslot *s = &m->slots[i];
+            if (!s->k1)
+                continue;
+            size_t j = lp__idmap_at(&grown, s->k1, s->k2);
+            while (grown.slots[j].k1)
+                j = (j + 1) & (grown.cap - 1);
+            grown.slots[j] = *s;
+        }
+        lp__unmap_pages(m->slots, m->cap * sizeof *m->slots);
+        *m = grown;
+    }
+    size_t i = lp__idmap_at(m, k1, k2);
+    while (m->slots[i].k1)
+        i = (i + 1) & (m->cap - 1);
+    m->slots[i] = (struct lp__idslot){k1, k2, id};
+    m->len++;
+    return true;
+}
+
+static void lp__idmap_clear(lp__idmap *m)
+{
+    lp__unmap_pages(m->slots, m->cap * sizeof *m->slots);
+    *m = (lp__idmap){0};
 }
 
 /* 128-bit FNV-style hash of bytes, as two 64-bit halves (never both 0). */
@@ -282,8 +345,8 @@ struct lp__thread {
      * first_time: when the buffer's oldest record was made (the flush-by-age clock). */
     uint64_t base_time, last_time, last_addr, first_time;
     lp__map strings;  /* (hash1, hash2) -> string id */
-    lp__map frames;   /* (hash of the frame keys down to a node) -> stack id */
-    lp__map stacks;   /* (hash of the ips, depth) -> stack id */
+    lp__idmap frames; /* (hash of the frame keys down to a node) -> stack id */
+    lp__idmap stacks; /* (hash of the ips, depth) -> stack id */
     lp__map ip_cache; /* (ip, 1) -> module id << 48 | offset */
     lp__map py_modules;  /* (code, its names and first line) -> "py:" module id */
     lp__map py_lines;    /* (code, its names and first line | instruction) -> module << 32 | line */
@@ -1060,8 +1123,8 @@ static bool lp__thread_gone(const lp__thread *th)
 static void lp__thread_reset(lp__thread *th)
 {
     lp__map_clear(&th->strings);
-    lp__map_clear(&th->frames);
-    lp__map_clear(&th->stacks);
+    lp__idmap_clear(&th->frames);
+    lp__idmap_clear(&th->stacks);
     lp__map_clear(&th->ip_cache);
     lp__map_clear(&th->py_modules);
     lp__map_clear(&th->py_lines);
@@ -1578,8 +1641,8 @@ __attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
         /* Code was unloaded: an address may now belong to another object, so the frames and
          * stacks built from old addresses are stale too (their ids stay valid in the trace). */
         lp__map_clear(&th->ip_cache);
-        lp__map_clear(&th->frames);
-        lp__map_clear(&th->stacks);
+        lp__idmap_clear(&th->frames);
+        lp__idmap_clear(&th->stacks);
         lp__map_clear(&th->fp_stacks);
         memset(th->fp_memo, 0, sizeof th->fp_memo);
         th->modules_generation = atomic_load(&R.modules_generation);
@@ -1656,10 +1719,11 @@ static uint32_t lp__stack_id(lp__thread *th, void *const *ips, int n, bool py)
         th->words[nw++] =
             (uintptr_t)((uint64_t)(uint32_t)pf->firstlineno << 32 | (uint32_t)pf->lasti);
     }
-    uint64_t h1, h2, id;
+    uint64_t h1, h2;
+    uint32_t id;
     lp__hash_words(th->words, nw, &h1, &h2);
-    if (lp__map_get(&th->stacks, h1, h2, &id))
-        return (uint32_t)id;
+    if (lp__idmap_get(&th->stacks, h1, (uint32_t)h2, &id))
+        return id;
     /* A node of the tree is found by the hash of the frame keys from the outermost frame down to
      * it (a return address, or for a Python frame its (module, line) with the top bit set, which
      * no return address has): independent lookups, so the slots of the innermost ones are loaded
@@ -1683,20 +1747,20 @@ static uint32_t lp__stack_id(lp__thread *th, void *const *ips, int n, bool py)
         struct lp__prefix *pre = &th->prefix[j];
         *pre = (struct lp__prefix){lp__mix(a ^ (uint64_t)j) | 1, lp__mix(b + (uint64_t)j), where};
         if (j >= m - 8)
-            lp__map_prefetch(&th->frames, pre->h1, pre->h2);
+            lp__idmap_prefetch(&th->frames, pre->h1, (uint32_t)pre->h2);
     }
     int known = m - 1;
-    uint64_t parent = 0;
-    while (known >= 0 &&
-           !lp__map_get(&th->frames, th->prefix[known].h1, th->prefix[known].h2, &parent))
+    uint32_t parent = 0;
+    while (known >= 0 && !lp__idmap_get(&th->frames, th->prefix[known].h1,
+                                        (uint32_t)th->prefix[known].h2, &parent))
         known--;
     if (known < 0)
         parent = 0;
     for (int j = known + 1; j < m; j++) {
         const struct lp__mframe *f = &th->merged[m - 1 - j];
         uint64_t where = f->py < 0 ? lp__locate(th, f->ip) : th->prefix[j].where;
-        uint64_t node = th->next_stack_id++;
-        lp__map_put(&th->frames, th->prefix[j].h1, th->prefix[j].h2, node);
+        uint32_t node = th->next_stack_id++;
+        lp__idmap_put(&th->frames, th->prefix[j].h1, (uint32_t)th->prefix[j].h2, node);
         uint8_t *p = lp__reserve(th, 48);
         lp__start_untimed(th);
         *p++ = GP_REC_STACK;
@@ -1707,8 +1771,8 @@ static uint32_t lp__stack_id(lp__thread *th, void *const *ips, int n, bool py)
         lp__commit(th, p);
         parent = node;
     }
-    lp__map_put(&th->stacks, h1, h2, parent);
-    return (uint32_t)parent;
+    lp__idmap_put(&th->stacks, h1, (uint32_t)h2, parent);
+    return parent;
 }
 
 /* ---- the event path -------------------------------------------------------------------------- */
