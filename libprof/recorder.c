@@ -257,20 +257,6 @@ static void lp__hash_bytes(const void *data, size_t n, uint64_t *h1, uint64_t *h
     *h2 = lp__mix(b);
 }
 
-/* 128-bit hash of an array of words (a stack's return addresses), as two halves (never both 0). */
-static void lp__hash_words(const uintptr_t *w, size_t n, uint64_t *h1, uint64_t *h2)
-{
-    uint64_t a = 0x9E3779B97F4A7C15ull ^ n, b = 0xC2B2AE3D27D4EB4Full + n;
-    for (size_t i = 0; i < n; i++) {
-        a = (a ^ w[i]) * 0xff51afd7ed558ccdull;
-        a ^= a >> 32;
-        b = (b + w[i]) * 0xc4ceb9fe1a85ec53ull;
-        b ^= b >> 29;
-    }
-    *h1 = lp__mix(a) | 1;
-    *h2 = lp__mix(b);
-}
-
 /* ---- global state ---------------------------------------------------------------------------- */
 
 typedef struct lp__thread lp__thread;
@@ -350,7 +336,6 @@ struct lp__thread {
     uint64_t base_time, last_time, last_addr, first_time;
     lp__map strings;  /* (hash1, hash2) -> string id */
     lp__idmap frames; /* (hash of the frame keys down to a node) -> stack id */
-    lp__idmap stacks; /* (hash of the ips, depth) -> stack id */
     lp__map ip_cache; /* (ip, 1) -> module id << 48 | offset */
     lp__map py_modules;  /* (code, its names and first line) -> "py:" module id */
     lp__map py_lines;    /* (code, its names and first line | instruction) -> module << 32 | line */
@@ -370,10 +355,10 @@ struct lp__thread {
         uintptr_t ip; /* a native return address, if py < 0 */
         int16_t py;   /* else the index of a Python frame in `py` */
     } merged[LP_MAX_STACK_DEPTH];
-    uintptr_t words[3 * LP_MAX_STACK_DEPTH];
     /* For each frame of the merged stack, from the outermost: the hash of the keys from the
-     * outermost frame down to it (the node's key in `frames`) and its place (module << 48 |
-     * offset) once known (a Python frame's), else 0. */
+     * outermost frame down to it (the node's key in `frames`; before lp__prefix_final, the
+     * running state) and its place (module << 48 | offset) once known (a Python frame's), else
+     * 0. */
     struct lp__prefix {
         uint64_t h1, h2, where;
     } prefix[LP_MAX_STACK_DEPTH];
@@ -1128,7 +1113,6 @@ static void lp__thread_reset(lp__thread *th)
 {
     lp__map_clear(&th->strings);
     lp__idmap_clear(&th->frames);
-    lp__idmap_clear(&th->stacks);
     lp__map_clear(&th->ip_cache);
     lp__map_clear(&th->py_modules);
     lp__map_clear(&th->py_lines);
@@ -1646,7 +1630,6 @@ __attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
          * stacks built from old addresses are stale too (their ids stay valid in the trace). */
         lp__map_clear(&th->ip_cache);
         lp__idmap_clear(&th->frames);
-        lp__idmap_clear(&th->stacks);
         lp__map_clear(&th->fp_stacks);
         memset(th->fp_memo, 0, sizeof th->fp_memo);
         th->modules_generation = atomic_load(&R.modules_generation);
@@ -1697,12 +1680,18 @@ __attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
     return stack;
 }
 
+/* Turns the running hash state of the keys down to frame j into their hash (never 0 in h1). */
+static void lp__prefix_final(struct lp__prefix *pre, int j)
+{
+    pre->h1 = lp__mix(pre->h1 ^ (uint64_t)j) | 1;
+    pre->h2 = lp__mix(pre->h2 + (uint64_t)j);
+}
+
 /* The stack id of the return addresses ips[0..n) (innermost first, libprof's own frames
  * dropped), merged with the Python frames if py, writing STACK records for new nodes. */
 static uint32_t lp__stack_id(lp__thread *th, void *const *ips, int n, bool py)
 {
-    /* The frames, merged with Python's when the interpreter runs here, and their hash: return
-     * addresses, and for a Python frame its code object, names and instruction. */
+    /* The frames, merged with Python's when the interpreter runs here. */
     int depth = R.opts.stack_depth, m = 0;
     if (py) {
         m = lp__merge_python(th, ips, n, depth);
@@ -1710,27 +1699,10 @@ static uint32_t lp__stack_id(lp__thread *th, void *const *ips, int n, bool py)
         for (int i = 0; i < n && m < depth; i++)
             th->merged[m++] = (struct lp__mframe){(uintptr_t)ips[i], -1};
     }
-    size_t nw = 0;
-    for (int i = 0; i < m; i++) {
-        const struct lp__mframe *f = &th->merged[i];
-        if (f->py < 0) {
-            th->words[nw++] = f->ip;
-            continue;
-        }
-        const lp__pyframe *pf = &th->py[f->py];
-        th->words[nw++] = (uintptr_t)pf->code;
-        th->words[nw++] = (uintptr_t)pf->filename ^ ((uintptr_t)pf->qualname << 17);
-        th->words[nw++] =
-            (uintptr_t)((uint64_t)(uint32_t)pf->firstlineno << 32 | (uint32_t)pf->lasti);
-    }
-    uint64_t h1, h2;
-    uint32_t id;
-    lp__hash_words(th->words, nw, &h1, &h2);
-    if (lp__idmap_get(&th->stacks, h1, (uint32_t)h2, &id))
-        return id;
     /* A node of the tree is found by the hash of the frame keys from the outermost frame down to
      * it (a return address, or for a Python frame its (module, line) with the top bit set, which
-     * no return address has): independent lookups, so the slots of the innermost ones are loaded
+     * no return address has): a stack seen before is one lookup, that of its innermost node. For
+     * a new one the lookups are independent, so the slots of the next innermost ones are loaded
      * together, and the longest known prefix is searched from the innermost frame out (a new
      * stack usually adds a few nodes to a known path). */
     uint64_t a = 0x9E3779B97F4A7C15ull, b = 0xC2B2AE3D27D4EB4Full;
@@ -1748,13 +1720,20 @@ static uint32_t lp__stack_id(lp__thread *th, void *const *ips, int n, bool py)
         a ^= a >> 32;
         b = (b + key) * 0xc4ceb9fe1a85ec53ull;
         b ^= b >> 29;
-        struct lp__prefix *pre = &th->prefix[j];
-        *pre = (struct lp__prefix){lp__mix(a ^ (uint64_t)j) | 1, lp__mix(b + (uint64_t)j), where};
-        if (j >= m - 8)
-            lp__idmap_prefetch(&th->frames, pre->h1, (uint32_t)pre->h2);
+        th->prefix[j] = (struct lp__prefix){a, b, where}; /* the hash made final when needed */
     }
-    int known = m - 1;
     uint32_t parent = 0;
+    if (m == 0)
+        return 0;
+    lp__prefix_final(&th->prefix[m - 1], m - 1);
+    if (lp__idmap_get(&th->frames, th->prefix[m - 1].h1, (uint32_t)th->prefix[m - 1].h2, &parent))
+        return parent;
+    for (int j = m - 2; j >= 0; j--) {
+        lp__prefix_final(&th->prefix[j], j);
+        if (j >= m - 8)
+            lp__idmap_prefetch(&th->frames, th->prefix[j].h1, (uint32_t)th->prefix[j].h2);
+    }
+    int known = m - 2;
     while (known >= 0 && !lp__idmap_get(&th->frames, th->prefix[known].h1,
                                         (uint32_t)th->prefix[known].h2, &parent))
         known--;
@@ -1775,7 +1754,6 @@ static uint32_t lp__stack_id(lp__thread *th, void *const *ips, int n, bool py)
         lp__commit(th, p);
         parent = node;
     }
-    lp__idmap_put(&th->stacks, h1, (uint32_t)h2, parent);
     return parent;
 }
 
