@@ -84,6 +84,10 @@ static void *lp__map_pages(size_t bytes)
 {
     int saved_errno = errno;
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    /* A big table is probed at random: huge pages spare a TLB miss per probe (where the kernel
+     * gives them only when asked). */
+    if (p != MAP_FAILED && bytes >= (4u << 20))
+        madvise(p, bytes, MADV_HUGEPAGE);
     errno = saved_errno;
     return p == MAP_FAILED ? NULL : p;
 }
@@ -169,6 +173,76 @@ static void lp__map_clear(lp__map *m)
     *m = (lp__map){0};
 }
 
+/* The same for the stack tables, which hold the most entries: a 96-bit key (k1, k2) whose k1 is
+ * never 0 (a hash | 1; k1 == 0 marks an empty slot) to a 32-bit stack id, in 16-byte slots. */
+typedef struct lp__idmap {
+    struct lp__idslot {
+        uint64_t k1;
+        uint32_t k2, id;
+    } *slots;
+    size_t cap, len;
+} lp__idmap;
+
+static size_t lp__idmap_at(const lp__idmap *m, uint64_t k1, uint32_t k2)
+{
+    return lp__mix(k1 ^ k2) & (m->cap - 1);
+}
+
+static bool lp__idmap_get(const lp__idmap *m, uint64_t k1, uint32_t k2, uint32_t *id)
+{
+    if (!m->cap)
+        return false;
+    for (size_t i = lp__idmap_at(m, k1, k2);; i = (i + 1) & (m->cap - 1)) {
+        const struct lp__idslot *s = &m->slots[i];
+        if (s->k1 == k1 && s->k2 == k2) {
+            *id = s->id;
+            return true;
+        }
+        if (!s->k1)
+            return false;
+    }
+}
+
+/* Starts loading the slot where (k1, k2) is probed first (an lp__idmap_get follows). */
+static void lp__idmap_prefetch(const lp__idmap *m, uint64_t k1, uint32_t k2)
+{
+    if (m->cap)
+        __builtin_prefetch(&m->slots[lp__idmap_at(m, k1, k2)]);
+}
+
+static bool lp__idmap_put(lp__idmap *m, uint64_t k1, uint32_t k2, uint32_t id)
+{
+    if ((m->len + 1) * 4 > m->cap * 3) {
+        lp__idmap grown = {lp__map_pages((m->cap ? 2 * m->cap : 1024) * sizeof *m->slots),
+                           m->cap ? 2 * m->cap : 1024, m->len};
+        if (!grown.slots)
+            return false;
+        for (size_t i = 0; i < m->cap; i++) {
+            const struct lp__idslot *s = &m->slots[i];
+            if (!s->k1)
+                continue;
+            size_t j = lp__idmap_at(&grown, s->k1, s->k2);
+            while (grown.slots[j].k1)
+                j = (j + 1) & (grown.cap - 1);
+            grown.slots[j] = *s;
+        }
+        lp__unmap_pages(m->slots, m->cap * sizeof *m->slots);
+        *m = grown;
+    }
+    size_t i = lp__idmap_at(m, k1, k2);
+    while (m->slots[i].k1)
+        i = (i + 1) & (m->cap - 1);
+    m->slots[i] = (struct lp__idslot){k1, k2, id};
+    m->len++;
+    return true;
+}
+
+static void lp__idmap_clear(lp__idmap *m)
+{
+    lp__unmap_pages(m->slots, m->cap * sizeof *m->slots);
+    *m = (lp__idmap){0};
+}
+
 /* 128-bit FNV-style hash of bytes, as two 64-bit halves (never both 0). */
 static void lp__hash_bytes(const void *data, size_t n, uint64_t *h1, uint64_t *h2)
 {
@@ -180,20 +254,6 @@ static void lp__hash_bytes(const void *data, size_t n, uint64_t *h1, uint64_t *h
         b ^= b >> 29;
     }
     *h1 = lp__mix(a) | 1; /* never 0 */
-    *h2 = lp__mix(b);
-}
-
-/* 128-bit hash of an array of words (a stack's return addresses), as two halves (never both 0). */
-static void lp__hash_words(const uintptr_t *w, size_t n, uint64_t *h1, uint64_t *h2)
-{
-    uint64_t a = 0x9E3779B97F4A7C15ull ^ n, b = 0xC2B2AE3D27D4EB4Full + n;
-    for (size_t i = 0; i < n; i++) {
-        a = (a ^ w[i]) * 0xff51afd7ed558ccdull;
-        a ^= a >> 32;
-        b = (b + w[i]) * 0xc4ceb9fe1a85ec53ull;
-        b ^= b >> 29;
-    }
-    *h1 = lp__mix(a) | 1;
     *h2 = lp__mix(b);
 }
 
@@ -275,8 +335,7 @@ struct lp__thread {
      * first_time: when the buffer's oldest record was made (the flush-by-age clock). */
     uint64_t base_time, last_time, last_addr, first_time;
     lp__map strings;  /* (hash1, hash2) -> string id */
-    lp__map frames;   /* (parent stack id + 1, ip) -> stack id */
-    lp__map stacks;   /* (hash of the ips, depth) -> stack id */
+    lp__idmap frames; /* (hash of the frame keys down to a node) -> stack id */
     lp__map ip_cache; /* (ip, 1) -> module id << 48 | offset */
     lp__map py_modules;  /* (code, its names and first line) -> "py:" module id */
     lp__map py_lines;    /* (code, its names and first line | instruction) -> module << 32 | line */
@@ -296,7 +355,13 @@ struct lp__thread {
         uintptr_t ip; /* a native return address, if py < 0 */
         int16_t py;   /* else the index of a Python frame in `py` */
     } merged[LP_MAX_STACK_DEPTH];
-    uintptr_t words[3 * LP_MAX_STACK_DEPTH];
+    /* For each frame of the merged stack, from the outermost: the hash of the keys from the
+     * outermost frame down to it (the node's key in `frames`; before lp__prefix_final, the
+     * running state) and its place (module << 48 | offset) once known (a Python frame's), else
+     * 0. */
+    struct lp__prefix {
+        uint64_t h1, h2, where;
+    } prefix[LP_MAX_STACK_DEPTH];
     uint32_t next_string_id, next_stack_id;
     int64_t sample_left;
     uint64_t rng;
@@ -1047,8 +1112,7 @@ static bool lp__thread_gone(const lp__thread *th)
 static void lp__thread_reset(lp__thread *th)
 {
     lp__map_clear(&th->strings);
-    lp__map_clear(&th->frames);
-    lp__map_clear(&th->stacks);
+    lp__idmap_clear(&th->frames);
     lp__map_clear(&th->ip_cache);
     lp__map_clear(&th->py_modules);
     lp__map_clear(&th->py_lines);
@@ -1565,8 +1629,7 @@ __attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
         /* Code was unloaded: an address may now belong to another object, so the frames and
          * stacks built from old addresses are stale too (their ids stay valid in the trace). */
         lp__map_clear(&th->ip_cache);
-        lp__map_clear(&th->frames);
-        lp__map_clear(&th->stacks);
+        lp__idmap_clear(&th->frames);
         lp__map_clear(&th->fp_stacks);
         memset(th->fp_memo, 0, sizeof th->fp_memo);
         th->modules_generation = atomic_load(&R.modules_generation);
@@ -1617,12 +1680,18 @@ __attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
     return stack;
 }
 
+/* Turns the running hash state of the keys down to frame j into their hash (never 0 in h1). */
+static void lp__prefix_final(struct lp__prefix *pre, int j)
+{
+    pre->h1 = lp__mix(pre->h1 ^ (uint64_t)j) | 1;
+    pre->h2 = lp__mix(pre->h2 + (uint64_t)j);
+}
+
 /* The stack id of the return addresses ips[0..n) (innermost first, libprof's own frames
  * dropped), merged with the Python frames if py, writing STACK records for new nodes. */
 static uint32_t lp__stack_id(lp__thread *th, void *const *ips, int n, bool py)
 {
-    /* The frames, merged with Python's when the interpreter runs here, and their hash: return
-     * addresses, and for a Python frame its code object, names and instruction. */
+    /* The frames, merged with Python's when the interpreter runs here. */
     int depth = R.opts.stack_depth, m = 0;
     if (py) {
         m = lp__merge_python(th, ips, n, depth);
@@ -1630,55 +1699,62 @@ static uint32_t lp__stack_id(lp__thread *th, void *const *ips, int n, bool py)
         for (int i = 0; i < n && m < depth; i++)
             th->merged[m++] = (struct lp__mframe){(uintptr_t)ips[i], -1};
     }
-    size_t nw = 0;
-    for (int i = 0; i < m; i++) {
-        const struct lp__mframe *f = &th->merged[i];
-        if (f->py < 0) {
-            th->words[nw++] = f->ip;
-            continue;
-        }
-        const lp__pyframe *pf = &th->py[f->py];
-        th->words[nw++] = (uintptr_t)pf->code;
-        th->words[nw++] = (uintptr_t)pf->filename ^ ((uintptr_t)pf->qualname << 17);
-        th->words[nw++] =
-            (uintptr_t)((uint64_t)(uint32_t)pf->firstlineno << 32 | (uint32_t)pf->lasti);
-    }
-    uint64_t h1, h2, id;
-    lp__hash_words(th->words, nw, &h1, &h2);
-    if (lp__map_get(&th->stacks, h1, h2, &id))
-        return (uint32_t)id;
-    /* Walk from the outermost frame inwards, adding tree nodes as needed. A Python frame's key
-     * in `frames` is its (module, line) with the top bit set (no return address has it). */
-    uint64_t parent = 0;
-    for (int i = m - 1; i >= 0; i--) {
-        const struct lp__mframe *f = &th->merged[i];
-        uint64_t key, where = 0, node;
+    /* A node of the tree is found by the hash of the frame keys from the outermost frame down to
+     * it (a return address, or for a Python frame its (module, line) with the top bit set, which
+     * no return address has): a stack seen before is one lookup, that of its innermost node. For
+     * a new one the lookups are independent, so the slots of the next innermost ones are loaded
+     * together, and the longest known prefix is searched from the innermost frame out (a new
+     * stack usually adds a few nodes to a known path). */
+    uint64_t a = 0x9E3779B97F4A7C15ull, b = 0xC2B2AE3D27D4EB4Full;
+    for (int j = 0; j < m; j++) {
+        const struct lp__mframe *f = &th->merged[m - 1 - j];
+        uint64_t key, where = 0;
         if (f->py < 0) {
             key = f->ip;
         } else {
-            uint64_t place = lp__py_where(th, &th->py[f->py]), module = place >> 32,
-                     line = place & 0xFFFFFFFF;
-            where = module << 48 | line;
+            uint64_t place = lp__py_where(th, &th->py[f->py]);
+            where = (place >> 32) << 48 | (place & 0xFFFFFFFF);
             key = 1ull << 63 | place;
         }
-        if (!lp__map_get(&th->frames, parent + 1, key, &node)) {
-            if (f->py < 0)
-                where = lp__locate(th, f->ip);
-            node = th->next_stack_id++;
-            lp__map_put(&th->frames, parent + 1, key, node);
-            uint8_t *p = lp__reserve(th, 48);
-            lp__start_untimed(th);
-            *p++ = GP_REC_STACK;
-            p += gp_put_varint(p, node);
-            p += gp_put_varint(p, parent);
-            p += gp_put_varint(p, where >> 48);
-            p += gp_put_varint(p, where & ((1ull << 48) - 1));
-            lp__commit(th, p);
-        }
+        a = (a ^ key) * 0xff51afd7ed558ccdull;
+        a ^= a >> 32;
+        b = (b + key) * 0xc4ceb9fe1a85ec53ull;
+        b ^= b >> 29;
+        th->prefix[j] = (struct lp__prefix){a, b, where}; /* the hash made final when needed */
+    }
+    uint32_t parent = 0;
+    if (m == 0)
+        return 0;
+    lp__prefix_final(&th->prefix[m - 1], m - 1);
+    if (lp__idmap_get(&th->frames, th->prefix[m - 1].h1, (uint32_t)th->prefix[m - 1].h2, &parent))
+        return parent;
+    for (int j = m - 2; j >= 0; j--) {
+        lp__prefix_final(&th->prefix[j], j);
+        if (j >= m - 8)
+            lp__idmap_prefetch(&th->frames, th->prefix[j].h1, (uint32_t)th->prefix[j].h2);
+    }
+    int known = m - 2;
+    while (known >= 0 && !lp__idmap_get(&th->frames, th->prefix[known].h1,
+                                        (uint32_t)th->prefix[known].h2, &parent))
+        known--;
+    if (known < 0)
+        parent = 0;
+    for (int j = known + 1; j < m; j++) {
+        const struct lp__mframe *f = &th->merged[m - 1 - j];
+        uint64_t where = f->py < 0 ? lp__locate(th, f->ip) : th->prefix[j].where;
+        uint32_t node = th->next_stack_id++;
+        lp__idmap_put(&th->frames, th->prefix[j].h1, (uint32_t)th->prefix[j].h2, node);
+        uint8_t *p = lp__reserve(th, 48);
+        lp__start_untimed(th);
+        *p++ = GP_REC_STACK;
+        p += gp_put_varint(p, node);
+        p += gp_put_varint(p, parent);
+        p += gp_put_varint(p, where >> 48);
+        p += gp_put_varint(p, where & ((1ull << 48) - 1));
+        lp__commit(th, p);
         parent = node;
     }
-    lp__map_put(&th->stacks, h1, h2, parent);
-    return (uint32_t)parent;
+    return parent;
 }
 
 /* ---- the event path -------------------------------------------------------------------------- */
