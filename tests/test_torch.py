@@ -719,8 +719,10 @@ def explain_held(name, d, truth):
 TENSOR_CATEGORIES = ("activation", "saved", "temporary")
 # Raw memory outside any operator that one run holds and the other does not, though neither built
 # a graph there: an interpreter table or list resized (or collected) at another moment in one run.
-# Seen up to 1.3% of the truth (a 128 KiB CPython buffer in one CNN run out of five).
+# Seen: one 128 KiB CPython buffer, in one CNN run out of five (1.3% of its truth) and in about one
+# MLP run out of fifteen (6% of its 2 MiB truth). Allowed: 2% of the truth, or one such buffer.
 NOISE = 0.02
+NOISE_BUFFER = 128 << 10
 
 
 def held_parts(d):
@@ -765,9 +767,9 @@ def expect_aligned(name, d, truth, graph_bytes=None):
                  % (name, held, limit))
     ok3 = True
     if graph_bytes is None:
-        ok3 = expect(parts["noise"] <= NOISE * T,
-                     "%s: held raw memory outside any operator %d B <= 2%% of the truth"
-                     % (name, parts["noise"]))
+        ok3 = expect(parts["noise"] <= max(NOISE * T, NOISE_BUFFER),
+                     "%s: held raw memory outside any operator %d B <= 2%% of the truth or "
+                     "128 KiB" % (name, parts["noise"]))
     expect(not d["alignment"]["diverged"], "%s: the runs align (%s)"
            % (name, d["alignment"]["why"] or "not diverged"))
     if not (ok1 and ok2 and ok3):
