@@ -26,6 +26,29 @@ bool e2e_write_file(const char *path, const char *data, size_t len);
 /* Prints "---- WHAT ----" and the file (cmocka's print_message), to show why a check failed. */
 void e2e_print_file(const char *what, const char *path);
 
+/* A test program's session (test_cli, test_compare): a scratch directory, and the last command's
+ * output, which the expectations below show when they fail. */
+typedef struct e2e_session {
+    char dir[256], out_path[512], err_path[512];
+    char *out, *err; /* the last command's stdout and stderr (NULL before the first) */
+} e2e_session;
+
+/* Makes the directory /tmp/gradprof_NAME.XXXXXX; 0, or -1 when it cannot. */
+int e2e_session_open(e2e_session *s, const char *name);
+/* Removes the directory and forgets the output; 0, or -1 when rm fails. */
+int e2e_session_close(e2e_session *s);
+/* e2e_shell in the session's directory, stdout and stderr read back into s->out and s->err. */
+int e2e_sh(e2e_session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints the last command's stdout and stderr. */
+void e2e_show(const e2e_session *s);
+/* Fail the test, showing the last command's output, unless hay (not NULL) has / lacks needle. */
+void e2e_contains(const e2e_session *s, const char *hay, const char *needle);
+void e2e_lacks(const e2e_session *s, const char *hay, const char *needle);
+/* Fails the test, showing the last command's output, unless rc == want. */
+void e2e_expect_rc(const e2e_session *s, int rc, int want);
+/* Fails the test unless stderr is exactly one line and has `prefix`: how usage errors read. */
+void e2e_one_line_error(const e2e_session *s, const char *prefix);
+
 /* Whether /usr/bin/python3 (the interpreter with torch, and an independent JSON parser) is
  * there. */
 bool e2e_have_python(void);

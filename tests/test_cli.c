@@ -43,78 +43,23 @@
 #define LEAKED_RAW 5096ull
 #define PYTHON "/usr/bin/python3"
 
-static char tmpdir[256];
-static char out_path[512], err_path[512];
-static char *out, *err; /* the last run's stdout and stderr */
-
 /* ---- helpers --------------------------------------------------------------------------------- */
 
-/* Runs `sh -c CMD` in tmpdir with stdout and stderr captured into `out` and `err`; returns the
- * exit status (128 + N for signal N). */
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int rc = e2e_vshell(tmpdir, out_path, err_path, fmt, ap);
-    va_end(ap);
-    free(out);
-    free(err);
-    out = e2e_slurp(out_path, NULL);
-    err = e2e_slurp(err_path, NULL);
-    assert_non_null(out);
-    assert_non_null(err);
-    return rc;
-}
+static e2e_session S; /* the scratch directory (S.dir) and the last command's S.out, S.err */
 
-/* gradprof ARGS (a shell fragment), from tmpdir. */
+/* Runs `sh -c CMD` in S.dir, its stdout and stderr into S.out and S.err; the exit status. */
+#define sh(...) e2e_sh(&S, __VA_ARGS__)
+#define show() e2e_show(&S)
+#define contains(hay, needle) e2e_contains(&S, hay, needle)
+#define lacks(hay, needle) e2e_lacks(&S, hay, needle)
+#define expect_rc(rc, want) e2e_expect_rc(&S, rc, want)
+/* One line on stderr: usage errors are one clear line. */
+#define one_line_error() e2e_one_line_error(&S, "gradprof")
+
+/* gradprof ARGS (a shell fragment), from S.dir. */
 #define gradprof(...) sh("'" GRADPROF_BIN "' " __VA_ARGS__)
 /* A fixture trace by name. */
 #define TRACE(name) "'" GRADPROF_TEST_TRACES "/" name ".gptrace'"
-
-static void show(void)
-{
-    print_message("---- stdout\n%s---- stderr\n%s----\n", out, err);
-}
-
-static void contains(const char *hay, const char *needle)
-{
-    if (!strstr(hay, needle)) {
-        print_message("expected to find: %s\n", needle);
-        show();
-        fail();
-    }
-}
-
-static void lacks(const char *hay, const char *needle)
-{
-    if (strstr(hay, needle)) {
-        print_message("expected not to find: %s\n", needle);
-        show();
-        fail();
-    }
-}
-
-static void expect_rc(int rc, int want)
-{
-    if (rc != want) {
-        print_message("exit status %d, expected %d\n", rc, want);
-        show();
-    }
-    assert_int_equal(rc, want);
-}
-
-/* One line on stderr: usage errors are one clear line. */
-static void one_line_error(void)
-{
-    size_t n = strlen(err);
-    if (n == 0 || err[n - 1] != '\n' || strchr(err, '\n') != err + n - 1) {
-        print_message("expected exactly one line on stderr\n");
-        show();
-        fail();
-    }
-    contains(err, "gradprof");
-}
 
 static void python_parses(const char *what, const char *path)
 {
@@ -127,8 +72,8 @@ static void python_parses(const char *what, const char *path)
     else
         snprintf(cmd, sizeof cmd,
                  PYTHON " -c \"import json,sys; json.load(open(sys.argv[1]))\" '%s'", path);
-    char *keep_out = out, *keep_err = err;
-    out = err = NULL;
+    char *keep_out = S.out, *keep_err = S.err;
+    S.out = S.err = NULL;
     int rc = sh("%s", cmd);
     if (rc != 0) {
         print_message("%s does not parse as %s:\n", path, what);
@@ -137,10 +82,10 @@ static void python_parses(const char *what, const char *path)
         free(doc);
         show();
     }
-    free(out);
-    free(err);
-    out = keep_out;
-    err = keep_err;
+    free(S.out);
+    free(S.err);
+    S.out = keep_out;
+    S.err = keep_err;
     assert_int_equal(rc, 0);
 }
 
@@ -173,22 +118,12 @@ static void golden(const char *name, const char *text)
 
 static int setup(void **state)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/gradprof_test_cli.XXXXXX");
-    if (!mkdtemp(tmpdir))
-        return -1;
-    snprintf(out_path, sizeof out_path, "%s/.stdout", tmpdir);
-    snprintf(err_path, sizeof err_path, "%s/.stderr", tmpdir);
-    return 0;
+    return e2e_session_open(&S, "test_cli");
 }
 
 static int teardown(void **state)
 {
-    free(out);
-    free(err);
-    out = err = NULL;
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
+    return e2e_session_close(&S);
 }
 
 /* ---- option helpers -------------------------------------------------------------------------- */
@@ -350,20 +285,20 @@ static void test_format_bytes(void **state)
 static void test_no_command(void **state)
 {
     expect_rc(gradprof(""), 2);
-    contains(err, "usage: gradprof COMMAND");
-    assert_string_equal(out, "");
+    contains(S.err, "usage: gradprof COMMAND");
+    assert_string_equal(S.out, "");
 }
 
 static void test_unknown_command(void **state)
 {
     expect_rc(gradprof("frobnicate x"), 2);
     one_line_error();
-    contains(err, "unknown command 'frobnicate'");
+    contains(S.err, "unknown command 'frobnicate'");
     expect_rc(gradprof("--frobnicate"), 2);
     one_line_error();
-    contains(err, "unknown option '--frobnicate'");
+    contains(S.err, "unknown option '--frobnicate'");
     expect_rc(gradprof("help frobnicate"), 2);
-    contains(err, "unknown command 'frobnicate'");
+    contains(S.err, "unknown command 'frobnicate'");
 }
 
 static void test_top_help(void **state)
@@ -371,15 +306,15 @@ static void test_top_help(void **state)
     expect_rc(gradprof("--help"), 0);
     static const char *const words[] = {"run", "report", "diff", "check", "help", "--version"};
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
-        contains(out, words[i]);
-    assert_string_equal(err, "");
+        contains(S.out, words[i]);
+    assert_string_equal(S.err, "");
     expect_rc(gradprof("help"), 0);
-    contains(out, "usage: gradprof COMMAND");
+    contains(S.out, "usage: gradprof COMMAND");
     expect_rc(gradprof("help check"), 0);
-    contains(out, "usage: gradprof check");
+    contains(S.out, "usage: gradprof check");
     expect_rc(gradprof("--version"), 0);
-    contains(out, "gradprof 0.");
-    contains(out, "trace format 1.");
+    contains(S.out, "gradprof 0.");
+    contains(S.out, "trace format 1.");
 }
 
 /* Every command's --help: exit 0, on stdout, naming every option. */
@@ -405,10 +340,10 @@ static void test_command_help(void **state)
             expect_rc(gradprof("%s %s", cmds[i].cmd, flag), 0);
             char usage[64];
             snprintf(usage, sizeof usage, "usage: gradprof %s", cmds[i].cmd);
-            contains(out, usage);
+            contains(S.out, usage);
             for (size_t j = 0; cmds[i].options[j]; j++)
-                contains(out, cmds[i].options[j]);
-            assert_string_equal(err, "");
+                contains(S.out, cmds[i].options[j]);
+            assert_string_equal(S.err, "");
         }
     }
 }
@@ -419,23 +354,23 @@ static void test_unknown_option(void **state)
     for (size_t i = 0; i < 4; i++) {
         expect_rc(gradprof("%s --bogus " TRACE("mlp_grad") " " TRACE("mlp_nograd"), cmds[i]), 2);
         one_line_error();
-        contains(err, "'--bogus'");
+        contains(S.err, "'--bogus'");
         expect_rc(gradprof("%s -Z " TRACE("mlp_grad") " " TRACE("mlp_nograd"), cmds[i]), 2);
         one_line_error();
-        contains(err, "'-Z'");
+        contains(S.err, "'-Z'");
     }
     expect_rc(gradprof("check " TRACE("mlp_grad") " --max-peak"), 2);
     one_line_error();
-    contains(err, "'--max-peak' needs a value");
+    contains(S.err, "'--max-peak' needs a value");
     expect_rc(gradprof("check " TRACE("mlp_grad") " --no-leaks=yes"), 2);
     one_line_error();
-    contains(err, "'--no-leaks' takes no value");
+    contains(S.err, "'--no-leaks' takes no value");
     expect_rc(gradprof("check " TRACE("mlp_grad") " --format xml"), 2);
-    contains(err, "unknown format 'xml'");
+    contains(S.err, "unknown format 'xml'");
     expect_rc(gradprof("check " TRACE("mlp_grad") " " TRACE("mlp_nograd") " --junit j.xml"), 2);
-    contains(err, "--junit takes one trace");
+    contains(S.err, "--junit takes one trace");
     expect_rc(gradprof("check " TRACE("mlp_grad") " --detectors forgot_no_grad,bogus"), 2);
-    contains(err, "unknown detector 'bogus'");
+    contains(S.err, "unknown detector 'bogus'");
 }
 
 /* ---- unreadable input ------------------------------------------------------------------------ */
@@ -444,7 +379,7 @@ static void test_missing_file(void **state)
 {
     expect_rc(gradprof("check"), 2);
     one_line_error();
-    contains(err, "no trace file");
+    contains(S.err, "no trace file");
     expect_rc(gradprof("report"), 2);
     one_line_error();
     expect_rc(gradprof("diff"), 2);
@@ -458,11 +393,11 @@ static void test_missing_file(void **state)
 static void test_bad_files(void **state)
 {
     char path[600];
-    snprintf(path, sizeof path, "%s/empty.gptrace", tmpdir);
+    snprintf(path, sizeof path, "%s/empty.gptrace", S.dir);
     FILE *f = fopen(path, "w");
     assert_non_null(f);
     fclose(f);
-    snprintf(path, sizeof path, "%s/text.gptrace", tmpdir);
+    snprintf(path, sizeof path, "%s/text.gptrace", S.dir);
     f = fopen(path, "w");
     assert_non_null(f);
     fputs("this is a text file, not a gradprof trace\nsecond line\n", f);
@@ -471,26 +406,26 @@ static void test_bad_files(void **state)
     for (size_t i = 0; i < 3; i++) {
         expect_rc(gradprof("check %s", files[i]), 2);
         one_line_error();
-        contains(err, files[i]);
-        assert_string_equal(out, "");
+        contains(S.err, files[i]);
+        assert_string_equal(S.out, "");
         expect_rc(gradprof("report %s", files[i]), 2);
         one_line_error();
-        contains(err, files[i]);
+        contains(S.err, files[i]);
         expect_rc(gradprof("diff %s " TRACE("mlp_nograd"), files[i]), 2);
         one_line_error();
-        contains(err, files[i]);
+        contains(S.err, files[i]);
         expect_rc(gradprof("diff " TRACE("mlp_grad") " %s", files[i]), 2);
         one_line_error();
-        contains(err, files[i]);
+        contains(S.err, files[i]);
     }
     /* a directory */
     expect_rc(gradprof("check ."), 2);
     one_line_error();
-    contains(err, "'.' is a directory");
+    contains(S.err, "'.' is a directory");
     /* a pipe is read by the reader, once */
     expect_rc(gradprof("check /dev/stdin < " TRACE("mlp_grad")), 1);
     expect_rc(sh("cat " TRACE("mlp_grad") " | '" GRADPROF_BIN "' check /dev/stdin"), 1);
-    contains(out, "FAIL /dev/stdin: 3 violations");
+    contains(S.out, "FAIL /dev/stdin: 3 violations");
 }
 
 /* The damaged fixture (mlp_grad cut inside its last chunk): analysed up to the damage, with one
@@ -498,31 +433,31 @@ static void test_bad_files(void **state)
 static void test_damaged(void **state)
 {
     expect_rc(gradprof("report " TRACE("damaged")), 0);
-    contains(err, "warning");
-    contains(err, "damaged");
+    contains(S.err, "warning");
+    contains(S.err, "damaged");
     /* check: an incomplete trace is not judged (exit 2), even with violations in it ... */
     expect_rc(gradprof("check " TRACE("damaged")), 2);
     one_line_error();
-    contains(err, "cannot judge: '" GRADPROF_TEST_TRACES "/damaged.gptrace' is incomplete: it is "
-                  "damaged at byte");
-    contains(err, "bytes lost; --allow-incomplete checks it anyway");
-    contains(out, "UNJUDGED");
-    contains(out, "in what it holds 3 violations");
-    contains(out, "[forbid]");
+    contains(S.err, "cannot judge: '" GRADPROF_TEST_TRACES "/damaged.gptrace' is incomplete: it is "
+                    "damaged at byte");
+    contains(S.err, "bytes lost; --allow-incomplete checks it anyway");
+    contains(S.out, "UNJUDGED");
+    contains(S.out, "in what it holds 3 violations");
+    contains(S.out, "[forbid]");
     expect_rc(gradprof("check " TRACE("damaged") " --forbid none --detectors none"), 2);
     /* ... unless accepted: then judged on what it holds, with a warning */
     expect_rc(gradprof("check " TRACE("damaged") " --allow-incomplete"), 1);
     one_line_error();
-    contains(err, "warning: '" GRADPROF_TEST_TRACES "/damaged.gptrace' is incomplete");
-    contains(err, "(accepted: --allow-incomplete)");
-    contains(out, "FAIL");
-    contains(out, "accepted (--allow-incomplete): ");
+    contains(S.err, "warning: '" GRADPROF_TEST_TRACES "/damaged.gptrace' is incomplete");
+    contains(S.err, "(accepted: --allow-incomplete)");
+    contains(S.out, "FAIL");
+    contains(S.out, "accepted (--allow-incomplete): ");
     expect_rc(gradprof("check " TRACE("damaged") " --forbid none --detectors none "
                                                  "--allow-incomplete"),
               0);
-    contains(out, "PASS");
+    contains(S.out, "PASS");
     expect_rc(gradprof("diff " TRACE("damaged") " " TRACE("mlp_nograd")), 0);
-    contains(err, "damaged");
+    contains(S.err, "damaged");
 }
 
 static void test_bad_values(void **state)
@@ -531,23 +466,23 @@ static void test_bad_values(void **state)
     for (size_t i = 0; i < 3; i++) {
         expect_rc(gradprof("check " TRACE("mlp_grad") " --max-peak %s", sizes[i]), 2);
         one_line_error();
-        contains(err, "--max-peak");
-        contains(err, sizes[i]);
+        contains(S.err, "--max-peak");
+        contains(S.err, sizes[i]);
         expect_rc(gradprof("check " TRACE("mlp_grad") " --max-growth=%s", sizes[i]), 2);
         one_line_error();
-        contains(err, "--max-growth");
-        contains(err, sizes[i]);
+        contains(S.err, "--max-growth");
+        contains(S.err, sizes[i]);
         expect_rc(gradprof("run --min-stack-size %s -- /bin/true", sizes[i]), 2);
         one_line_error();
-        contains(err, sizes[i]);
+        contains(S.err, sizes[i]);
     }
     expect_rc(gradprof("check " TRACE("mlp_grad") " --forbid saved,foo"), 2);
     one_line_error();
-    contains(err, "--forbid: unknown category 'foo' in 'saved,foo'");
+    contains(S.err, "--forbid: unknown category 'foo' in 'saved,foo'");
     expect_rc(gradprof("run --stack-depth 257 -- /bin/true"), 2);
-    contains(err, "--stack-depth: 257 is out of range (expected 0-256)");
+    contains(S.err, "--stack-depth: 257 is out of range (expected 0-256)");
     expect_rc(gradprof("run --flush-ms 0 -- /bin/true"), 2);
-    contains(err, "--flush-ms");
+    contains(S.err, "--flush-ms");
 }
 
 /* ---- check rules ----------------------------------------------------------------------------- */
@@ -556,35 +491,37 @@ static void test_check_default(void **state)
 {
     /* mlp_grad: grad left on inside "inference": saved ReLU outputs and graph nodes. */
     expect_rc(gradprof("check " TRACE("mlp_grad")), 1);
-    contains(out, "FAIL");
-    contains(out, "[forbid] 256.00 KiB (262144 bytes) of saved memory allocated in 8 buffers");
-    contains(out, "[forbid] 10.00 KiB (10240 bytes) of autograd memory allocated in 20 buffers");
-    contains(out, "relu  mlp.1");
-    contains(out, "[forgot_no_grad]");
-    contains(out, "allocated at:");
-    lacks(out, "forbid gradient (FAILED)");
-    assert_string_equal(err, "");
+    contains(S.out, "FAIL");
+    contains(S.out, "[forbid] 256.00 KiB (262144 bytes) of saved memory allocated in 8 buffers");
+    contains(S.out, "[forbid] 10.00 KiB (10240 bytes) of autograd memory allocated in 20 buffers");
+    contains(S.out, "relu  mlp.1");
+    contains(S.out, "[forgot_no_grad]");
+    contains(S.out, "allocated at:");
+    lacks(S.out, "forbid gradient (FAILED)");
+    assert_string_equal(S.err, "");
     /* mlp_nograd: the same model under no_grad. */
     expect_rc(gradprof("check " TRACE("mlp_nograd")), 0);
-    contains(out, "PASS");
-    lacks(out, "FAIL");
-    assert_string_equal(err, "");
+    contains(S.out, "PASS");
+    lacks(S.out, "FAIL");
+    assert_string_equal(S.err, "");
 }
 
 static void test_check_forbid(void **state)
 {
     expect_rc(gradprof("check " TRACE("mlp_grad") " --forbid autograd --detectors none"), 1);
-    contains(out, "1 violation; 1 of 1 rules failed");
-    contains(out, "of autograd memory");
-    lacks(out, "of saved memory");
+    contains(S.out, "1 violation; 1 of 1 rules failed");
+    contains(S.out, "of autograd memory");
+    lacks(S.out, "of saved memory");
     expect_rc(gradprof("check " TRACE("mlp_grad") " --forbid AUTOGRAD --format json"), 1);
-    contains(out, "\"rule\": \"forbid\",\n      \"region\": \"\",\n      \"category\": \"autograd\",\n"
-                  "      \"bytes\": 10240,\n      \"count\": 20,");
-    lacks(out, "\"rule\": \"forbid\",\n      \"region\": \"\",\n      \"category\": \"saved\"");
+    contains(S.out,
+             "\"rule\": \"forbid\",\n      \"region\": \"\",\n      \"category\": \"autograd\",\n"
+             "      \"bytes\": 10240,\n      \"count\": 20,");
+    lacks(S.out, "\"rule\": \"forbid\",\n      \"region\": \"\",\n      \"category\": \"saved\"");
     expect_rc(gradprof("check " TRACE("mlp_nograd") " --forbid autograd"), 0);
     /* every category the MLP allocates */
     expect_rc(gradprof("check " TRACE("mlp_nograd") " --forbid parameter --detectors none"), 1);
-    contains(out, "[forbid] 524.04 KiB (536616 bytes) of parameter memory allocated in 6 buffers");
+    contains(S.out,
+             "[forbid] 524.04 KiB (536616 bytes) of parameter memory allocated in 6 buffers");
 }
 
 static void test_check_max_peak(void **state)
@@ -592,9 +529,9 @@ static void test_check_max_peak(void **state)
     const char *only = "--forbid none --detectors none";
     expect_rc(gradprof("check " TRACE("mlp_grad") " %s --max-peak %llu", only, PEAK_GRAD), 0);
     expect_rc(gradprof("check " TRACE("mlp_grad") " %s --max-peak %llu", only, PEAK_GRAD - 1), 1);
-    contains(out, "[max-peak] peak 654.04 KiB (669736 bytes)");
-    contains(out, "exceeds --max-peak 654.04 KiB (669735 bytes)");
-    contains(out, "parameter   parameter  mlp.0"); /* the largest at the peak */
+    contains(S.out, "[max-peak] peak 654.04 KiB (669736 bytes)");
+    contains(S.out, "exceeds --max-peak 654.04 KiB (669735 bytes)");
+    contains(S.out, "parameter   parameter  mlp.0"); /* the largest at the peak */
     expect_rc(gradprof("check " TRACE("mlp_grad") " %s --max-peak 655KiB", only), 0);
     expect_rc(gradprof("check " TRACE("mlp_grad") " %s --max-peak 654KiB", only), 1);
     expect_rc(gradprof("check " TRACE("mlp_grad") " %s --max-peak 0.67MB", only), 0);
@@ -604,72 +541,72 @@ static void test_check_max_peak(void **state)
     expect_rc(gradprof("check " TRACE("mlp_grad") " %s --max-peak %llu --format json", only,
                        PEAK_GRAD - 1),
               1);
-    contains(out, "\"rule\": \"max-peak\",\n      \"region\": \"\",\n      \"category\": "
-                  "\"parameter\",\n      \"bytes\": 669736,\n      \"count\": 0,\n      "
-                  "\"limit\": 669735,");
+    contains(S.out, "\"rule\": \"max-peak\",\n      \"region\": \"\",\n      \"category\": "
+                    "\"parameter\",\n      \"bytes\": 669736,\n      \"count\": 0,\n      "
+                    "\"limit\": 669735,");
 }
 
 static void test_check_leaks(void **state)
 {
     const char *only = "--forbid none --detectors none";
     expect_rc(gradprof("check " TRACE("raw") " %s --no-leaks", only), 1);
-    contains(out, "[no-leaks] 4.98 KiB (5096 bytes) in 2 buffers still live at the end");
-    contains(out, "infer+0x1a00");                             /* the leaking call site */
+    contains(S.out, "[no-leaks] 4.98 KiB (5096 bytes) in 2 buffers still live at the end");
+    contains(S.out, "infer+0x1a00");                           /* the leaking call site */
     expect_rc(gradprof("check " TRACE("raw") " %s", only), 0); /* not checked unless asked */
     /* The MLP fixtures never free their parameters and input. */
     expect_rc(gradprof("check " TRACE("mlp_grad") " %s --no-leaks", only), 1);
-    contains(out, "556.04 KiB (569384 bytes) in 7 buffers still live");
+    contains(S.out, "556.04 KiB (569384 bytes) in 7 buffers still live");
     expect_rc(gradprof("check " TRACE("mlp_grad") " %s --no-leaks --format json", only), 1);
-    contains(out, "\"rule\": \"no-leaks\"");
-    contains(out, "\"bytes\": 569384");
+    contains(S.out, "\"rule\": \"no-leaks\"");
+    contains(S.out, "\"bytes\": 569384");
 }
 
 static void test_check_region(void **state)
 {
     /* one rule per forbidden category inside the region */
     expect_rc(gradprof("check " TRACE("mlp_grad") " --region inference --detectors none"), 1);
-    contains(out, "rules: forbid saved in inference (FAILED), forbid gradient in inference, "
-                  "forbid autograd in inference (FAILED)");
-    contains(out, "[forbid] 256.00 KiB (262144 bytes) of saved memory entered region 'inference' "
-                  "(allocated or tagged saved while it was open); saved is forbidden there");
-    contains(out, "[forbid] 10.00 KiB (10240 bytes) of autograd memory entered region "
-                  "'inference'");
-    contains(out, "relu  mlp.1");
+    contains(S.out, "rules: forbid saved in inference (FAILED), forbid gradient in inference, "
+                    "forbid autograd in inference (FAILED)");
+    contains(S.out, "[forbid] 256.00 KiB (262144 bytes) of saved memory entered region 'inference' "
+                    "(allocated or tagged saved while it was open); saved is forbidden there");
+    contains(S.out, "[forbid] 10.00 KiB (10240 bytes) of autograd memory entered region "
+                    "'inference'");
+    contains(S.out, "relu  mlp.1");
     expect_rc(gradprof("check " TRACE("mlp_nograd") " --region inference"), 0);
     /* mlp.0 (the first Linear): its graph node, 512 bytes per iteration */
     expect_rc(gradprof("check " TRACE("mlp_grad") " --region mlp.0 --detectors none"), 1);
-    contains(out, "2.00 KiB (2048 bytes) of autograd memory entered region 'mlp.0'");
+    contains(S.out, "2.00 KiB (2048 bytes) of autograd memory entered region 'mlp.0'");
     /* any category can be forbidden inside a region, not only the graph's */
     expect_rc(gradprof("check " TRACE("mlp_grad") " --region inference --forbid activation "
                                                   "--detectors none"),
               1);
-    contains(out, "rules: forbid activation in inference (FAILED)\n");
-    contains(out, "of activation memory entered region 'inference'");
+    contains(S.out, "rules: forbid activation in inference (FAILED)\n");
+    contains(S.out, "of activation memory entered region 'inference'");
     expect_rc(gradprof("check " TRACE("mlp_grad") " --region inference --forbid parameter "
                                                   "--detectors none"),
               0); /* the parameters were made before inference */
     expect_rc(gradprof("check " TRACE("mlp_grad") " --region inference --forbid autograd "
                                                   "--detectors none --format json"),
               1);
-    contains(out, "\"name\": \"forbid autograd in inference\", \"passed\": false");
+    contains(S.out, "\"name\": \"forbid autograd in inference\", \"passed\": false");
     expect_rc(gradprof("check " TRACE("mlp_grad") " --region inference --forbid none "
                                                   "--detectors none --max-peak %llu",
                        PEAK_GRAD - 1),
               1);
-    contains(out, "live while inside region 'inference'");
+    contains(S.out, "live while inside region 'inference'");
     expect_rc(gradprof("check " TRACE("mlp_grad") " --region nosuch"), 2);
     one_line_error();
-    contains(err, "no region 'nosuch'");
-    contains(err, "inference"); /* lists the regions there are */
+    contains(S.err, "no region 'nosuch'");
+    contains(S.err, "inference"); /* lists the regions there are */
 }
 
 static void test_check_growth(void **state)
 {
     const char *only = "--forbid none --detectors none";
     expect_rc(gradprof("check " TRACE("leak_accumulate") " %s --max-growth 64k", only), 1);
-    contains(out, "[max-growth] live memory grew by 338.75 KiB (346880 bytes) from mark 'iter 0' "
-                  "to mark 'iter 5'");
-    contains(out, "relu    mlp.3"); /* a growing site */
+    contains(S.out, "[max-growth] live memory grew by 338.75 KiB (346880 bytes) from mark 'iter 0' "
+                    "to mark 'iter 5'");
+    contains(S.out, "relu    mlp.3"); /* a growing site */
     expect_rc(gradprof("check " TRACE("leak_accumulate") " %s --max-growth %llu", only,
                        GROWTH_ACCUMULATE),
               0);
@@ -680,13 +617,13 @@ static void test_check_growth(void **state)
     expect_rc(gradprof("check " TRACE("mlp_nograd") " %s --max-growth 0", only), 0);
     /* raw has no marks: the rule is skipped, and says why */
     expect_rc(gradprof("check " TRACE("raw") " %s --max-growth 0", only), 0);
-    contains(out, "1 skipped");
-    contains(out, "skipped max-growth: the trace has 0 marks");
+    contains(S.out, "1 skipped");
+    contains(S.out, "skipped max-growth: the trace has 0 marks");
     /* The growth detector alone (default threshold 64 KiB) */
     expect_rc(gradprof("check " TRACE("leak_accumulate") " --forbid none "
                                                          "--detectors growth_across_iterations"),
               1);
-    contains(out, "[growth_across_iterations]");
+    contains(S.out, "[growth_across_iterations]");
     expect_rc(gradprof("check " TRACE("mlp_grad") " --forbid none "
                                                   "--detectors growth_across_iterations"),
               0);
@@ -695,7 +632,7 @@ static void test_check_growth(void **state)
 static void test_check_json(void **state)
 {
     char path[600];
-    snprintf(path, sizeof path, "%s/check.json", tmpdir);
+    snprintf(path, sizeof path, "%s/check.json", S.dir);
     static const char *const runs[] = {
         TRACE("mlp_grad"),
         TRACE("mlp_nograd"),
@@ -708,16 +645,16 @@ static void test_check_json(void **state)
         python_parses("json", path);
     }
     expect_rc(gradprof("check " TRACE("mlp_nograd") " --format json"), 0);
-    contains(out, "\"schema\": \"gradprof-check/2\"");
-    contains(out, "\"verdict\": \"pass\"");
-    contains(out, "\"passed\": true");
-    contains(out, "\"doubts\": []");
-    contains(out, "\"violations\": []");
+    contains(S.out, "\"schema\": \"gradprof-check/2\"");
+    contains(S.out, "\"verdict\": \"pass\"");
+    contains(S.out, "\"passed\": true");
+    contains(S.out, "\"doubts\": []");
+    contains(S.out, "\"violations\": []");
     expect_rc(gradprof("check " TRACE("mlp_grad") " --format json"), 1);
-    contains(out, "\"verdict\": \"fail\"");
-    contains(out, "\"passed\": false");
-    contains(out, "\"op\": \"relu\", \"module\": \"mlp.1\"");
-    contains(out, "\"frames\": [\"");
+    contains(S.out, "\"verdict\": \"fail\"");
+    contains(S.out, "\"passed\": false");
+    contains(S.out, "\"op\": \"relu\", \"module\": \"mlp.1\"");
+    contains(S.out, "\"frames\": [\"");
     /* not judged: passed is false, and the doubt says why */
     expect_rc(gradprof("check " TRACE("damaged") " --format json > '%s'", path), 2);
     python_parses("json", path);
@@ -733,7 +670,7 @@ static void test_check_json(void **state)
 static void test_check_junit(void **state)
 {
     char xml[600];
-    snprintf(xml, sizeof xml, "%s/junit.xml", tmpdir);
+    snprintf(xml, sizeof xml, "%s/junit.xml", S.dir);
     expect_rc(gradprof("check " TRACE("mlp_grad") " --junit '%s'", xml), 1);
     python_parses("xml", xml);
     char *doc = e2e_slurp(xml, NULL);
@@ -761,7 +698,7 @@ static void test_check_junit(void **state)
 
     expect_rc(gradprof("check " TRACE("mlp_grad") " --junit /nonexistent-dir/j.xml"), 2);
     one_line_error();
-    contains(err, "/nonexistent-dir/j.xml");
+    contains(S.err, "/nonexistent-dir/j.xml");
 }
 
 /* A trace whose op and module names hold XML and JSON metacharacters, control characters and
@@ -769,9 +706,9 @@ static void test_check_junit(void **state)
 static void test_check_hostile_names(void **state)
 {
     char trace[600], xml[600], json[600];
-    snprintf(trace, sizeof trace, "%s/hostile.gptrace", tmpdir);
-    snprintf(xml, sizeof xml, "%s/hostile.xml", tmpdir);
-    snprintf(json, sizeof json, "%s/hostile.json", tmpdir);
+    snprintf(trace, sizeof trace, "%s/hostile.gptrace", S.dir);
+    snprintf(xml, sizeof xml, "%s/hostile.xml", S.dir);
+    snprintf(json, sizeof json, "%s/hostile.json", S.dir);
     tb *b = tb_open(trace, "hostile <&>");
     assert_non_null(b);
     tb_module(b, 1, 0x400000, 0x1000, "/opt/x/<prog>&\"'", "");
@@ -792,14 +729,14 @@ static void test_check_hostile_names(void **state)
     python_parses("xml", xml);
     python_parses("json", json);
     expect_rc(gradprof("check '%s'", trace), 1);
-    contains(out, "of autograd memory");
+    contains(S.out, "of autograd memory");
 }
 
 /* A trace with everything freed and no graph: every rule passes. */
 static void test_check_clean(void **state)
 {
     char trace[600];
-    snprintf(trace, sizeof trace, "%s/clean.gptrace", tmpdir);
+    snprintf(trace, sizeof trace, "%s/clean.gptrace", S.dir);
     tb *b = tb_open(trace, "clean");
     assert_non_null(b);
     tb_thread(b, 1, "main");
@@ -815,8 +752,8 @@ static void test_check_clean(void **state)
     tb_end(b);
     assert_int_equal(tb_close(b), 0);
     expect_rc(gradprof("check '%s' --no-leaks --max-growth 0 --max-peak 100", trace), 0);
-    contains(out, "PASS");
-    contains(out, "rules passed");
+    contains(S.out, "PASS");
+    contains(S.out, "rules passed");
     expect_rc(gradprof("check '%s' --max-peak 99", trace), 1);
 }
 
@@ -836,10 +773,10 @@ static void test_check_golden(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         expect_rc(sh("cd '" GRADPROF_TEST_TRACES "' && '" GRADPROF_BIN "' check %s", cases[i].args),
                   cases[i].rc);
-        golden(cases[i].golden, out);
+        golden(cases[i].golden, S.out);
     }
     char xml[600];
-    snprintf(xml, sizeof xml, "%s/golden.xml", tmpdir);
+    snprintf(xml, sizeof xml, "%s/golden.xml", S.dir);
     expect_rc(sh("cd '" GRADPROF_TEST_TRACES "' && '" GRADPROF_BIN "' check mlp_grad.gptrace "
                  "--max-peak 600k --junit '%s'",
                  xml),
@@ -850,10 +787,10 @@ static void test_check_golden(void **state)
     free(doc);
 }
 
-/* How many names in tmpdir start with `prefix`. */
+/* How many names in S.dir start with `prefix`. */
 static int count_files(const char *prefix)
 {
-    DIR *d = opendir(tmpdir);
+    DIR *d = opendir(S.dir);
     assert_non_null(d);
     int n = 0;
     struct dirent *e;
@@ -870,7 +807,7 @@ static int count_files(const char *prefix)
 static void small_trace(const char *name, bool end, const char *end_reason, uint64_t raw)
 {
     char path[600];
-    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    snprintf(path, sizeof path, "%s/%s", S.dir, name);
     tb *b = tb_open(path, "small");
     assert_non_null(b);
     if (end_reason)
@@ -901,43 +838,43 @@ static void test_check_incomplete(void **state)
     expect_rc(sh("printf 'GPTRACE\\000\\001\\000\\000\\000\\000\\000\\000\\000' > header.gptrace"), 0);
     expect_rc(gradprof("check header.gptrace"), 2);
     one_line_error();
-    contains(err, "gradprof check: cannot judge: 'header.gptrace' is incomplete: it holds no "
-                  "metadata and no events (only the file header");
-    contains(err, "--allow-incomplete checks it anyway");
-    contains(out, "UNJUDGED header.gptrace: the trace cannot be judged");
-    lacks(out, "PASS");
+    contains(S.err, "gradprof check: cannot judge: 'header.gptrace' is incomplete: it holds no "
+                    "metadata and no events (only the file header");
+    contains(S.err, "--allow-incomplete checks it anyway");
+    contains(S.out, "UNJUDGED header.gptrace: the trace cannot be judged");
+    lacks(S.out, "PASS");
     expect_rc(gradprof("check header.gptrace --allow-incomplete"), 0);
-    contains(out, "PASS header.gptrace");
-    contains(out, "accepted (--allow-incomplete): 'header.gptrace' is incomplete");
+    contains(S.out, "PASS header.gptrace");
+    contains(S.out, "accepted (--allow-incomplete): 'header.gptrace' is incomplete");
     /* metadata but no events */
     char path[600];
-    snprintf(path, sizeof path, "%s/noevents.gptrace", tmpdir);
+    snprintf(path, sizeof path, "%s/noevents.gptrace", S.dir);
     tb *b = tb_open(path, "noevents");
     assert_int_equal(tb_close(b), 0);
     expect_rc(gradprof("check noevents.gptrace"), 2);
-    contains(err, "'noevents.gptrace' is incomplete: it holds no events");
+    contains(S.err, "'noevents.gptrace' is incomplete: it holds no events");
     /* events, no END record */
     small_trace("noend.gptrace", false, NULL, 0);
     expect_rc(gradprof("check noend.gptrace --format json"), 2);
-    contains(err, "it has no end record (the program was killed, or is still running)");
-    contains(out, "\"verdict\": \"unjudged\"");
+    contains(S.err, "it has no end record (the program was killed, or is still running)");
+    contains(S.out, "\"verdict\": \"unjudged\"");
     expect_rc(gradprof("check noend.gptrace --allow-incomplete"), 0);
     /* how the recorder says the program ended: signal, exec */
     small_trace("abort.gptrace", false, "signal 6", 0);
     expect_rc(gradprof("check abort.gptrace"), 2);
-    contains(err, "'abort.gptrace' is incomplete: the program was killed by signal 6 (SIGABRT)");
+    contains(S.err, "'abort.gptrace' is incomplete: the program was killed by signal 6 (SIGABRT)");
     expect_rc(gradprof("report abort.gptrace"), 0);
-    contains(err, "gradprof report: warning: 'abort.gptrace' ends where the program was killed "
-                  "by signal 6 (SIGABRT)");
+    contains(S.err, "gradprof report: warning: 'abort.gptrace' ends where the program was killed "
+                    "by signal 6 (SIGABRT)");
     small_trace("exec.gptrace", true, "exec", 0);
     expect_rc(gradprof("check exec.gptrace"), 2);
-    contains(err, "the program exec'd another program");
+    contains(S.err, "the program exec'd another program");
     small_trace("exit.gptrace", true, "exit", 0);
     expect_rc(gradprof("check exit.gptrace"), 0);
-    assert_string_equal(err, "");
+    assert_string_equal(S.err, "");
     /* JUnit: the doubt is an error testcase, or skipped when accepted */
     char xml[600];
-    snprintf(xml, sizeof xml, "%s/judge.xml", tmpdir);
+    snprintf(xml, sizeof xml, "%s/judge.xml", S.dir);
     expect_rc(gradprof("check abort.gptrace --junit '%s'", xml), 2);
     python_parses("xml", xml);
     char *doc = e2e_slurp(xml, NULL);
@@ -961,31 +898,31 @@ static void test_check_unclassified(void **state)
     small_trace("nostacks.gptrace", true, NULL, 9000); /* 90% raw without a stack */
     expect_rc(gradprof("check nostacks.gptrace"), 2);
     one_line_error();
-    contains(err, "gradprof check: cannot judge: 'nostacks.gptrace': 90% of the bytes allocated "
-                  "(9000 of 10000) are untagged and have no call stack");
-    contains(err, "graph memory cannot be told from other memory");
-    contains(err, "--allow-unclassified checks it anyway");
-    contains(out, "UNJUDGED");
+    contains(S.err, "gradprof check: cannot judge: 'nostacks.gptrace': 90% of the bytes allocated "
+                    "(9000 of 10000) are untagged and have no call stack");
+    contains(S.err, "graph memory cannot be told from other memory");
+    contains(S.err, "--allow-unclassified checks it anyway");
+    contains(S.out, "UNJUDGED");
     expect_rc(gradprof("check nostacks.gptrace --allow-unclassified"), 0);
-    contains(out, "PASS");
-    contains(err, "(accepted: --allow-unclassified)");
+    contains(S.out, "PASS");
+    contains(S.err, "(accepted: --allow-unclassified)");
     /* rules that need no categories are judged */
     expect_rc(gradprof("check nostacks.gptrace --forbid none --detectors none --max-peak 1M"), 0);
     expect_rc(gradprof("check nostacks.gptrace --forbid none --detectors none --max-peak 1k"), 1);
     /* report says the same */
     expect_rc(gradprof("report nostacks.gptrace"), 0);
-    contains(err, "gradprof report: warning: cannot judge: 'nostacks.gptrace': 90% of the bytes");
+    contains(S.err, "gradprof report: warning: cannot judge: 'nostacks.gptrace': 90% of the bytes");
     /* half and half: judged */
     small_trace("half.gptrace", true, NULL, 1000);
     expect_rc(gradprof("check half.gptrace"), 0);
     /* a real program recorded without stacks: raw memory nothing can classify */
     expect_rc(gradprof("run --no-stacks -o ls.gptrace -- /bin/ls /"), 0);
     expect_rc(gradprof("check ls.gptrace"), 2);
-    contains(err, "are untagged and have no call stack");
+    contains(S.err, "are untagged and have no call stack");
     expect_rc(gradprof("check ls.gptrace --allow-unclassified"), 0);
     /* a tagging source attached (parameters tagged: the PyTorch helper without stacks): judged */
     char path[600];
-    snprintf(path, sizeof path, "%s/helper.gptrace", tmpdir);
+    snprintf(path, sizeof path, "%s/helper.gptrace", S.dir);
     tb *b = tb_open(path, "python3");
     assert_non_null(b);
     tb_thread(b, 1, "main");
@@ -999,8 +936,8 @@ static void test_check_unclassified(void **state)
     tb_end(b);
     assert_int_equal(tb_close(b), 0);
     expect_rc(gradprof("check helper.gptrace"), 0);
-    contains(out, "PASS");
-    lacks(err, "cannot judge");
+    contains(S.out, "PASS");
+    lacks(S.err, "cannot judge");
 }
 
 /* ---- output files ---------------------------------------------------------------------------- */
@@ -1022,7 +959,7 @@ static void test_output_files(void **state)
     for (size_t i = 0; i < sizeof onto_input / sizeof onto_input[0]; i++) {
         expect_rc(gradprof("%s", onto_input[i]), 2);
         one_line_error();
-        contains(err, "is the input 'in.gptrace'; writing there would destroy it");
+        contains(S.err, "is the input 'in.gptrace'; writing there would destroy it");
         expect_rc(sh("cmp in.gptrace keep.gptrace"), 0);
     }
     static const char *const through_link[] = {
@@ -1034,17 +971,17 @@ static void test_output_files(void **state)
     for (size_t i = 0; i < sizeof through_link / sizeof through_link[0]; i++) {
         expect_rc(gradprof("%s", through_link[i]), 2);
         one_line_error();
-        contains(err, "symbolic link; gradprof never writes through one");
+        contains(S.err, "symbolic link; gradprof never writes through one");
         if (strstr(through_link[i], "dangling"))
-            contains(err, "'dangling' is a dangling symbolic link");
-        assert_string_equal(out, "");
+            contains(S.err, "'dangling' is a dangling symbolic link");
+        assert_string_equal(S.out, "");
         expect_rc(sh("test \"$(cat victim)\" = KEEP && test -L link && test -L dangling && "
                      "test ! -e missing"),
                   0);
     }
     /* the error names the option */
     expect_rc(gradprof("check in.gptrace --junit link"), 2);
-    contains(err, "gradprof check: --junit: 'link' is a symbolic link");
+    contains(S.err, "gradprof check: --junit: 'link' is a symbolic link");
     /* replacing a file keeps no temporary behind */
     expect_rc(sh("echo OLD > out.txt && chmod 640 out.txt"), 0);
     expect_rc(gradprof("report in.gptrace -o out.txt"), 0);
@@ -1057,8 +994,8 @@ static void test_output_files(void **state)
     expect_rc(sh("trap '' XFSZ; ulimit -f 1; '" GRADPROF_BIN "' report in.gptrace --format html "
                  "-o big.html"),
               2);
-    contains(err, "error writing 'big.html'");
-    contains(err, "(the file there is unchanged)");
+    contains(S.err, "error writing 'big.html'");
+    contains(S.err, "(the file there is unchanged)");
     expect_rc(sh("test \"$(cat big.html)\" = OLD && test -z \"$(ls -A | grep '^\\.big')\""), 0);
     expect_rc(sh("trap '' XFSZ; ulimit -f 1; '" GRADPROF_BIN "' report in.gptrace --format html "
                  "-o new.html"),
@@ -1066,9 +1003,9 @@ static void test_output_files(void **state)
     expect_rc(sh("test ! -e new.html && test -z \"$(ls -A | grep '^\\.new')\""), 0);
     /* a directory, a missing directory */
     expect_rc(gradprof("report in.gptrace -o ."), 2);
-    contains(err, "'.' is a directory");
+    contains(S.err, "'.' is a directory");
     expect_rc(gradprof("diff in.gptrace " TRACE("mlp_nograd") " -o ''"), 2);
-    contains(err, "-o/--output needs a file name");
+    contains(S.err, "-o/--output needs a file name");
 }
 
 /* Names over NAME_MAX or PATH_MAX: refused with the reason, never cut off. */
@@ -1085,30 +1022,30 @@ static void test_long_paths(void **state)
     snprintf(deep + n, sizeof deep - n, "t.gptrace");
     expect_rc(gradprof("run -o '%s.gptrace' -- /bin/true", name), 2);
     one_line_error();
-    contains(err, "file name too long (ENAMETOOLONG)");
-    contains(err, "is 288 bytes, over the 255 a file name may have");
+    contains(S.err, "file name too long (ENAMETOOLONG)");
+    contains(S.err, "is 288 bytes, over the 255 a file name may have");
     expect_rc(gradprof("run -o 'x%%p%s' -- /bin/true", name + 30), 2); /* 251 bytes + a pid */
-    contains(err, "once %p is a pid");
+    contains(S.err, "once %p is a pid");
     expect_rc(gradprof("run -o '%s' -- /bin/true", deep), 2);
     one_line_error();
-    contains(err, "ENAMETOOLONG");
+    contains(S.err, "ENAMETOOLONG");
     expect_rc(gradprof("report '%s.gptrace'", name), 2);
     one_line_error();
-    contains(err, "ENAMETOOLONG");
+    contains(S.err, "ENAMETOOLONG");
     expect_rc(gradprof("report '%s'", deep), 2);
     one_line_error();
-    contains(err, "over the 4095 a path may have: file name too long (ENAMETOOLONG)");
+    contains(S.err, "over the 4095 a path may have: file name too long (ENAMETOOLONG)");
     expect_rc(gradprof("report " TRACE("mlp_grad") " -o '%s.txt'", name), 2);
-    contains(err, "-o: ");
-    contains(err, "ENAMETOOLONG");
+    contains(S.err, "-o: ");
+    contains(S.err, "ENAMETOOLONG");
     expect_rc(gradprof("check " TRACE("mlp_grad") " --junit '%s.xml'", name), 2);
-    contains(err, "ENAMETOOLONG");
+    contains(S.err, "ENAMETOOLONG");
     expect_rc(gradprof("compare -n '%s' -- /bin/true", name), 2);
     one_line_error();
-    contains(err, "--name: ");
-    contains(err, "ENAMETOOLONG");
+    contains(S.err, "--name: ");
+    contains(S.err, "ENAMETOOLONG");
     expect_rc(gradprof("compare -n '%s' -- /bin/true", deep), 2);
-    contains(err, "ENAMETOOLONG");
+    contains(S.err, "ENAMETOOLONG");
     assert_int_equal(count_files("n"), 0); /* nothing was run or written */
 }
 
@@ -1125,44 +1062,44 @@ static void test_run_mlp_infer(void **state)
                                  "--layers 3 --width 64 --batch 4",
                  GRADPROF_MLP_INFER),
               0);
-    contains(err, "gradprof: trace written to infer.");
+    contains(S.err, "gradprof: trace written to infer.");
     assert_int_equal(count_files("infer."), 1);
     /* the path it names is the trace, and it reads */
-    char *line = strstr(err, "trace written to ");
+    char *line = strstr(S.err, "trace written to ");
     assert_non_null(line);
     char path[512];
     assert_int_equal(sscanf(line, "trace written to %511s", path), 1);
     expect_rc(gradprof("report '%s'", path), 0);
-    contains(out, "saved"); /* mlp_infer leaves grad on by default */
+    contains(S.out, "saved"); /* mlp_infer leaves grad on by default */
     expect_rc(gradprof("check '%s' --forbid saved --detectors none", path), 1);
-    contains(out, "of saved memory allocated");
+    contains(S.out, "of saved memory allocated");
 }
 #endif
 
 static void test_run_exit_status(void **state)
 {
     expect_rc(gradprof("run -- /bin/false"), 1);
-    contains(err, "gradprof: trace written to gradprof.false.");
+    contains(S.err, "gradprof: trace written to gradprof.false.");
     expect_rc(gradprof("run -o t.%%p.gptrace /bin/sh -c 'exit 7'"), 7);
-    contains(err, "trace written to t.");
+    contains(S.err, "trace written to t.");
     expect_rc(gradprof("run -- /bin/sh -c 'kill -TERM $$'"), 143);
-    contains(err, "gradprof run: /bin/sh was killed by signal 15 (Terminated)");
-    contains(err, "trace written to gradprof.sh.");
+    contains(S.err, "gradprof run: /bin/sh was killed by signal 15 (Terminated)");
+    contains(S.err, "trace written to gradprof.sh.");
 }
 
 static void test_run_not_found(void **state)
 {
     expect_rc(gradprof("run -- /nonexistent/program"), 127);
     one_line_error();
-    contains(err, "/nonexistent/program: no such file");
+    contains(S.err, "/nonexistent/program: no such file");
     expect_rc(gradprof("run -- gradprof-no-such-command-xyz arg"), 127);
     one_line_error();
-    contains(err, "gradprof-no-such-command-xyz: command not found");
+    contains(S.err, "gradprof-no-such-command-xyz: command not found");
     expect_rc(gradprof("run -- /"), 126);
     one_line_error();
     expect_rc(gradprof("run"), 2);
     one_line_error();
-    contains(err, "no program to run");
+    contains(S.err, "no program to run");
     expect_rc(gradprof("run --"), 2);
     one_line_error();
     /* nothing was recorded */
@@ -1173,26 +1110,26 @@ static void test_run_output(void **state)
 {
     /* a fixed name: the second run must not overwrite the first */
     expect_rc(gradprof("run -o fixed.gptrace -- /bin/true"), 0);
-    contains(err, "trace written to fixed.gptrace\n");
+    contains(S.err, "trace written to fixed.gptrace\n");
     expect_rc(gradprof("run -o fixed.gptrace -- /bin/true"), 0);
-    contains(err, "trace written to fixed.gptrace.1\n");
+    contains(S.err, "trace written to fixed.gptrace.1\n");
     /* a subdirectory, kept relative in the message */
     expect_rc(sh("mkdir -p sub"), 0);
     expect_rc(gradprof("run -o sub/x.%%p.gptrace -- /bin/true"), 0);
-    contains(err, "trace written to sub/x.");
+    contains(S.err, "trace written to sub/x.");
     /* forked children write their own traces, all listed */
     expect_rc(gradprof("run -o fork.%%p.gptrace -- /bin/sh -c '/bin/true; /bin/true; exit 0'"), 0);
-    contains(err, "trace written to fork.");
+    contains(S.err, "trace written to fork.");
     int n = count_files("fork.");
     assert_true(n >= 2);
     int commas = 0;
-    for (const char *c = strstr(err, "trace written to"); c && *c; c++)
+    for (const char *c = strstr(S.err, "trace written to"); c && *c; c++)
         commas += *c == ',';
     assert_int_equal(commas, n - 1);
     /* bad output locations */
     expect_rc(gradprof("run -o /nonexistent-dir/t.gptrace -- /bin/true"), 2);
     one_line_error();
-    contains(err, "/nonexistent-dir");
+    contains(S.err, "/nonexistent-dir");
     expect_rc(gradprof("run -o sub/ -- /bin/true"), 2);
     one_line_error();
 }
@@ -1201,9 +1138,9 @@ static void test_run_output(void **state)
 static void test_run_pid_twice(void **state)
 {
     expect_rc(gradprof("run -o 'z%%p%%p.gptrace' -- /bin/true"), 0);
-    contains(err, "gradprof: trace written to z");
-    lacks(err, "no trace was written");
-    char *line = strstr(err, "trace written to ");
+    contains(S.err, "gradprof: trace written to z");
+    lacks(S.err, "no trace was written");
+    char *line = strstr(S.err, "trace written to ");
     assert_non_null(line);
     char path[512];
     assert_int_equal(sscanf(line, "trace written to %511s", path), 1);
@@ -1212,7 +1149,7 @@ static void test_run_pid_twice(void **state)
     assert_memory_equal(path + 1, path + 1 + digits / 2, digits / 2); /* the same pid twice */
     expect_rc(gradprof("report '%s'", path), 0);
     expect_rc(gradprof("run -o 'p%%p-%%p.x' -- /bin/true"), 0);
-    contains(err, "trace written to p");
+    contains(S.err, "trace written to p");
     assert_int_equal(count_files("p"), 1);
 }
 
@@ -1223,18 +1160,18 @@ static void test_run_enable(void **state)
                  "'echo \"[$GRADPROF_ENABLE] [$LD_PRELOAD]\"; exit 3'"),
               3);
     one_line_error();
-    contains(err, "gradprof run: GRADPROF_ENABLE=0 in the environment: running /bin/sh without "
-                  "recording");
-    contains(out, "[0] []");
+    contains(S.err, "gradprof run: GRADPROF_ENABLE=0 in the environment: running /bin/sh without "
+                    "recording");
+    contains(S.out, "[0] []");
     assert_int_equal(count_files("off"), 0);
     /* a bad value: a warning naming it, and recording as with 1 */
     expect_rc(sh("GRADPROF_ENABLE=yes '" GRADPROF_BIN "' run -o on.gptrace -- /bin/true"), 0);
-    contains(err, "gradprof run: warning: GRADPROF_ENABLE='yes' is not 0 or 1");
-    contains(err, "trace written to on.gptrace");
+    contains(S.err, "gradprof run: warning: GRADPROF_ENABLE='yes' is not 0 or 1");
+    contains(S.err, "trace written to on.gptrace");
     /* compare needs both runs recorded: refused */
     expect_rc(sh("GRADPROF_ENABLE=0 '" GRADPROF_BIN "' compare -n cmp -- /bin/true"), 2);
     one_line_error();
-    contains(err, "GRADPROF_ENABLE=0");
+    contains(S.err, "GRADPROF_ENABLE=0");
     assert_int_equal(count_files("cmp"), 0);
 }
 
@@ -1245,25 +1182,25 @@ static void test_run_preload_env(void **state)
                  "/bin/true"),
               2);
     one_line_error();
-    contains(err, "GRADPROF_PRELOAD='/nonexistent/libprof_preload.so'");
+    contains(S.err, "GRADPROF_PRELOAD='/nonexistent/libprof_preload.so'");
     expect_rc(sh("GRADPROF_PRELOAD='" GRADPROF_PRELOAD_LIB "' '" GRADPROF_BIN "' run -o e.%%p "
                  "-- /bin/true"),
               0);
-    contains(err, "trace written to e.");
+    contains(S.err, "trace written to e.");
     /* A copy of gradprof with no preload library next to it says where it looked. */
     expect_rc(sh("mkdir -p bin && cp '" GRADPROF_BIN "' bin/gradprof && ./bin/gradprof run -- "
                  "/bin/true"),
               2);
     one_line_error();
-    contains(err, "cannot find libprof_preload.so; tried");
-    contains(err, "/bin/../libprof/libprof_preload.so and");
-    contains(err, "/bin/../lib/gradprof/libprof_preload.so");
+    contains(S.err, "cannot find libprof_preload.so; tried");
+    contains(S.err, "/bin/../libprof/libprof_preload.so and");
+    contains(S.err, "/bin/../lib/gradprof/libprof_preload.so");
     /* the program's own LD_PRELOAD is kept, after ours */
     expect_rc(sh(ASAN_PRELOAD_OK "LD_PRELOAD=libm.so.6 '" GRADPROF_BIN
                                  "' run -o p.%%p -- /bin/sh -c "
                                  "'echo \"$LD_PRELOAD\"'"),
               0);
-    contains(out, "libprof_preload.so:libm.so.6");
+    contains(S.out, "libprof_preload.so:libm.so.6");
 }
 
 /* A Python program is recorded without stacks unless the user says otherwise; others as told. */
@@ -1271,7 +1208,7 @@ static void test_run_python_stacks(void **state)
 {
     /* a Python by its name (a shell script here: the name decides) */
     char path[600];
-    snprintf(path, sizeof path, "%s/python-fake", tmpdir);
+    snprintf(path, sizeof path, "%s/python-fake", S.dir);
     FILE *f = fopen(path, "w");
     assert_non_null(f);
     fputs("#!/bin/sh\necho \"depth=$GRADPROF_STACK_DEPTH marker=$GRADPROF_PYTHON_NO_STACKS "
@@ -1280,23 +1217,23 @@ static void test_run_python_stacks(void **state)
     fclose(f);
     assert_int_equal(chmod(path, 0755), 0);
     expect_rc(gradprof("run -o a.%%p -- ./python-fake"), 0);
-    contains(out, "depth=0 marker=1 sample=\n");
+    contains(S.out, "depth=0 marker=1 sample=\n");
     expect_rc(gradprof("run --stack-depth 16 -o b.%%p -- ./python-fake"), 0);
-    contains(out, "depth=16 marker= sample=\n");
+    contains(S.out, "depth=16 marker= sample=\n");
     expect_rc(gradprof("run --stack-sample 64k -o c.%%p -- ./python-fake"), 0);
-    contains(out, "depth= marker= sample=65536\n");
+    contains(S.out, "depth= marker= sample=65536\n");
     expect_rc(gradprof("run --no-torch -o d.%%p -- ./python-fake"), 0);
-    contains(out, "depth= marker= sample=\n");
+    contains(S.out, "depth= marker= sample=\n");
     expect_rc(sh("GRADPROF_STACK_SAMPLE=4096 '" GRADPROF_BIN "' run -o e.%%p -- ./python-fake"), 0);
-    contains(out, "depth= marker= sample=4096\n");
+    contains(S.out, "depth= marker= sample=4096\n");
     expect_rc(sh("GRADPROF_TORCH=0 '" GRADPROF_BIN "' run -o g.%%p -- ./python-fake"), 0);
-    contains(out, "depth= marker= sample=\n");
+    contains(S.out, "depth= marker= sample=\n");
     /* not a Python program */
     expect_rc(gradprof("run -o h.%%p -- /bin/sh -c 'echo \"depth=$GRADPROF_STACK_DEPTH\"'"), 0);
-    contains(out, "depth=\n");
+    contains(S.out, "depth=\n");
     /* a script whose #! line names python, found on PATH */
     if (access(PYTHON, X_OK) == 0) {
-        snprintf(path, sizeof path, "%s/tool", tmpdir);
+        snprintf(path, sizeof path, "%s/tool", S.dir);
         f = fopen(path, "w");
         assert_non_null(f);
         fputs("#!" PYTHON "\nimport os\nprint('depth=%s' % os.environ.get('GRADPROF_STACK_DEPTH'))"
@@ -1305,9 +1242,9 @@ static void test_run_python_stacks(void **state)
         fclose(f);
         assert_int_equal(chmod(path, 0755), 0);
         expect_rc(sh("PATH=\"$PWD:$PATH\" '" GRADPROF_BIN "' run -o t.%%p -- tool"), 0);
-        contains(out, "depth=0\n");
+        contains(S.out, "depth=0\n");
         /* the startup hook says it once when the program never imported torch */
-        contains(err, "did not import torch");
+        contains(S.err, "did not import torch");
     }
 }
 

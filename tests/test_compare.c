@@ -31,17 +31,24 @@
 
 #define PYTHON "/usr/bin/python3"
 
-static char tmpdir[256];
-static char out_path[512], err_path[512];
-static char *out, *err; /* the last command's stdout and stderr */
-
 /* ---- helpers --------------------------------------------------------------------------------- */
 
-/* A file in tmpdir, read whole (NULL if missing); free it. */
+static e2e_session S; /* the scratch directory (S.dir) and the last command's S.out, S.err */
+
+/* Runs `sh -c CMD` in S.dir, its stdout and stderr into S.out and S.err; the exit status. */
+#define sh(...) e2e_sh(&S, __VA_ARGS__)
+#define show() e2e_show(&S)
+#define contains(hay, needle) e2e_contains(&S, hay, needle)
+#define lacks(hay, needle) e2e_lacks(&S, hay, needle)
+#define expect_rc(rc, want) e2e_expect_rc(&S, rc, want)
+/* One line on stderr: usage errors are one clear line. */
+#define one_line_error() e2e_one_line_error(&S, "gradprof compare: ")
+
+/* A file in S.dir, read whole (NULL if missing); free it. */
 static char *file_text(const char *name)
 {
     char path[1024];
-    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    snprintf(path, sizeof path, "%s/%s", S.dir, name);
     return e2e_slurp(path, NULL);
 }
 
@@ -49,80 +56,18 @@ static bool exists(const char *name)
 {
     char path[1024];
     struct stat st;
-    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    snprintf(path, sizeof path, "%s/%s", S.dir, name);
     return stat(path, &st) == 0;
-}
-
-/* Runs `sh -c CMD` in tmpdir with stdout and stderr captured into `out` and `err`; returns the
- * exit status (128 + N for signal N). */
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int rc = e2e_vshell(tmpdir, out_path, err_path, fmt, ap);
-    va_end(ap);
-    free(out);
-    free(err);
-    out = e2e_slurp(out_path, NULL);
-    err = e2e_slurp(err_path, NULL);
-    assert_non_null(out);
-    assert_non_null(err);
-    return rc;
 }
 
 /* Under GRADPROF_SANITIZE, programs carrying ASan (compare_prog, mlp_infer, gradprof) refuse to
  * start when another library is preloaded before the ASan runtime unless told this is fine. */
 #define ASAN_PRELOAD_OK "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0\" "
-/* gradprof ARGS (a shell fragment), from tmpdir. */
+/* gradprof ARGS (a shell fragment), from S.dir. */
 #define gradprof(...) sh(ASAN_PRELOAD_OK "'" GRADPROF_BIN "' " __VA_ARGS__)
 #define PROG "'" GRADPROF_COMPARE_PROG "'"
 
-static void show(void)
-{
-    print_message("---- stdout\n%s---- stderr\n%s----\n", out, err);
-}
-
-static void contains(const char *hay, const char *needle)
-{
-    if (!hay || !strstr(hay, needle)) {
-        print_message("expected to find: %s\n", needle);
-        show();
-        fail();
-    }
-}
-
-static void lacks(const char *hay, const char *needle)
-{
-    if (hay && strstr(hay, needle)) {
-        print_message("expected not to find: %s\n", needle);
-        show();
-        fail();
-    }
-}
-
-static void expect_rc(int rc, int want)
-{
-    if (rc != want) {
-        print_message("exit status %d, expected %d\n", rc, want);
-        show();
-    }
-    assert_int_equal(rc, want);
-}
-
-/* One line on stderr: usage errors are one clear line. */
-static void one_line_error(void)
-{
-    size_t n = strlen(err);
-    if (n == 0 || err[n - 1] != '\n' || strchr(err, '\n') != err + n - 1) {
-        print_message("expected exactly one line on stderr\n");
-        show();
-        fail();
-    }
-    contains(err, "gradprof compare: ");
-}
-
-/* The file `name` in tmpdir contains `needle`. */
+/* The file `name` in S.dir contains `needle`. */
 static void file_contains(const char *name, const char *needle)
 {
     char *text = file_text(name);
@@ -157,42 +102,32 @@ static void all_files(const char *base)
 /* A holds saved (graph) memory, B none: B ran with grad off from the start. */
 static void grad_only_in_a(const char *base)
 {
-    char *keep_out = out, *keep_err = err;
-    out = err = NULL;
+    char *keep_out = S.out, *keep_err = S.err;
+    S.out = S.err = NULL;
     int a = gradprof("check '%s.grad.gptrace' --forbid saved --detectors none", base);
-    char *a_out = out;
-    out = NULL;
+    char *a_out = S.out;
+    S.out = NULL;
     int b = gradprof("check '%s.nograd.gptrace' --forbid saved --detectors none", base);
     if (a != 1 || b != 0)
         print_message("check --forbid saved: A %d (want 1), B %d (want 0)\n---- A\n%s", a, b,
                       a_out ? a_out : "");
     free(a_out);
-    free(out);
-    free(err);
-    out = keep_out;
-    err = keep_err;
+    free(S.out);
+    free(S.err);
+    S.out = keep_out;
+    S.err = keep_err;
     assert_int_equal(a, 1);
     assert_int_equal(b, 0);
 }
 
 static int setup(void **state)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/gradprof_test_compare.XXXXXX");
-    if (!mkdtemp(tmpdir))
-        return -1;
-    snprintf(out_path, sizeof out_path, "%s/.stdout", tmpdir);
-    snprintf(err_path, sizeof err_path, "%s/.stderr", tmpdir);
-    return 0;
+    return e2e_session_open(&S, "test_compare");
 }
 
 static int teardown(void **state)
 {
-    free(out);
-    free(err);
-    out = err = NULL;
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
+    return e2e_session_close(&S);
 }
 
 /* ---- help and usage -------------------------------------------------------------------------- */
@@ -222,49 +157,49 @@ static void test_help(void **state)
     for (const char *flag = "--help"; flag; flag = strcmp(flag, "--help") ? NULL : "-h") {
         expect_rc(gradprof("compare %s", flag), 0);
         for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
-            contains(out, words[i]);
-        assert_string_equal(err, "");
+            contains(S.out, words[i]);
+        assert_string_equal(S.err, "");
     }
     expect_rc(gradprof("help compare"), 0);
-    contains(out, "usage: gradprof compare");
+    contains(S.out, "usage: gradprof compare");
     expect_rc(gradprof("--help"), 0);
-    contains(out, "compare");
+    contains(S.out, "compare");
     /* run shares the recorder options and says what it puts on PYTHONPATH */
     expect_rc(gradprof("run --help"), 0);
-    contains(out, "--stack-sample SIZE");
-    contains(out, "--cuda");
-    contains(out, "PYTHONPATH");
+    contains(S.out, "--stack-sample SIZE");
+    contains(S.out, "--cuda");
+    contains(S.out, "PYTHONPATH");
 }
 
 static void test_usage_errors(void **state)
 {
     expect_rc(gradprof("compare"), 2);
     one_line_error();
-    contains(err, "no program to run");
+    contains(S.err, "no program to run");
     expect_rc(gradprof("compare --"), 2);
     one_line_error();
     expect_rc(gradprof("compare --format xml -- /bin/true"), 2);
     one_line_error();
-    contains(err, "unknown --format 'xml'");
+    contains(S.err, "unknown --format 'xml'");
     expect_rc(gradprof("compare --top many -- /bin/true"), 2);
     one_line_error();
-    contains(err, "--top: ");
-    contains(err, "'many'");
+    contains(S.err, "--top: ");
+    contains(S.err, "'many'");
     expect_rc(gradprof("compare --stack-depth 999 -- /bin/true"), 2);
     one_line_error();
-    contains(err, "--stack-depth: ");
+    contains(S.err, "--stack-depth: ");
     expect_rc(gradprof("compare --name 'x.%%p' -- /bin/true"), 2);
     one_line_error();
-    contains(err, "--name: 'x.%p'");
+    contains(S.err, "--name: 'x.%p'");
     expect_rc(gradprof("compare --rules /nonexistent/rules -- /bin/true"), 2);
     one_line_error();
-    contains(err, "--rules: cannot read '/nonexistent/rules'");
+    contains(S.err, "--rules: cannot read '/nonexistent/rules'");
     expect_rc(gradprof("compare --bogus -- /bin/true"), 2);
     one_line_error();
-    contains(err, "unknown option '--bogus'");
+    contains(S.err, "unknown option '--bogus'");
     expect_rc(gradprof("compare -n sub/x -- /bin/true"), 2);
     one_line_error();
-    contains(err, "--name: directory");
+    contains(S.err, "--name: directory");
     /* nothing ran for any of these */
     assert_false(exists("x.grad.stdout"));
 
@@ -272,7 +207,7 @@ static void test_usage_errors(void **state)
     expect_rc(sh("touch e.nograd.stderr"), 0);
     expect_rc(gradprof("compare -n e -- /bin/true"), 2);
     one_line_error();
-    contains(err, "'e.nograd.stderr' exists");
+    contains(S.err, "'e.nograd.stderr' exists");
     assert_false(exists("e.grad.gptrace"));
     assert_false(exists("e.grad.stdout"));
 }
@@ -280,7 +215,7 @@ static void test_usage_errors(void **state)
 static void test_not_found(void **state)
 {
     expect_rc(gradprof("compare -n nf -- /nonexistent/program"), 127);
-    contains(err, "/nonexistent/program: no such file");
+    contains(S.err, "/nonexistent/program: no such file");
     assert_false(exists("nf.nograd.stdout")); /* B was not tried */
     expect_rc(gradprof("compare -n nx -- /"), 126);
 }
@@ -292,13 +227,13 @@ static void test_same_output(void **state)
     expect_rc(gradprof("compare -n c -- " PROG), 0);
     all_files("c");
     /* the diff on stdout names both traces; stderr says where everything is */
-    contains(out, "c.grad.gptrace");
-    contains(out, "c.nograd.gptrace");
-    contains(err, "A (GRADPROF_GRAD_DEFAULT=on) exited with status 0; trace c.grad.gptrace; "
-                  "stdout c.grad.stdout, stderr c.grad.stderr");
-    contains(err, "B (GRADPROF_GRAD_DEFAULT=off) exited with status 0; trace c.nograd.gptrace; "
-                  "stdout c.nograd.stdout, stderr c.nograd.stderr");
-    lacks(err, "diverged");
+    contains(S.out, "c.grad.gptrace");
+    contains(S.out, "c.nograd.gptrace");
+    contains(S.err, "A (GRADPROF_GRAD_DEFAULT=on) exited with status 0; trace c.grad.gptrace; "
+                    "stdout c.grad.stdout, stderr c.grad.stderr");
+    contains(S.err, "B (GRADPROF_GRAD_DEFAULT=off) exited with status 0; trace c.nograd.gptrace; "
+                    "stdout c.nograd.stdout, stderr c.nograd.stderr");
+    lacks(S.err, "diverged");
     file_contains("c.grad.stdout", "checksum ");
     file_contains("c.nograd.stdout", "checksum ");
     grad_only_in_a("c");
@@ -308,8 +243,8 @@ static void test_same_output(void **state)
                        "-- " PROG),
               0);
     all_files("j");
-    assert_string_equal(out, "");
-    contains(err, "diff written to diff.json");
+    assert_string_equal(S.out, "");
+    contains(S.err, "diff written to diff.json");
     file_contains("diff.json", "\"schema\"");
     file_contains("diff.json", "j.nograd.gptrace");
     if (e2e_have_python())
@@ -318,8 +253,8 @@ static void test_same_output(void **state)
 
     /* the default base name: gradprof.PROGRAM.PID in the current directory */
     expect_rc(gradprof("compare -- " PROG), 0);
-    contains(err, "trace gradprof.compare_prog.");
-    contains(err, ".nograd.gptrace; stdout gradprof.compare_prog.");
+    contains(S.err, "trace gradprof.compare_prog.");
+    contains(S.err, ".nograd.gptrace; stdout gradprof.compare_prog.");
 }
 
 #ifdef GRADPROF_MLP_INFER
@@ -329,11 +264,11 @@ static void test_mlp_infer(void **state)
 {
 #define MLP "'" GRADPROF_MLP_INFER "' --grad --iters 2 --layers 3 --width 64 --batch 4"
     expect_rc(gradprof("compare -n m -- " MLP), 3);
-    contains(err, "the runs diverged: their standard output differs from line");
-    assert_string_equal(out, "");
+    contains(S.err, "the runs diverged: their standard output differs from line");
+    assert_string_equal(S.out, "");
     expect_rc(gradprof("compare -n m2 --ignore-stdout -- " MLP), 0);
     all_files("m2");
-    contains(out, "m2.grad.gptrace");
+    contains(S.out, "m2.grad.gptrace");
     file_contains("m2.grad.stdout", "mlp_infer: 3 layers");
     grad_only_in_a("m2");
 #undef MLP
@@ -346,29 +281,29 @@ static void test_diverged_stdout(void **state)
 {
     expect_rc(gradprof("compare -n d -- " PROG " --print-grad"), 3);
     all_files("d");
-    assert_string_equal(out, ""); /* no diff */
-    contains(err, "the runs diverged: their standard output differs from line 2 on");
-    contains(err, "A (d.grad.stdout): 'grad enabled: main yes, thread yes'");
-    contains(err, "B (d.nograd.stdout): 'grad enabled: main no, thread no'");
-    contains(err, "--ignore-stdout"); /* which test_mlp_infer uses */
+    assert_string_equal(S.out, ""); /* no diff */
+    contains(S.err, "the runs diverged: their standard output differs from line 2 on");
+    contains(S.err, "A (d.grad.stdout): 'grad enabled: main yes, thread yes'");
+    contains(S.err, "B (d.nograd.stdout): 'grad enabled: main no, thread no'");
+    contains(S.err, "--ignore-stdout"); /* which test_mlp_infer uses */
 
     /* one output longer than the other */
     expect_rc(gradprof("compare -n l -- /bin/sh -c "
                        "'echo same; test \"$GRADPROF_GRAD_DEFAULT\" = off || echo more'"),
               3);
-    contains(err, "differs from line 2 on");
-    contains(err, "A (l.grad.stdout): 'more'");
-    contains(err, "B (l.nograd.stdout): (end of output)");
+    contains(S.err, "differs from line 2 on");
+    contains(S.err, "A (l.grad.stdout): 'more'");
+    contains(S.err, "B (l.nograd.stdout): (end of output)");
 }
 
 static void test_diverged_status(void **state)
 {
     expect_rc(gradprof("compare -n s -- " PROG " --fail-without-grad"), 3);
     all_files("s");
-    assert_string_equal(out, "");
-    contains(err, "the runs diverged: A exited with status 0, B exited with status 4");
-    contains(err, "B's stderr ends with: 'compare_prog: grad is off, giving up'");
-    contains(err, "'gradprof diff s.grad.gptrace s.nograd.gptrace' compares them anyway");
+    assert_string_equal(S.out, "");
+    contains(S.err, "the runs diverged: A exited with status 0, B exited with status 4");
+    contains(S.err, "B's stderr ends with: 'compare_prog: grad is off, giving up'");
+    contains(S.err, "'gradprof diff s.grad.gptrace s.nograd.gptrace' compares them anyway");
     file_contains("s.nograd.stderr", "grad is off");
 }
 
@@ -377,17 +312,17 @@ static void test_same_failure(void **state)
 {
     expect_rc(gradprof("compare -n f -- " PROG " --exit 5"), 5);
     all_files("f");
-    assert_string_equal(out, "");
-    contains(err, "exited with status 5 in both runs");
+    assert_string_equal(S.out, "");
+    contains(S.err, "exited with status 5 in both runs");
     expect_rc(gradprof("compare -n k -- /bin/sh -c 'kill -TERM $$'"), 143);
-    contains(err, "was killed by signal 15 (Terminated) in both runs");
+    contains(S.err, "was killed by signal 15 (Terminated) in both runs");
 }
 
 /* ^C reaching gradprof during A stops it there: B is not run. */
 static void test_interrupted(void **state)
 {
     expect_rc(gradprof("compare -n i -- /bin/sh -c 'kill -INT $PPID; sleep 1'"), 130);
-    contains(err, "interrupted by signal 2 (Interrupt) during A; B not run");
+    contains(S.err, "interrupted by signal 2 (Interrupt) during A; B not run");
     assert_true(exists("i.grad.stdout"));
     assert_false(exists("i.nograd.stdout"));
 }
@@ -432,13 +367,13 @@ static void test_python_torch(void **state)
               0);
     expect_rc(gradprof("compare -n t --no-stacks -- " PYTHON " t.py"), 3);
     all_files("t");
-    contains(err, "A (t.grad.stdout): 'grad True thread True enable_grad True'");
-    contains(err, "B (t.nograd.stdout): 'grad False thread False enable_grad True'");
+    contains(S.err, "A (t.grad.stdout): 'grad True thread True enable_grad True'");
+    contains(S.err, "B (t.nograd.stdout): 'grad False thread False enable_grad True'");
     /* gradprof run passes GRADPROF_GRAD_DEFAULT on to the hook as well */
     expect_rc(sh("GRADPROF_GRAD_DEFAULT=off " ASAN_PRELOAD_OK "'" GRADPROF_BIN
                  "' run --no-stacks -o r.gptrace -- " PYTHON " t.py"),
               0);
-    contains(out, "grad False thread False enable_grad True");
+    contains(S.out, "grad False thread False enable_grad True");
 }
 
 int main(void)
