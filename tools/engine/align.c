@@ -805,6 +805,28 @@ static void sort_recs_by_seq(const rec *recs, uint32_t *ix, size_t n)
     sort_recs = NULL;
 }
 
+/* Frees what only the classification needed: the records, maps and twins of both runs. */
+static void internal_free(struct gp__align_internal *in)
+{
+    for (int i = 0; in && i < 2; i++) {
+        side *s = &in->s[i];
+        free(s->recs);
+        free(s->frozen);
+        free(s->gone);
+        u64map_free(&s->occ);
+        free(s->site_hashes);
+        gp__map_free(&s->memo);
+        gp__map_free(&s->threads);
+        free(s->hashes);
+    }
+    if (in) {
+        free(in->peak);
+        free(in->anchors);
+        gp__map_free(&in->twins);
+        free(in);
+    }
+}
+
 static gp_aligned *add_buffer(gp_align *al, size_t *cap)
 {
     gp_aligned *x = gp__push((void **)&al->buffers, &al->n_buffers, cap, sizeof *x);
@@ -928,7 +950,11 @@ int gp_align_finish(gp_align *al)
         al->b_more_bytes += r->size;
     }
     free(snap);
-    return in->oom ? -1 : 0;
+    if (in->oom)
+        return -1;
+    internal_free(in); /* buffers[] and the sums are the result: the rest goes before the diff */
+    al->internal = NULL;
+    return 0;
 }
 
 bool gp_align_diverged(const gp_align *al, char *why, size_t why_size)
@@ -966,24 +992,7 @@ void gp_align_free(gp_align *al)
 {
     if (!al)
         return;
-    struct gp__align_internal *in = al->internal;
-    for (int i = 0; in && i < 2; i++) {
-        side *s = &in->s[i];
-        free(s->recs);
-        free(s->frozen);
-        free(s->gone);
-        u64map_free(&s->occ);
-        free(s->site_hashes);
-        gp__map_free(&s->memo);
-        gp__map_free(&s->threads);
-        free(s->hashes);
-    }
-    if (in) {
-        free(in->peak);
-        free(in->anchors);
-        gp__map_free(&in->twins);
-        free(in);
-    }
+    internal_free(al->internal);
     free(al->buffers);
     free(al);
 }

@@ -99,8 +99,8 @@ void gp_align_free(gp_align *al);
 /* The observer to load run `which` (0 = A, first; 1 = B, after A) with. Borrowed from al. */
 const gp_replay_observer *gp_align_observer(gp_align *al, int which);
 
-/* Classifies the buffers once both runs are loaded. Returns 0, or -1 when out of memory (during
- * either load or now). */
+/* Classifies the buffers once both runs are loaded and frees what only that needed (al's
+ * observers are gone then). Returns 0, or -1 when out of memory (during either load or now). */
 int gp_align_finish(gp_align *al);
 
 /* True when the runs do not look like two runs of one program: less than half of the bytes live
