@@ -200,6 +200,40 @@ static void test_raw_sites_temporaries_leaks_devices(void **state)
     gp_profile_free(p);
 }
 
+/* without_sites: the same totals, no site tables, and stacks still labelled as in a full load. */
+static void test_without_sites(void **state)
+{
+    (void)state;
+    char path[4096], err[512];
+    snprintf(path, sizeof path, "%s/raw.gptrace", GRADPROF_TEST_TRACES);
+    gp_analysis_options o;
+    gp_analysis_options_default(&o);
+    o.without_sites = true;
+    gp_profile *full = load("raw"), *lean = NULL;
+    if (gp_profile_load(path, &o, &lean, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    assert_int_equal(lean->n_sites, 0);
+    assert_null(lean->sites);
+    assert_true(full->n_sites >= 4);
+    assert_int_equal(lean->peak_bytes, full->peak_bytes);
+    assert_int_equal(lean->leaked_bytes, full->leaked_bytes);
+    assert_int_equal(lean->temporary_count, full->temporary_count);
+    assert_int_equal(lean->n_devices, full->n_devices);
+    assert_memory_equal(lean->devices, full->devices, full->n_devices * sizeof *full->devices);
+    assert_int_equal(lean->n_tag_keys, full->n_tag_keys);
+    for (size_t i = 0; i < lean->n_tag_keys; i++) {
+        assert_int_equal(lean->tag_keys[i].stats.peak_bytes, full->tag_keys[i].stats.peak_bytes);
+        assert_int_equal(lean->tag_keys[i].top_site, UINT32_MAX);
+    }
+    for (size_t i = 0; i < full->n_sites; i++) {
+        uint32_t stack = full->sites[i].stack;
+        assert_string_equal(gp_site_label(lean, stack), gp_site_label(full, stack));
+        assert_string_equal(gp_site_key(lean, stack), gp_site_key(full, stack));
+    }
+    gp_profile_free(lean);
+    gp_profile_free(full);
+}
+
 static void test_detectors_positive_and_negative(void **state)
 {
     gp_profile *p = load("detectors");
@@ -352,6 +386,7 @@ int main(void)
         cmocka_unit_test(test_mlp_nograd),
         cmocka_unit_test(test_leak_accumulate_grows),
         cmocka_unit_test(test_raw_sites_temporaries_leaks_devices),
+        cmocka_unit_test(test_without_sites),
         cmocka_unit_test(test_detectors_positive_and_negative),
         cmocka_unit_test(test_damaged_trace_is_not_an_error),
         cmocka_unit_test(test_errors),

@@ -162,6 +162,7 @@ static int diff_files(const char *cmd, const char *a_path, const char *b_path, c
     char err[512];
     gp_analysis_options ao;
     gp_analysis_options_default(&ao);
+    ao.without_sites = true; /* the diff reads stacks and labels, not A's site tables */
     int rules_rc = gp_cli_rules(cmd, rules, &ao.rules);
     if (rules_rc)
         return rules_rc;

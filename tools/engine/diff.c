@@ -631,6 +631,7 @@ int gp_diff_load(const char *a_path, const char *b_path, const gp_analysis_optio
     if (gp_profile_load(a_path, &o, a, err, err_size) != 0)
         goto done;
     o.observer = gp_align_observer(al, 1);
+    o.without_sites = true; /* B's sites: only A's are ever read after the diff */
     /* B shares A's symbolizer: the same program's modules are opened and resolved once */
     if (gp__profile_load_with(b_path, &o, gp_symbolizer_share((*a)->symbolizer), b, err,
                               err_size) != 0)

@@ -125,8 +125,9 @@ typedef struct gp_diff {
 int gp_diff_compute(gp_profile *a, gp_profile *b, const gp_align *al, const char *a_path,
                     const char *b_path, gp_diff **out, char *err, size_t err_size);
 
-/* Loads A and B with `opts` (its observer is replaced), aligns and diffs them. Returns 0, or -1
- * with a message naming the file in err; on success the caller owns *a, *b and *out. */
+/* Loads A and B with `opts` (its observer is replaced; B is loaded without_sites), aligns and
+ * diffs them. Returns 0, or -1 with a message naming the file in err; on success the caller owns
+ * *a, *b and *out. */
 int gp_diff_load(const char *a_path, const char *b_path, const gp_analysis_options *opts,
                  gp_profile **a, gp_profile **b, gp_diff **out, char *err, size_t err_size);
 void gp_diff_free(gp_diff *d);
