@@ -50,6 +50,7 @@
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <link.h>
 #include <math.h>
 #include <pthread.h>
@@ -297,7 +298,7 @@ static struct {
 
     pthread_t flusher;
     bool flusher_running;
-    atomic_bool flusher_stop;
+    atomic_uint flusher_stop; /* 1: stop; a futex word, so that lp_stop wakes the flusher's nap */
 
     _Atomic(lp__module_map *) modules;
     atomic_uint_fast64_t modules_generation;
@@ -2001,7 +2002,12 @@ static void *lp__flusher_main(void *arg)
                            (long)(interval / 4 % 1000000000ull)};
     uint64_t last_census = lp__now();
     while (!atomic_load(&R.flusher_stop)) {
-        nanosleep(&nap, NULL);
+        /* the nap, which lp_stop cuts short: an exiting program does not wait it out */
+        if (syscall(SYS_futex, &R.flusher_stop, FUTEX_WAIT_PRIVATE, 0u, &nap, NULL, 0) != 0 &&
+            errno != ETIMEDOUT && errno != EAGAIN && errno != EINTR)
+            nanosleep(&nap, NULL); /* no futex here (a sandbox's filter): the plain nap */
+        if (atomic_load(&R.flusher_stop))
+            break;
         uint64_t now = lp__now();
         bool census = now - last_census >= 1000000000ull;
         if (census)
@@ -2029,7 +2035,7 @@ static void *lp__flusher_main(void *arg)
 
 static void lp__start_flusher(void)
 {
-    atomic_store(&R.flusher_stop, false);
+    atomic_store(&R.flusher_stop, 0u);
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old); /* the flusher takes no signals */
@@ -2274,7 +2280,8 @@ void lp_stop(void)
     lp__finish();
     atomic_store(&R.recording, false);
     if (R.flusher_running) {
-        atomic_store(&R.flusher_stop, true);
+        atomic_store(&R.flusher_stop, 1u);
+        syscall(SYS_futex, &R.flusher_stop, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
         pthread_join(R.flusher, NULL);
         R.flusher_running = false;
     }
