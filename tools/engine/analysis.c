@@ -1535,6 +1535,10 @@ static int finish(gp_profile *p)
             top_site_consider(p, best, key, (uint32_t)i, raw);
     }
     free(best);
+    gp__map_free(&e->key_site_map); /* read by nothing after the top sites */
+    free(e->key_site_bytes);
+    e->key_site_bytes = NULL;
+    e->n_key_site = e->cap_key_site = 0;
     timeline_close_bucket(p);
     if (gp__detectors_finish(e->detectors, p) != 0)
         return -1;
@@ -1587,10 +1591,6 @@ static void drop_sites(gp_profile *p)
     e->site_sides = NULL;
     e->n_site_sides = e->cap_site_sides = 0;
     gp__map_free(&e->site_map);
-    gp__map_free(&e->key_site_map);
-    free(e->key_site_bytes);
-    e->key_site_bytes = NULL;
-    e->n_key_site = e->cap_key_site = 0;
     free(e->site_labels);
     e->site_labels = NULL;
 }
