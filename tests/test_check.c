@@ -230,7 +230,9 @@ static void test_incomplete(void **state)
 
 /* 90% of the bytes raw without a stack: unclassified; fine with stacks or when no rule needs
  * categories. */
-static void write_raw(const char *path, bool stacks)
+/* 9000 raw bytes (with a stack or not) and 1000 tagged activation bytes; `notes` are
+ * "saves_seen" values noted before them (NULL-terminated, or NULL for none). */
+static void write_raw_noted(const char *path, bool stacks, const char *const *notes)
 {
     tb *b = tb_open(path, "raw");
     tb_module(b, 1, 0x400000, 0x10000, "/opt/raw", "");
@@ -239,11 +241,18 @@ static void write_raw(const char *path, bool stacks)
     const uint64_t o[1] = {0x100};
     uint32_t s = stacks ? tb_stack(b, 1, m, o) : 0;
     tb_at(b, 1000);
+    for (size_t i = 0; notes && notes[i]; i++)
+        tb_note(b, "saves_seen", notes[i]);
     tb_alloc(b, 0x1000, 9000, s);
     tb_alloc(b, 0x4000, 1000, 0);
     tb_tag(b, 0x4000, 1000, LP_CAT_ACTIVATION, "linear", "m", NULL, true, 0);
     tb_end(b);
     assert_int_equal(tb_close(b), 0);
+}
+
+static void write_raw(const char *path, bool stacks)
+{
+    write_raw_noted(path, stacks, NULL);
 }
 
 static void test_unclassified(void **state)
@@ -282,6 +291,28 @@ static void test_unclassified(void **state)
     p = load(tmp_path("stacks.gptrace"));
     assert_int_equal(gp_check_classified(p, &bytes, msg, sizeof msg), 0);
     assert_int_equal(bytes, 0);
+    gp_profile_free(p);
+}
+
+/* A process where the tagging source saw every save (a DataLoader worker under the PyTorch
+ * helper) is judged without tags or stacks, unless one of its notes says otherwise. */
+static void test_every_save_seen(void **state)
+{
+    (void)state;
+    static const char *const all[] = {"all", NULL}, *const lapsed[] = {"all", "some", NULL};
+    char msg[768];
+    write_raw_noted(tmp_path("seen.gptrace"), false, all);
+    gp_profile *p = load(tmp_path("seen.gptrace"));
+    assert_int_equal(gp_check_classified(p, NULL, msg, sizeof msg), 0);
+    gp_check_rules rules;
+    gp_check_rules_default(&rules);
+    gp_check_result *r = run(p, &rules);
+    assert_int_equal(r->verdict, GP_CHECK_PASSED);
+    gp_check_result_free(r);
+    gp_profile_free(p);
+    write_raw_noted(tmp_path("lapsed.gptrace"), false, lapsed);
+    p = load(tmp_path("lapsed.gptrace"));
+    assert_int_equal(gp_check_classified(p, NULL, msg, sizeof msg), GP_EUNCLASSIFIED);
     gp_profile_free(p);
 }
 
@@ -488,6 +519,7 @@ int main(void)
         cmocka_unit_test(test_end_reason),
         cmocka_unit_test_setup_teardown(test_incomplete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unclassified, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_every_save_seen, setup, teardown),
         cmocka_unit_test(test_forbid),
         cmocka_unit_test(test_region),
         cmocka_unit_test(test_peak_growth_leaks),

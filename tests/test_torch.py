@@ -167,6 +167,55 @@ def test_unmodified(E):
         expect(rc_n == 0 and cn["passed"], "%s: check passes the no_grad run" % name)
 
 
+# ---- DataLoader workers --------------------------------------------------------------------------
+
+def process_traces(trace):
+    """The traces of a run: TRACE, then those of the processes it forked (TRACE.PID)."""
+    forked = [t for t in glob.glob(trace + ".*") if t.rsplit(".", 1)[1].isdigit()]
+    return [t for t in [trace] + sorted(forked) if os.path.exists(t)]
+
+
+def test_workers(E):
+    """Forked DataLoader workers call no model, so nothing in their traces is tagged and, without
+    stacks, check could not judge them: the helper keeps its saved-tensor hooks on in a forked
+    child and notes so ("saves_seen" "all"). A correct evaluation loop with workers passes as a
+    whole job; workers that build graphs fail on what those graphs saved."""
+    ok, bad = E.path("w_nograd.gptrace"), E.path("w_graph.gptrace")
+    for t in (ok, bad):
+        for old in process_traces(t):
+            os.unlink(old)
+    parallel([record(E, ok, "loader_cnn.py", ["--no-grad", "--workers", "2"]),
+              lambda: run([E.gradprof, "run", "-o", bad, "--", PY,
+                           os.path.join(E.src, "tests", "torch_worker_graph.py")])])
+    for name, trace, want_rc in (("no_grad loop", ok, 0), ("graphs in workers", bad, 1)):
+        procs = process_traces(trace)
+        expect(len(procs) == 3, "%s: the main process and 2 workers traced (%d traces)"
+               % (name, len(procs)))
+        for w in procs[1:]:
+            notes = [n for n in report_json(E, w, top=1)()["notes"] if n["key"] == "saves_seen"]
+            expect([n["value"] for n in notes] == ["all"],
+                   "%s: worker %s notes that the helper sees every save (%s)"
+                   % (name, os.path.basename(w), notes))
+        p = run([E.gradprof, "check"] + procs + ["--format", "json"], expect_rc=(0, 1, 2))
+        job = json.loads(p.stdout)
+        log("%s: check rc %d, %s" % (name, p.returncode, ", ".join(
+            "%s %s" % (os.path.basename(x["path"]), x["verdict"]) for x in job["processes"])))
+        expect(p.returncode == want_rc, "%s: the job's check exits %d" % (name, want_rc))
+        if want_rc == 1:
+            for x in job["processes"]:
+                is_worker = x["path"] != trace
+                expect((x["verdict"] == "fail") == is_worker,
+                       "%s: %s %s" % (name, os.path.basename(x["path"]),
+                                      "fails (its graphs' saved tensors)" if is_worker
+                                      else "passes (its model ran under no_grad)"))
+            for w in procs[1:]:
+                rc, c = check_json(E, w)()
+                saved = [v for v in c["violations"] if v["category"] == "saved"]
+                expect(saved and saved[0]["bytes"] >= 4 * 8 * 64 * 4,
+                       "%s: %s fails on at least one batch's saved inputs (%s)"
+                       % (name, os.path.basename(w), [v["bytes"] for v in saved]))
+
+
 # ---- with the helper -----------------------------------------------------------------------------
 
 MODULES = {
@@ -852,7 +901,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("subtest", choices=["unmodified", "instrumented", "accumulate", "helper",
                                         "retention", "pitfalls", "cuda_tags", "pytest",
-                                        "aligned"])
+                                        "workers", "aligned"])
     ap.add_argument("--program", choices=ALIGNED_PROGRAMS, help="for aligned")
     ap.add_argument("--gradprof", required=True)
     ap.add_argument("--source", required=True)
@@ -877,7 +926,7 @@ def main():
         {"unmodified": test_unmodified, "instrumented": test_instrumented,
          "accumulate": test_accumulate, "helper": test_helper, "retention": test_retention,
          "pitfalls": test_pitfalls, "cuda_tags": test_cuda_tags,
-         "pytest": test_pytest}[args.subtest](E)
+         "pytest": test_pytest, "workers": test_workers}[args.subtest](E)
     log("test_torch %s: %d failure(s) in %.0f s" % (name, len(FAILURES), time.time() - t0))
     return 1 if FAILURES else 0
 

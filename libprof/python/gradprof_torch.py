@@ -77,6 +77,11 @@ Limits:
   not known as inputs (a saved one without ``grad_fn`` would be tagged ``leaf``);
 * if a module's forward raises, its regions are closed at the next forward of an instrumented
   model or when an enclosing region (``gp.region``, ``no_grad``) exits.
+
+A forked child (a DataLoader worker) writes its own trace and calls no model: there the helper
+forgets the parent's saved tensors, keeps its saved-tensor hooks on in every thread for the
+child's whole life and notes ``saves_seen`` ``all`` (``some`` if the program then pushes its own
+hooks), so that ``gradprof check`` can judge a worker that tagged nothing (_in_forked_child).
 """
 
 import atexit
@@ -402,6 +407,7 @@ class _State:
         self.global_handles = []
         self.watch = None       # a test being watched (watch_begin), or None
         self.last_holders = []  # what the last holder scan found
+        self.saves_all = False  # every save of this process is seen (a forked child, noted)
 
     # -- library --
     def ensure_lib(self):
@@ -731,6 +737,66 @@ class _State:
 
 
 _S = _State()
+
+
+def _note_saves_seen(value):
+    note = getattr(_S.lib.lib, "lp_note", None) if _S.on else None
+    if note is not None:
+        note(b"saves_seen", value)
+
+
+def _hooks_everywhere(s):
+    """Pushes the saved-tensor hooks for good on this thread and on every thread started later
+    (threading's bootstrap wrapped). False, pushing nothing, where that cannot be promised: the
+    hooks or the program's own are already on here, or threading has no such bootstrap."""
+    import torch
+    boot = getattr(threading.Thread, "_bootstrap_inner", None)
+    if boot is None or s.tls.hooks or s.tls.user_hooks:
+        return False
+
+    def push():
+        if s.tls.hooks == 0:
+            torch._C._autograd._push_saved_tensors_default_hooks(s.pack, _unpack)
+            s.tls.hooks += 1
+
+    @functools.wraps(boot)
+    def _bootstrap_inner(self):
+        try:
+            push()
+        except Exception:
+            pass
+        return boot(self)
+
+    _patch(threading.Thread, "_bootstrap_inner", _bootstrap_inner)
+    push()
+    return True
+
+
+def _in_forked_child():
+    """After a fork (os.register_at_fork). The child records a trace of its own, which holds none
+    of the parent's tags, and a forked child (a DataLoader worker) usually calls no model, where
+    the saved-tensor hooks are otherwise pushed. So the helper forgets the parent's saved tensors,
+    keeps its hooks on in every thread of the child and notes so ("saves_seen" "all"): a trace of
+    the child without saved tensors is one where no graph kept a tensor, which check can judge."""
+    s = _S
+    if not s.on or "torch" not in sys.modules:
+        return
+    try:
+        s.lock = threading.RLock()  # another thread of the parent may have held it at the fork
+        s.saved.clear()
+        s.saved_live.clear()
+        s.saved_live_total = 0
+        s.saved_cur = None
+        s.input_keys.clear()
+        if _hooks_everywhere(s):
+            s.saves_all = True
+            _note_saves_seen(b"all")
+    except Exception:
+        pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_in_forked_child)
 # The op of a saved tensor that is autocast's cast copy of a weight (_autocast_weight).
 AUTOCAST_WEIGHT_CAST = "autocast::weight_cast"
 _VIEW_NODES = ("TBackward0", "TransposeBackward0", "PermuteBackward0", "ViewBackward0",
@@ -1272,6 +1338,9 @@ def _wrap_user_hooks(cls):
     def __enter__(self, *a, **k):
         r = enter(self, *a, **k)
         _S.tls.user_hooks += 1
+        if _S.saves_all:  # the program's hooks now see the saves the helper's would have
+            _S.saves_all = False
+            _note_saves_seen(b"some (the program's own saved_tensors_hooks)")
         return r
 
     @functools.wraps(exit_)

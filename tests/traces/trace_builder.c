@@ -282,6 +282,15 @@ void tb_mark(tb *b, const char *name)
     tb_commit(b, p);
 }
 
+void tb_note(tb *b, const char *key, const char *value)
+{
+    uint32_t k = tb_string(b, key);
+    uint8_t *type_at, *p = tb_begin(b, GP_REC_NOTE, &type_at);
+    p += gp_put_varint(p, k);
+    p += tb_put_str(p, value);
+    tb_commit(b, p);
+}
+
 void tb_grad_mode(tb *b, bool grad, bool inference)
 {
     uint8_t *type_at, *p = tb_begin(b, GP_REC_GRAD_MODE, &type_at);

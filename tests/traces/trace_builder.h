@@ -40,6 +40,7 @@ void tb_tag(tb *b, uint64_t addr, uint64_t size, lp_category cat, const char *op
 void tb_region_push(tb *b, const char *name);
 void tb_region_pop(tb *b);
 void tb_mark(tb *b, const char *name);
+void tb_note(tb *b, const char *key, const char *value); /* a timed note (lp_note) */
 void tb_grad_mode(tb *b, bool grad, bool inference);
 void tb_end(tb *b);
 

@@ -125,6 +125,22 @@ int gp_check_complete(const gp_profile *p, char *why, size_t why_size)
     return GP_EINCOMPLETE;
 }
 
+/* Whether a tagging source said it saw every tensor saved for backward in the process: notes
+ * "saves_seen", each of them "all" (one that says otherwise, or notes past the cap that could
+ * have, and it did not). */
+static bool every_save_seen(const gp_profile *p)
+{
+    bool all = false;
+    for (size_t i = 0; i < p->n_notes; i++) {
+        if (strcmp(p->notes[i].key, "saves_seen") != 0)
+            continue;
+        if (strcmp(p->notes[i].value, "all") != 0)
+            return false;
+        all = true;
+    }
+    return all && p->notes_dropped == 0;
+}
+
 int gp_check_classified(const gp_profile *p, uint64_t *unclassified, char *why, size_t why_size)
 {
     uint64_t bytes = 0, total = 0, tagged = 0;
@@ -140,8 +156,8 @@ int gp_check_classified(const gp_profile *p, uint64_t *unclassified, char *why, 
         *unclassified = bytes;
     /* Parameters and saved tensors come only from a tagging source (the tensor library, the
      * PyTorch helper), never from a frame rule: with one attached, what it did not tag is not
-     * the graph memory it tags. */
-    if (total == 0 || tagged > 0 ||
+     * the graph memory it tags; one that saw every save says so even when it tagged nothing. */
+    if (total == 0 || tagged > 0 || every_save_seen(p) ||
         (unsigned __int128)bytes * 100 <=
             (unsigned __int128)total * GP_CHECK_UNCLASSIFIED_MAX_PERCENT)
         return 0;
