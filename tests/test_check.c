@@ -228,8 +228,6 @@ static void test_incomplete(void **state)
     gp_profile_free(p);
 }
 
-/* 90% of the bytes raw without a stack: unclassified; fine with stacks or when no rule needs
- * categories. */
 /* 9000 raw bytes (with a stack or not) and 1000 tagged activation bytes; `notes` are
  * "saves_seen" values noted before them (NULL-terminated, or NULL for none). */
 static void write_raw_noted(const char *path, bool stacks, const char *const *notes)
@@ -255,6 +253,8 @@ static void write_raw(const char *path, bool stacks)
     write_raw_noted(path, stacks, NULL);
 }
 
+/* 90% of the bytes raw without a stack: unclassified; fine with stacks or when no rule needs
+ * categories. */
 static void test_unclassified(void **state)
 {
     (void)state;

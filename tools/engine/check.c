@@ -126,8 +126,7 @@ int gp_check_complete(const gp_profile *p, char *why, size_t why_size)
 }
 
 /* Whether a tagging source said it saw every tensor saved for backward in the process: notes
- * "saves_seen", each of them "all" (one that says otherwise, or notes past the cap that could
- * have, and it did not). */
+ * "saves_seen", all of them "all", and none past the notes' cap (one there could say otherwise). */
 static bool every_save_seen(const gp_profile *p)
 {
     bool all = false;
