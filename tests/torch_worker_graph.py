@@ -5,8 +5,10 @@ input and the tanh output while the item is made; the item is returned detached 
 would have to, to send it). The model's evaluation is under no_grad. Run by test_torch.py
 (`workers`) under `gradprof run`: `check` must fail the workers' traces on saved memory.
 
-    torch_worker_graph.py
+    torch_worker_graph.py [--context fork|spawn]   (how the workers start; default fork)
 """
+import argparse
+
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -24,10 +26,14 @@ class Smoothed(Dataset):
 
 
 def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--context", choices=["fork", "spawn"], default="fork")
+    context = ap.parse_args().context
     torch.manual_seed(0)
     model = torch.nn.Linear(64, 4).eval()
     outs = []
-    for batch in DataLoader(Smoothed(), batch_size=4, num_workers=2):
+    for batch in DataLoader(Smoothed(), batch_size=4, num_workers=2,
+                            multiprocessing_context=context):
         with torch.no_grad():
             outs.append(model(batch))
     print("batches", len(outs))

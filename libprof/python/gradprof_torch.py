@@ -772,12 +772,19 @@ def _hooks_everywhere(s):
     return True
 
 
+def _child_sees_all_saves(s):
+    """In a child process of the program, which records a trace of its own and usually calls no
+    model (a DataLoader worker), where the saved-tensor hooks are otherwise pushed: the hooks on
+    in every thread for the child's whole life, noted ("saves_seen" "all") once. A trace of the
+    child without saved tensors is then one where no graph kept a tensor, which check can judge."""
+    if s.on and not s.saves_all and _hooks_everywhere(s):
+        s.saves_all = True
+        _note_saves_seen(b"all")
+
+
 def _in_forked_child():
-    """After a fork (os.register_at_fork). The child records a trace of its own, which holds none
-    of the parent's tags, and a forked child (a DataLoader worker) usually calls no model, where
-    the saved-tensor hooks are otherwise pushed. So the helper forgets the parent's saved tensors,
-    keeps its hooks on in every thread of the child and notes so ("saves_seen" "all"): a trace of
-    the child without saved tensors is one where no graph kept a tensor, which check can judge."""
+    """After a fork (os.register_at_fork): the child's trace holds none of the parent's tags, so
+    the helper forgets the parent's saved tensors; then _child_sees_all_saves."""
     s = _S
     if not s.on or "torch" not in sys.modules:
         return
@@ -788,11 +795,26 @@ def _in_forked_child():
         s.saved_live_total = 0
         s.saved_cur = None
         s.input_keys.clear()
-        if _hooks_everywhere(s):
-            s.saves_all = True
-            _note_saves_seen(b"all")
+        _child_sees_all_saves(s)
     except Exception:
         pass
+
+
+def _wrap_process_bootstrap(cls):
+    """multiprocessing's start of a child process: one started by spawn or forkserver (a
+    DataLoader worker with multiprocessing_context="spawn") has attached the helper when it
+    imported torch, and is a child like a forked one from the moment it bootstraps."""
+    boot = cls._bootstrap
+
+    @functools.wraps(boot)
+    def _bootstrap(self, *a, **k):
+        try:
+            _child_sees_all_saves(_S)
+        except Exception:
+            pass
+        return boot(self, *a, **k)
+
+    _patch(cls, "_bootstrap", _bootstrap)
 
 
 if hasattr(os, "register_at_fork"):
@@ -1451,6 +1473,9 @@ def _install_globals():
     _patch(torch.nn.Module, "__call__", _wrap_module_call(torch.nn.Module.__call__))
     _wrap_ctx(torch.autocast, "autocast")
     _patch(torch.autograd, "backward", _wrap_backward(torch.autograd.backward))
+    import multiprocessing.process as mp_process
+    if hasattr(mp_process.BaseProcess, "_bootstrap"):
+        _wrap_process_bootstrap(mp_process.BaseProcess)
 
 
 def _uninstall_globals():

@@ -18,6 +18,9 @@ then acts once torch has been imported (a program that never imports torch pays 
   covered: threads that were already running when torch was imported (PyTorch's grad mode is per
   thread), threads started without ``threading`` (from C++).
 
+A process that exits without having imported torch notes ``saves_seen`` ``all`` in its trace (it
+saved no tensor for backward), so that ``gradprof check`` can judge it without tags or stacks.
+
 ``gradprof run`` records a Python program without call stacks unless told otherwise (the
 PyTorch helper's tags say what the tensors are; README "PyTorch"); it then sets
 ``GRADPROF_PYTHON_NO_STACKS=1``, and a program that exits without having imported torch gets one
@@ -181,13 +184,32 @@ def _note_no_stacks():
         pass
 
 
+def _note_torch_never_imported():
+    """At exit, when this process never imported torch: no tensor was saved for backward in it,
+    and its trace says so (note "saves_seen" "all", as the helper notes in a DataLoader worker)
+    so that check can judge it (a process of the job that only serves the others:
+    multiprocessing's resource tracker, a launcher)."""
+    if "torch" in sys.modules:
+        return
+    try:
+        import ctypes
+        note = getattr(ctypes.CDLL(None), "lp_note", None)  # the preloaded recorder's
+        if note is not None:
+            note.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+            note.restype = None
+            note(b"saves_seen", b"all")
+    except Exception:
+        pass
+
+
 def _main():
+    import atexit
     grad_off = _setting("GRADPROF_GRAD_DEFAULT", ("on", "off")) == "off"
     if grad_off or _wants_helper():
         _install_torch_hook()
     if os.environ.pop("GRADPROF_PYTHON_NO_STACKS", None) == "1":
-        import atexit
         atexit.register(_note_no_stacks)
+    atexit.register(_note_torch_never_imported)
 
 
 _main()
