@@ -33,7 +33,8 @@
  *               was attached (some bytes tagged `parameter` or `saved`, which no frame rule
  *               gives: the PyTorch helper in a run without stacks), or one saw every tensor
  *               saved for backward in the process (notes "saves_seen", each "all": the helper
- *               in a forked child such as a DataLoader worker, which calls no model).
+ *               in a DataLoader worker, which calls no model; the startup hook in a Python
+ *               process that never imported torch).
  * A doubt the rules accept (allow_incomplete, allow_unclassified) is kept and shown but does not
  * decide the verdict. Verdict: UNJUDGED when a doubt is not accepted (whatever the rules found),
  * else FAILED when a rule has a violation, else PASSED.
