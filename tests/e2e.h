@@ -53,4 +53,15 @@ void e2e_one_line_error(const e2e_session *s, const char *prefix);
  * there. */
 bool e2e_have_python(void);
 
+/* Short names for a test program with one session: it defines E2E_SESSION as that session's
+ * variable before including this header (test_cli, test_compare). sh runs `sh -c CMD` in the
+ * session's directory, its stdout and stderr into .out and .err, and returns the exit status. */
+#ifdef E2E_SESSION
+#define sh(...) e2e_sh(&E2E_SESSION, __VA_ARGS__)
+#define show() e2e_show(&E2E_SESSION)
+#define contains(hay, needle) e2e_contains(&E2E_SESSION, hay, needle)
+#define lacks(hay, needle) e2e_lacks(&E2E_SESSION, hay, needle)
+#define expect_rc(rc, want) e2e_expect_rc(&E2E_SESSION, rc, want)
+#endif
+
 #endif

@@ -27,6 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#define E2E_SESSION S /* the short names of e2e.h act on S */
 #include "e2e.h"
 
 #define PYTHON "/usr/bin/python3"
@@ -35,12 +36,6 @@
 
 static e2e_session S; /* the scratch directory (S.dir) and the last command's S.out, S.err */
 
-/* Runs `sh -c CMD` in S.dir, its stdout and stderr into S.out and S.err; the exit status. */
-#define sh(...) e2e_sh(&S, __VA_ARGS__)
-#define show() e2e_show(&S)
-#define contains(hay, needle) e2e_contains(&S, hay, needle)
-#define lacks(hay, needle) e2e_lacks(&S, hay, needle)
-#define expect_rc(rc, want) e2e_expect_rc(&S, rc, want)
 /* One line on stderr: usage errors are one clear line. */
 #define one_line_error() e2e_one_line_error(&S, "gradprof compare: ")
 
