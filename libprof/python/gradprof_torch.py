@@ -78,10 +78,11 @@ Limits:
 * if a module's forward raises, its regions are closed at the next forward of an instrumented
   model or when an enclosing region (``gp.region``, ``no_grad``) exits.
 
-A forked child (a DataLoader worker) writes its own trace and calls no model: there the helper
-forgets the parent's saved tensors, keeps its saved-tensor hooks on in every thread for the
+A child process (a DataLoader worker, forked or started by spawn or forkserver) writes its own
+trace and calls no model: there the helper keeps its saved-tensor hooks on in every thread for the
 child's whole life and notes ``saves_seen`` ``all`` (``some`` if the program then pushes its own
-hooks), so that ``gradprof check`` can judge a worker that tagged nothing (_in_forked_child).
+hooks), so that ``gradprof check`` can judge a worker that tagged nothing (_child_sees_all_saves);
+a forked child first forgets the parent's saved tensors (_in_forked_child).
 """
 
 import atexit
