@@ -1737,9 +1737,7 @@ static uint32_t lp__stack_id(lp__thread *th, void *const *ips, int n, bool py)
     int known = m - 2;
     while (known >= 0 && !lp__idmap_get(&th->frames, th->prefix[known].h1,
                                         (uint32_t)th->prefix[known].h2, &parent))
-        known--;
-    if (known < 0)
-        parent = 0;
+        known--; /* parent: the deepest known node's id, or still 0 (none: the root) */
     for (int j = known + 1; j < m; j++) {
         const struct lp__mframe *f = &th->merged[m - 1 - j];
         uint64_t where = f->py < 0 ? lp__locate(th, f->ip) : th->prefix[j].where;
