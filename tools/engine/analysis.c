@@ -1552,6 +1552,7 @@ static int finish(gp_profile *p)
     free(e->host_sites);
     e->host_sites = NULL;
     e->n_host_sites = 0;
+    gp__map_free(&e->site_map); /* the device sites' twin of host_sites */
     free(e->stack_class);
     e->stack_class = NULL;
     e->n_stack_class = 0;
@@ -1590,7 +1591,6 @@ static void drop_sites(gp_profile *p)
     free(e->site_sides);
     e->site_sides = NULL;
     e->n_site_sides = e->cap_site_sides = 0;
-    gp__map_free(&e->site_map);
     free(e->site_labels);
     e->site_labels = NULL;
 }
