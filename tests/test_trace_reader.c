@@ -3,6 +3,7 @@
  * writer (gradprof/trace_format.h). Traces are made by a small encoder written here from the
  * format description, so the tests check the reader against the format, not against the writer.
  */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -11,7 +12,9 @@
 
 #include <errno.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,6 +128,9 @@ static size_t fb_chunk(fbuf *f, uint32_t thread, uint64_t base, uint64_t write_t
     return off;
 }
 
+static void expect_readahead_same(const char *path);
+
+/* Writes the file, and checks that reading it with readahead answers as reading it without. */
 static void fb_write(const fbuf *f, const char *path)
 {
     FILE *fp = fopen(path, "wb");
@@ -132,6 +138,7 @@ static void fb_write(const fbuf *f, const char *path)
     if (f->n)
         assert_int_equal(fwrite(f->data, 1, f->n, fp), f->n);
     assert_int_equal(fclose(fp), 0);
+    expect_readahead_same(path);
 }
 
 static void e_begin(enc *e, uint64_t base)
@@ -327,6 +334,98 @@ static size_t read_all(gp_trace *t, gp_event *ev, size_t max)
     assert_int_equal(r, 0);
     assert_int_equal(gp_trace_next(t, &e, err, sizeof err), 0); /* stays at the end */
     return n;
+}
+
+static bool same_str(const char *a, const char *b)
+{
+    return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+static void expect_same_event(const gp_event *a, const gp_event *b)
+{
+    assert_int_equal(a->kind, b->kind);
+    assert_int_equal(a->time_ns, b->time_ns);
+    assert_int_equal(a->thread, b->thread);
+    assert_int_equal(a->addr, b->addr);
+    assert_int_equal(a->size, b->size);
+    assert_int_equal(a->device, b->device);
+    assert_int_equal(a->stack, b->stack);
+    assert_int_equal(a->category, b->category);
+    assert_true(same_str(a->op, b->op) && same_str(a->module, b->module));
+    assert_true(same_str(a->detail, b->detail) && same_str(a->name, b->name));
+    assert_int_equal(a->grad_enabled, b->grad_enabled);
+    assert_int_equal(a->inference, b->inference);
+    assert_int_equal(a->count, b->count);
+}
+
+/* What the accessors of a and b answer now: the same. */
+static void expect_same_tables(const gp_trace *a, const gp_trace *b)
+{
+    static const char *const keys[] = {
+        "command", "empty", "flush_interval_ns", "pid", "start_monotonic_ns", "missing"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        assert_true(same_str(gp_trace_meta(a, keys[i]), gp_trace_meta(b, keys[i])));
+    assert_int_equal(gp_trace_module_count(a), gp_trace_module_count(b));
+    for (uint32_t id = 0; id <= gp_trace_module_count(a) + 1; id++) {
+        const gp_module *ma = gp_trace_module(a, id), *mb = gp_trace_module(b, id);
+        assert_true((ma == NULL) == (mb == NULL));
+        if (ma) {
+            assert_int_equal(ma->base, mb->base);
+            assert_int_equal(ma->size, mb->size);
+            assert_true(same_str(ma->path, mb->path) && same_str(ma->build_id, mb->build_id));
+        }
+    }
+    assert_int_equal(gp_trace_thread_count(a), gp_trace_thread_count(b));
+    for (uint32_t th = 0; th <= gp_trace_thread_count(a) + 1; th++) {
+        assert_true(same_str(gp_trace_thread_name(a, th), gp_trace_thread_name(b, th)));
+        assert_int_equal(gp_trace_thread_os_tid(a, th), gp_trace_thread_os_tid(b, th));
+    }
+    assert_int_equal(gp_trace_stack_count(a), gp_trace_stack_count(b));
+    for (uint32_t id = 0; id <= gp_trace_stack_count(a) + 1; id++) {
+        uint32_t m1 = 0, m2 = 0, p1 = 0, p2 = 0;
+        uint64_t o1 = 0, o2 = 0;
+        assert_int_equal(gp_trace_stack_frame(a, id, &m1, &o1, &p1),
+                         gp_trace_stack_frame(b, id, &m2, &o2, &p2));
+        assert_true(m1 == m2 && o1 == o2 && p1 == p2);
+    }
+}
+
+/* Reads `path` with and without readahead in lockstep: every call answers the same, every
+ * event and every accessor after it, to the end or the same error. */
+static void expect_readahead_same(const char *path)
+{
+    gp_trace *a = NULL, *b = NULL;
+    char ea[512] = "", eb[512] = "";
+    int oa = gp_trace_open(path, &a, ea, sizeof ea), ob = gp_trace_open(path, &b, eb, sizeof eb);
+    assert_int_equal(oa, ob);
+    if (oa != 0)
+        return;
+    cpu_set_t cpus;
+    bool two = sched_getaffinity(0, sizeof cpus, &cpus) != 0 || CPU_COUNT(&cpus) >= 2;
+    assert_int_equal(gp_trace_readahead(b), two ? 1 : 0);
+    int ra, rb;
+    do {
+        gp_event va, vb;
+        ra = gp_trace_next(a, &va, ea, sizeof ea);
+        rb = gp_trace_next(b, &vb, eb, sizeof eb);
+        assert_int_equal(ra, rb);
+        if (ra == 1)
+            expect_same_event(&va, &vb);
+        else if (ra < 0)
+            assert_string_equal(ea, eb);
+        expect_same_tables(a, b);
+        assert_int_equal(gp_trace_readahead(b), -1); /* too late */
+    } while (ra == 1);
+    const gp_trace_info *ia = gp_trace_info_get(a), *ib = gp_trace_info_get(b);
+    assert_int_equal(ia->events, ib->events);
+    assert_int_equal(ia->chunks, ib->chunks);
+    assert_int_equal(ia->damaged, ib->damaged);
+    assert_int_equal(ia->damage_offset, ib->damage_offset);
+    assert_string_equal(ia->damage_reason, ib->damage_reason);
+    assert_int_equal(ia->clean_end, ib->clean_end);
+    assert_int_equal(ia->lost_events, ib->lost_events);
+    gp_trace_close(a);
+    gp_trace_close(b);
 }
 
 /* Opens `path` expecting failure; returns the message. */
@@ -1792,6 +1891,81 @@ static void test_growing_file(void **state)
     fb_free(&f);
 }
 
+/* A long trace: `nchunks` chunks of one thread, 2000 allocations each, at 16-byte steps. Returns
+ * the file offset of chunk `mark` (or 0). */
+static size_t build_long(const char *path, size_t nchunks, size_t mark)
+{
+    static enc e;
+    fbuf f = {0};
+    fb_header(&f, 1, 0);
+    size_t at = 0;
+    for (size_t c = 0; c < nchunks; c++) {
+        uint64_t base = 1000 + c * 10000;
+        e_begin(&e, base);
+        for (uint64_t i = 0; i < 2000; i++)
+            r_alloc(&e, base + i, 0x10000 + (c * 2000 + i) * 16, 16, 0, LP_DEVICE_HOST, true);
+        size_t off = fb_chunk(&f, 1, base, base + 2000, &e);
+        if (c == mark)
+            at = off;
+    }
+    FILE *fp = fopen(path, "wb"); /* not fb_write: the tests below read it their own way */
+    assert_non_null(fp);
+    assert_int_equal(fwrite(f.data, 1, f.n, fp), f.n);
+    assert_int_equal(fclose(fp), 0);
+    fb_free(&f);
+    return at;
+}
+
+/* A file changed after the scan, in a chunk the merge has not reached: with readahead as without,
+ * the events before it, then the same error. (Readahead decodes at most a few thousand events
+ * ahead, so chunk 40 of 50 is still unread after the first event.) */
+static void test_readahead_changed_file(void **state)
+{
+    (void)state;
+    const char *path = path_in("changed.gptrace");
+    for (int ahead = 0; ahead < 2; ahead++) {
+        size_t off = build_long(path, 50, 40);
+        gp_trace *t = open_ok(path);
+        if (ahead)
+            assert_true(gp_trace_readahead(t) >= 0);
+        gp_event ev;
+        char err[512] = "";
+        assert_int_equal(gp_trace_next(t, &ev, err, sizeof err), 1);
+        int fd = open(path, O_WRONLY);
+        assert_true(fd >= 0);
+        assert_int_equal(pwrite(fd, "XXXX", 4, (off_t)off), 4); /* chunk 40's magic */
+        assert_int_equal(close(fd), 0);
+        size_t n = 1;
+        int r;
+        while ((r = gp_trace_next(t, &ev, err, sizeof err)) == 1)
+            n++;
+        assert_int_equal(r, -1);
+        assert_int_equal(n, 40 * 2000);
+        assert_contains(err, "changed while it was read: the chunk at byte");
+        assert_int_equal(gp_trace_next(t, &ev, err, sizeof err), -1); /* stays failed */
+        assert_contains(err, "changed while it was read");
+        gp_trace_close(t);
+    }
+}
+
+/* Closing a trace while readahead is decoding stops its thread (no hang; no leak under ASan). */
+static void test_readahead_close_early(void **state)
+{
+    (void)state;
+    const char *path = path_in("early.gptrace");
+    build_long(path, 20, 0);
+    for (size_t stop_after = 0; stop_after < 5000; stop_after += 1111) {
+        gp_trace *t = open_ok(path);
+        assert_true(gp_trace_readahead(t) >= 0);
+        gp_event ev;
+        char err[512] = "";
+        for (size_t i = 0; i < stop_after; i++)
+            assert_int_equal(gp_trace_next(t, &ev, err, sizeof err), 1);
+        gp_trace_close(t);
+    }
+    expect_readahead_same(path);
+}
+
 /* A trace read from a pipe (not a regular file) gives the same events and damage report. */
 static void test_pipe(void **state)
 {
@@ -1941,6 +2115,8 @@ int main(void)
         cmocka_unit_test(test_times_never_go_back),
         cmocka_unit_test(test_exact_any_layout),
         cmocka_unit_test(test_growing_file),
+        cmocka_unit_test(test_readahead_changed_file),
+        cmocka_unit_test(test_readahead_close_early),
         cmocka_unit_test(test_pipe),
         cmocka_unit_test(test_open_errors),
         cmocka_unit_test(test_header_only),

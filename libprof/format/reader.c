@@ -20,6 +20,10 @@
  * Memory: the index (24 bytes a chunk), the open chunks (about one per thread active at a time),
  * and the string, stack, module and thread tables, which the API keeps until gp_trace_close().
  *
+ * Readahead (gp_trace_readahead): the merge runs on a thread of the reader's own, in batches,
+ * and the caller's thread delivers them; what the caller sees is the same (see "what the accessors
+ * show").
+ *
  * Times never go back: an event's time is raised to its writer's previous event's time and to its
  * chunk's key. A well-formed trace never needs that; for any other it keeps the stream ordered.
  *
@@ -42,12 +46,16 @@
  * checks as the scan; a chunk that passed the scan and then fails (the file was rewritten while it
  * was read) is an error, never a crash.
  */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "gradprof/trace.h"
 #include "gradprof/trace_format.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -472,6 +480,33 @@ typedef struct cursor {
     struct cursor *next_free;
 } cursor;
 
+/* What the accessors show. Only show() changes it (see there). */
+typedef struct shown {
+    gp_module *modules; /* by id - 1; a hole has path NULL */
+    size_t nmodules, modules_cap;
+    struct shown_thread { /* dense index - 1 -> */
+        const char *name; /* NULL = unnamed */
+        uint64_t os_tid;  /* from its THREAD record, 0 = unknown */
+    } *threads;
+    size_t nthreads, threads_cap;
+    struct shown_meta {
+        const char *key, *value;
+    } *meta; /* in the order the keys were first defined */
+    size_t nmeta, meta_cap;
+    idmap meta_by_key; /* key string index -> position in meta */
+    size_t nstacks;    /* stack ids 1..nstacks are defined */
+} shown;
+
+/* A change to what the accessors show, made while an event is decoded. */
+typedef struct change {
+    enum { CHANGE_MODULE, CHANGE_THREAD, CHANGE_META } kind;
+    uint32_t id;         /* the module id, the dense index, the key's string index */
+    uint64_t base, size; /* MODULE */
+    uint64_t os_tid;     /* THREAD */
+    const char *a, *b; /* MODULE: path, build id; THREAD: name (NULL = unnamed); META: key, value */
+    size_t at;         /* readahead: the position in its batch of the event it goes with */
+} change;
+
 struct gp_trace {
     int fd;
     char *path;
@@ -502,12 +537,9 @@ struct gp_trace {
     cursor *free_cursors;
 
     strtab strings;
-    idmap meta;         /* key string index -> value string index */
-    gp_module *modules; /* by id - 1; a hole has path NULL */
-    size_t nmodules, modules_cap;
 
     stack_node *stacks; /* global stack id - 1 */
-    size_t nstacks, stacks_cap;
+    size_t nstacks;
     uint32_t *stack_slots; /* the stack hash (see stack_table_build) */
     size_t nstack_slots;   /* a power of two */
     size_t stack_capacity; /* nodes it is sized for */
@@ -520,11 +552,7 @@ struct gp_trace {
     wthread *threads;
     size_t nthreads, threads_cap;
     idmap thread_by_writer; /* writer index -> slot in threads */
-    struct dense_thread {   /* dense index - 1 -> */
-        uint32_t name;      /* name string index, 0 = unnamed */
-        uint64_t os_tid;    /* from its THREAD record, 0 = unknown */
-    } *names;
-    size_t ndense, names_cap;
+    uint32_t ndense;        /* dense indexes made */
 
     bool have_meta_start;
     uint64_t meta_start_ns;
@@ -532,6 +560,10 @@ struct gp_trace {
     uint64_t min_base_ns;
     bool start_fixed;
     uint64_t start_ns;
+
+    shown shown;
+    bool want_readahead;
+    struct ra_state *ra; /* decoding on the reader's own thread; NULL when it is not */
 };
 
 static void set_err(char *err, size_t err_size, const char *fmt, ...)
@@ -715,17 +747,113 @@ static int get_addr_device(decoder *d, uint8_t flags, gp_event *ev)
     return DEC_OK;
 }
 
+/* ---- what the accessors show ----------------------------------------------------------------- */
+
+/*
+ * Readahead: the merge runs on a thread of the reader's own, up to RA_BATCHES batches of RA_BATCH
+ * events ahead of the caller, who must see exactly what it would see without. So the merge never
+ * changes what the accessors show: it logs each change (show()) with the event it is decoding,
+ * and the caller's thread applies it when it delivers that event. The stack nodes are the one
+ * table both threads read: the scan sizes its array, which never moves after; the merge appends
+ * nodes, published with the batch that first refers to them, and each event carries the count
+ * of nodes to show with it. (A node's children's fingerprint, which the merge sets on published
+ * nodes, is accessed with relaxed atomics.)
+ */
+#define RA_BATCH 1024
+#define RA_BATCHES 4
+
+typedef struct ra_batch {
+    gp_event ev[RA_BATCH];
+    uint32_t nstacks[RA_BATCH]; /* the stack count to show with each event */
+    size_t n;                   /* events in it */
+    int end; /* 1: more batches follow; 0: the stream ends after its events; -1: it failed there */
+    uint32_t end_nstacks;
+    change *changes; /* in the order they were made */
+    size_t nchanges, changes_cap;
+} ra_batch;
+
+typedef struct ra_state {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t to_merge;  /* a batch was emptied, or stop was set */
+    pthread_cond_t to_reader; /* a batch was filled */
+    size_t filled, taken;     /* batches the merge has filled; batches the caller is done with */
+    bool stop;
+    ra_batch *fill;          /* the merge's batch */
+    ra_batch *read;          /* the caller's batch; NULL between batches */
+    size_t pos, next_change; /* the caller's next event and change in it */
+    char err[256];           /* the merge's message */
+    ra_batch batches[RA_BATCHES];
+} ra_state;
+
+/* Applies a change to what the accessors show. 0, or -1 when out of memory. */
+static int apply(shown *sh, const change *c)
+{
+    switch (c->kind) {
+    case CHANGE_MODULE:
+        if (c->id > sh->nmodules) {
+            if (grow((void **)&sh->modules, &sh->modules_cap, c->id, sizeof *sh->modules) != 0)
+                return -1;
+            memset(&sh->modules[sh->nmodules], 0, (c->id - sh->nmodules) * sizeof *sh->modules);
+            sh->nmodules = c->id;
+        }
+        sh->modules[c->id - 1] = (gp_module){c->base, c->size, c->a, c->b};
+        return 0;
+    case CHANGE_THREAD:
+        if (c->id > sh->nthreads) {
+            if (grow((void **)&sh->threads, &sh->threads_cap, c->id, sizeof *sh->threads) != 0)
+                return -1;
+            memset(&sh->threads[sh->nthreads], 0, (c->id - sh->nthreads) * sizeof *sh->threads);
+            sh->nthreads = c->id;
+        }
+        sh->threads[c->id - 1] = (struct shown_thread){c->a, c->os_tid};
+        return 0;
+    case CHANGE_META: {
+        uint32_t at;
+        if (idmap_get(&sh->meta_by_key, c->id, &at)) {
+            sh->meta[at].value = c->b;
+            return 0;
+        }
+        if (grow((void **)&sh->meta, &sh->meta_cap, sh->nmeta + 1, sizeof *sh->meta) != 0 ||
+            idmap_put(&sh->meta_by_key, c->id, (uint32_t)sh->nmeta) != 0)
+            return -1;
+        sh->meta[sh->nmeta++] = (struct shown_meta){c->a, c->b};
+        return 0;
+    }
+    }
+    return 0;
+}
+
+/* Changes what the accessors show: at once, or with readahead logged with the event being
+ * decoded. DEC_OK or DEC_OOM. */
+static int show(gp_trace *t, const change *c)
+{
+    if (!t->ra)
+        return apply(&t->shown, c) == 0 ? DEC_OK : DEC_OOM;
+    ra_batch *b = t->ra->fill;
+    if (grow((void **)&b->changes, &b->changes_cap, b->nchanges + 1, sizeof *b->changes) != 0)
+        return DEC_OOM;
+    b->changes[b->nchanges] = *c;
+    b->changes[b->nchanges++].at = b->n;
+    return DEC_OK;
+}
+
+static void shown_free(shown *sh)
+{
+    free(sh->modules);
+    free(sh->threads);
+    free(sh->meta);
+    idmap_free(&sh->meta_by_key);
+}
+
 /* Gives the chunk's thread a new dense index (unnamed). */
 static int new_dense(decoder *d)
 {
     gp_trace *t = d->t;
     if (t->ndense >= UINT32_MAX - 1)
         return bad(d, "too many threads");
-    if (grow((void **)&t->names, &t->names_cap, t->ndense + 1, sizeof *t->names) != 0)
-        return DEC_OOM;
-    t->names[t->ndense++] = (struct dense_thread){0, 0};
-    d->w->dense = (uint32_t)t->ndense;
-    return DEC_OK;
+    d->w->dense = ++t->ndense;
+    return show(t, &(change){.kind = CHANGE_THREAD, .id = t->ndense});
 }
 
 /* Gives the chunk's thread its dense index if it has none yet. */
@@ -757,10 +885,11 @@ static int dec_meta(decoder *d)
         r = get_str(d, &value);
     if (r != DEC_OK || d->scan)
         return r;
-    if (idmap_put(&d->t->meta, key, value) != 0)
-        return DEC_OOM;
     meta_applied(d->t, string_at(d->t, key), string_at(d->t, value));
-    return DEC_OK;
+    return show(d->t, &(change){.kind = CHANGE_META,
+                                .id = key,
+                                .a = string_at(d->t, key),
+                                .b = string_at(d->t, value)});
 }
 
 static int dec_module(decoder *d)
@@ -781,14 +910,12 @@ static int dec_module(decoder *d)
         r = get_str(d, &build_id);
     if (r != DEC_OK || d->scan)
         return r;
-    if (id > t->nmodules) {
-        if (grow((void **)&t->modules, &t->modules_cap, id, sizeof *t->modules) != 0)
-            return DEC_OOM;
-        memset(&t->modules[t->nmodules], 0, (id - t->nmodules) * sizeof *t->modules);
-        t->nmodules = id;
-    }
-    t->modules[id - 1] = (gp_module){base, size, string_at(t, path), string_at(t, build_id)};
-    return DEC_OK;
+    return show(t, &(change){.kind = CHANGE_MODULE,
+                             .id = id,
+                             .base = base,
+                             .size = size,
+                             .a = string_at(t, path),
+                             .b = string_at(t, build_id)});
 }
 
 static int dec_thread(decoder *d)
@@ -810,8 +937,10 @@ static int dec_thread(decoder *d)
         return r;
     w->have_tid = true;
     w->os_tid = tid;
-    d->t->names[w->dense - 1] = (struct dense_thread){name, tid};
-    return DEC_OK;
+    return show(d->t, &(change){.kind = CHANGE_THREAD,
+                                .id = w->dense,
+                                .os_tid = tid,
+                                .a = name ? string_at(d->t, name) : NULL});
 }
 
 static int dec_string(decoder *d)
@@ -876,44 +1005,26 @@ static inline void stack_slot_put(gp_trace *t, uint32_t h, uint32_t id)
     t->stack_slots[j] = stack_slot_of(t, h, id);
 }
 
-/* (Re)builds the big table for up to `nodes` nodes, with every node made so far hashed in
- * (pending ones too). 0 or -1 (OOM). */
+/* Makes the node array and the big table for `nodes` nodes, the scan's count of STACK records:
+ * the merge makes at most that many, so neither ever grows (nor moves). 0 or -1 (OOM). */
 static int stack_table_build(gp_trace *t, size_t nodes)
 {
     size_t ns = 256;
     while (ns / 4 * 3 < nodes)
         ns *= 2;
-    if (nodes > t->stacks_cap) { /* exactly: the scan counted them */
-        stack_node *a = huge_alloc(nodes * sizeof *a);
-        if (!a)
-            return -1;
-        if (t->nstacks)
-            memcpy(a, t->stacks, t->nstacks * sizeof *a);
-        free(t->stacks);
-        t->stacks = a;
-        t->stacks_cap = nodes;
-    }
+    t->stacks = huge_alloc(nodes * sizeof *t->stacks);
     /* Written before it is read (a calloc'd mapping faults every page twice: read, then write),
      * on huge pages where the system allows it: the probes land anywhere in it. */
-    uint32_t *slots = huge_alloc(ns * sizeof *slots);
-    if (!slots)
+    t->stack_slots = huge_alloc(ns * sizeof *t->stack_slots);
+    if (!t->stacks || !t->stack_slots)
         return -1;
-    memset(slots, 0, ns * sizeof *slots);
-    free(t->stack_slots);
-    t->stack_slots = slots;
+    memset(t->stack_slots, 0, ns * sizeof *t->stack_slots);
     t->nstack_slots = ns;
     t->stack_capacity = nodes;
     unsigned bits = 1;
     while (bits < 32 && ((uint64_t)1 << bits) <= nodes)
         bits++;
     t->stack_id_bits = bits;
-    for (size_t i = 0; i < t->nstacks; i++) {
-        const stack_node *s = &t->stacks[i];
-        stack_slot_put(t, stack_hash(s->parent, s->module & STACK_MODULE_MASK, s->offset),
-                       (uint32_t)i + 1);
-    }
-    t->stack_pending_n = 0;
-    memset(t->stack_pending_slots, 0, sizeof t->stack_pending_slots);
     return 0;
 }
 
@@ -945,32 +1056,30 @@ static uint32_t stack_pending_find(const gp_trace *t, uint32_t h, uint32_t paren
     return 0;
 }
 
-/* The global id of the node (parent, module, offset), added if new; 0 when out of memory or
- * over the cap. A parent whose children's fingerprint lacks this hash's bit (every node below
- * the first new one of a call chain has no children at all) cannot have this child: no lookup
- * then. */
+/* The global id of the node (parent, module, offset), added if new; 0 when there is no room for
+ * it: more STACK records than the scan counted, which only a file that changed since has. A
+ * parent whose children's fingerprint lacks this hash's bit (every node below the first new one
+ * of a call chain has no children at all) cannot have this child: no lookup then. */
 static uint32_t stack_intern(gp_trace *t, uint32_t parent, uint32_t module, uint64_t offset)
 {
-    uint32_t h = stack_hash(parent, module, offset), id;
-    if (!t->stack_slots && stack_table_build(t, 256) != 0)
+    if (t->stack_capacity == 0)
         return 0;
+    uint32_t h = stack_hash(parent, module, offset), id;
     if (parent == 0 || (t->stacks[parent - 1].module & stack_child_bit(h)) != 0) {
         if ((id = stack_probe(t, h, parent, module, offset)) != 0)
             return id;
         if (t->stack_pending_n && (id = stack_pending_find(t, h, parent, module, offset)) != 0)
             return id;
     }
-    if (t->nstacks >= GPT_MAX_GLOBAL)
+    if (t->nstacks == t->stack_capacity)
         return 0;
-    if (t->nstacks == t->stack_capacity) { /* more nodes than the scan counted: not expected */
-        if (stack_table_build(t, t->stack_capacity * 2 + 256) != 0)
-            return 0;
-    } else if (t->stack_pending_n == GPT_STACK_PENDING) {
+    if (t->stack_pending_n == GPT_STACK_PENDING)
         stack_flush(t);
-    }
     t->stacks[t->nstacks++] = (stack_node){parent, module, offset};
-    if (parent)
-        t->stacks[parent - 1].module |= stack_child_bit(h);
+    if (parent) { /* a published node: readahead's caller may be reading it */
+        uint32_t *m = &t->stacks[parent - 1].module;
+        __atomic_store_n(m, *m | stack_child_bit(h), __ATOMIC_RELAXED);
+    }
     id = (uint32_t)t->nstacks;
     uint64_t slot = (uint64_t)h << 32 | id;
     t->stack_pending[t->stack_pending_n++] = slot;
@@ -1000,7 +1109,7 @@ static int dec_stack(decoder *d)
     if (d->scan)
         d->t->scan_stacks++;
     else if ((global = stack_intern(d->t, parent, module, offset)) == 0)
-        return DEC_OOM;
+        return bad(d, "more STACK records than when the file was scanned");
     return idtab_put(&d->w->stacks, id, global) == 0 ? DEC_OK : DEC_OOM;
 }
 
@@ -1611,6 +1720,186 @@ static void release_decoding(gp_trace *t)
     t->win_cap = t->win_len = 0;
 }
 
+/* Decodes the next event in time order into ev; deliver() accounts for it. 1, 0 at the end (the
+ * decoding state is released then), or -1 (message in err). */
+static int produce(gp_trace *t, gp_event *ev, char *err, size_t err_size)
+{
+    /* Open every chunk that may hold an event at or before the least next event now open:
+     * after that, nothing not yet open can go before it. */
+    while (t->next_chunk < t->nindex &&
+           (t->nheap == 0 || t->index[t->next_chunk].key <= t->heap[0]->head_time)) {
+        if (chunk_open(t, err, err_size) != 0)
+            return -1;
+    }
+    if (t->nheap == 0) {
+        release_decoding(t);
+        return 0;
+    }
+    cursor *c = t->heap[0];
+    unsigned type = c->head_byte & GP_REC_TYPE_MASK;
+    event_clear(ev, type, c->head_time, c->head_thread);
+    bool has = false;
+    int r = dec_event_fields(&c->d, type, (uint8_t)(c->head_byte & ~GP_REC_TYPE_MASK), ev);
+    if (r == DEC_OK)
+        r = cursor_advance(c, &has);
+    if (r != DEC_OK)
+        return merge_failed(t, c, r, err, err_size);
+    if (has) {
+        heap_down(t, 0);
+    } else { /* consumed: the writer's next chunk, if one is waiting, takes its place */
+        heap_pop(t);
+        wthread *w = c->d.w;
+        w->active = NULL;
+        cursor_release(t, c);
+        if (w->nwaiting > 0) {
+            size_t i = w->waiting[w->waiting_head++];
+            if (--w->nwaiting == 0)
+                w->waiting_head = 0;
+            if (chunk_start(t, w, i, err, err_size) != 0)
+                return -1;
+        }
+    }
+    if (!t->start_fixed) {
+        t->start_fixed = true;
+        t->start_ns = t->have_meta_start ? t->meta_start_ns : t->min_base_ns;
+    }
+    ev->time_ns = ev->time_ns >= t->start_ns ? ev->time_ns - t->start_ns : 0;
+    return 1;
+}
+
+/* Counts an event the caller receives. */
+static void deliver(gp_trace *t, const gp_event *ev)
+{
+    t->info.events++;
+    if (ev->kind == GP_EV_LOST)
+        t->info.lost_events = ev->count > UINT64_MAX - t->info.lost_events
+                                  ? UINT64_MAX
+                                  : t->info.lost_events + ev->count;
+    else if (ev->kind == GP_EV_END)
+        t->info.clean_end = true;
+}
+
+/* ---- readahead (see "what the accessors show") ----------------------------------------------- */
+
+/* The merge's thread: fills batches until the stream ends or fails, or stop is set. */
+static void *ra_main(void *arg)
+{
+    gp_trace *t = arg;
+    ra_state *ra = t->ra;
+    for (size_t k = 0;; k++) {
+        pthread_mutex_lock(&ra->mu);
+        while (k - ra->taken == RA_BATCHES && !ra->stop)
+            pthread_cond_wait(&ra->to_merge, &ra->mu);
+        bool stop = ra->stop;
+        pthread_mutex_unlock(&ra->mu);
+        if (stop)
+            return NULL;
+        ra_batch *b = &ra->batches[k % RA_BATCHES];
+        b->n = b->nchanges = 0;
+        ra->fill = b;
+        int r = 1;
+        while (r == 1 && b->n < RA_BATCH) {
+            r = produce(t, &b->ev[b->n], ra->err, sizeof ra->err);
+            if (r == 1)
+                b->nstacks[b->n++] = (uint32_t)t->nstacks;
+        }
+        b->end = r;
+        b->end_nstacks = (uint32_t)t->nstacks;
+        pthread_mutex_lock(&ra->mu);
+        ra->filled = k + 1;
+        pthread_cond_signal(&ra->to_reader);
+        pthread_mutex_unlock(&ra->mu);
+        if (r != 1)
+            return NULL;
+    }
+}
+
+/* Starts the merge's thread. 0, or -1 (the caller then decodes on its own thread). */
+static int ra_start(gp_trace *t)
+{
+    ra_state *ra = calloc(1, sizeof *ra);
+    if (!ra)
+        return -1;
+    pthread_mutex_init(&ra->mu, NULL);
+    pthread_cond_init(&ra->to_merge, NULL);
+    pthread_cond_init(&ra->to_reader, NULL);
+    t->ra = ra;
+    sigset_t all, old; /* the caller's signals stay the caller's */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int r = pthread_create(&ra->thread, NULL, ra_main, t);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (r != 0) {
+        t->ra = NULL;
+        pthread_cond_destroy(&ra->to_reader);
+        pthread_cond_destroy(&ra->to_merge);
+        pthread_mutex_destroy(&ra->mu);
+        free(ra);
+        return -1;
+    }
+    return 0;
+}
+
+/* Stops the merge's thread (at once if it is still decoding) and frees the batches. */
+static void ra_stop(gp_trace *t)
+{
+    ra_state *ra = t->ra;
+    pthread_mutex_lock(&ra->mu);
+    ra->stop = true;
+    pthread_cond_signal(&ra->to_merge);
+    pthread_mutex_unlock(&ra->mu);
+    pthread_join(ra->thread, NULL);
+    for (size_t i = 0; i < RA_BATCHES; i++)
+        free(ra->batches[i].changes);
+    pthread_cond_destroy(&ra->to_reader);
+    pthread_cond_destroy(&ra->to_merge);
+    pthread_mutex_destroy(&ra->mu);
+    free(ra);
+    t->ra = NULL;
+}
+
+/* gp_trace_next with readahead: the next event of the merge's batches, after the changes made
+ * with it. At the end of the stream the thread is gone and the trace reads as without. */
+static int ra_next(gp_trace *t, gp_event *ev, char *err, size_t err_size)
+{
+    ra_state *ra = t->ra;
+    if (!ra->read) {
+        pthread_mutex_lock(&ra->mu);
+        while (ra->filled == ra->taken)
+            pthread_cond_wait(&ra->to_reader, &ra->mu);
+        pthread_mutex_unlock(&ra->mu);
+        ra->read = &ra->batches[ra->taken % RA_BATCHES];
+        ra->pos = ra->next_change = 0;
+    }
+    ra_batch *b = ra->read;
+    for (; ra->next_change < b->nchanges && b->changes[ra->next_change].at == ra->pos;
+         ra->next_change++) {
+        if (apply(&t->shown, &b->changes[ra->next_change]) != 0) {
+            ra_stop(t);
+            return fail(t, err, err_size, "out of memory reading %s", t->path);
+        }
+    }
+    if (ra->pos < b->n) {
+        *ev = b->ev[ra->pos];
+        t->shown.nstacks = b->nstacks[ra->pos++];
+        if (ra->pos == b->n && b->end == 1) { /* done with it: the merge may fill it again */
+            ra->read = NULL;
+            pthread_mutex_lock(&ra->mu);
+            ra->taken++;
+            pthread_cond_signal(&ra->to_merge);
+            pthread_mutex_unlock(&ra->mu);
+        }
+        deliver(t, ev);
+        return 1;
+    }
+    int r = b->end; /* the stream ended or failed (t->failed and t->fail_msg set by the merge) */
+    t->shown.nstacks = b->end_nstacks;
+    ra_stop(t);
+    if (r < 0)
+        set_err(err, err_size, "%s", t->fail_msg);
+    return r;
+}
+
 /* ---- the API --------------------------------------------------------------------------------- */
 
 /* Reads up to n bytes at the start of the file; the count, or -1 (errno set). */
@@ -1714,6 +2003,8 @@ void gp_trace_close(gp_trace *t)
 {
     if (!t)
         return;
+    if (t->ra)
+        ra_stop(t);
     if (t->fd >= 0)
         close(t->fd);
     for (size_t i = 0; i < t->nthreads; i++) {
@@ -1731,14 +2022,21 @@ void gp_trace_close(gp_trace *t)
     free(t->win);
     free(t->threads);
     idmap_free(&t->thread_by_writer);
-    idmap_free(&t->meta);
     strtab_free(&t->strings);
-    free(t->modules);
+    shown_free(&t->shown);
     free(t->stacks);
     free(t->stack_slots);
-    free(t->names);
     free(t->path);
     free(t);
+}
+
+int gp_trace_readahead(gp_trace *t)
+{
+    if (!t || t->scanned)
+        return -1;
+    cpu_set_t cpus; /* on one CPU the two threads would only take turns */
+    t->want_readahead = sched_getaffinity(0, sizeof cpus, &cpus) != 0 || CPU_COUNT(&cpus) >= 2;
+    return t->want_readahead ? 1 : 0;
 }
 
 int gp_trace_next(gp_trace *t, gp_event *ev, char *err, size_t err_size)
@@ -1747,60 +2045,23 @@ int gp_trace_next(gp_trace *t, gp_event *ev, char *err, size_t err_size)
         set_err(err, err_size, "gp_trace_next: no %s given", t ? "event" : "trace");
         return -1;
     }
+    if (t->ra)
+        return ra_next(t, ev, err, err_size);
     if (t->failed) {
         set_err(err, err_size, "%s", t->fail_msg);
         return -1;
     }
-    if (!t->scanned && scan(t, err, err_size) != 0)
-        return -1;
-    /* Open every chunk that may hold an event at or before the least next event now open:
-     * after that, nothing not yet open can go before it. */
-    while (t->next_chunk < t->nindex &&
-           (t->nheap == 0 || t->index[t->next_chunk].key <= t->heap[0]->head_time)) {
-        if (chunk_open(t, err, err_size) != 0)
+    if (!t->scanned) {
+        if (scan(t, err, err_size) != 0)
             return -1;
+        if (t->want_readahead && ra_start(t) == 0)
+            return ra_next(t, ev, err, err_size);
     }
-    if (t->nheap == 0) {
-        release_decoding(t);
-        return 0;
-    }
-    cursor *c = t->heap[0];
-    unsigned type = c->head_byte & GP_REC_TYPE_MASK;
-    event_clear(ev, type, c->head_time, c->head_thread);
-    bool has = false;
-    int r = dec_event_fields(&c->d, type, (uint8_t)(c->head_byte & ~GP_REC_TYPE_MASK), ev);
-    if (r == DEC_OK)
-        r = cursor_advance(c, &has);
-    if (r != DEC_OK)
-        return merge_failed(t, c, r, err, err_size);
-    if (has) {
-        heap_down(t, 0);
-    } else { /* consumed: the writer's next chunk, if one is waiting, takes its place */
-        heap_pop(t);
-        wthread *w = c->d.w;
-        w->active = NULL;
-        cursor_release(t, c);
-        if (w->nwaiting > 0) {
-            size_t i = w->waiting[w->waiting_head++];
-            if (--w->nwaiting == 0)
-                w->waiting_head = 0;
-            if (chunk_start(t, w, i, err, err_size) != 0)
-                return -1;
-        }
-    }
-    if (!t->start_fixed) {
-        t->start_fixed = true;
-        t->start_ns = t->have_meta_start ? t->meta_start_ns : t->min_base_ns;
-    }
-    ev->time_ns = ev->time_ns >= t->start_ns ? ev->time_ns - t->start_ns : 0;
-    t->info.events++;
-    if (ev->kind == GP_EV_LOST)
-        t->info.lost_events = ev->count > UINT64_MAX - t->info.lost_events
-                                  ? UINT64_MAX
-                                  : t->info.lost_events + ev->count;
-    else if (ev->kind == GP_EV_END)
-        t->info.clean_end = true;
-    return 1;
+    int r = produce(t, ev, err, err_size);
+    t->shown.nstacks = t->nstacks;
+    if (r == 1)
+        deliver(t, ev);
+    return r;
 }
 
 const gp_trace_info *gp_trace_info_get(const gp_trace *t)
@@ -1812,33 +2073,32 @@ const char *gp_trace_meta(const gp_trace *t, const char *key)
 {
     if (!t || !key)
         return NULL;
-    int64_t k = strtab_find(&t->strings, (const uint8_t *)key, strlen(key));
-    uint32_t v;
-    if (k < 0 || !idmap_get(&t->meta, (uint64_t)k, &v))
-        return NULL;
-    return string_at(t, v);
+    for (size_t i = 0; i < t->shown.nmeta; i++)
+        if (strcmp(t->shown.meta[i].key, key) == 0)
+            return t->shown.meta[i].value;
+    return NULL;
 }
 
 size_t gp_trace_module_count(const gp_trace *t)
 {
-    return t ? t->nmodules : 0;
+    return t ? t->shown.nmodules : 0;
 }
 
 const gp_module *gp_trace_module(const gp_trace *t, uint32_t id)
 {
-    if (!t || id == 0 || id > t->nmodules || !t->modules[id - 1].path)
+    if (!t || id == 0 || id > t->shown.nmodules || !t->shown.modules[id - 1].path)
         return NULL;
-    return &t->modules[id - 1];
+    return &t->shown.modules[id - 1];
 }
 
 int gp_trace_stack_frame(const gp_trace *t, uint32_t stack, uint32_t *module, uint64_t *offset,
                          uint32_t *parent)
 {
-    if (!t || stack == 0 || stack > t->nstacks)
+    if (!t || stack == 0 || stack > t->shown.nstacks)
         return -1;
     const stack_node *s = &t->stacks[stack - 1];
     if (module)
-        *module = s->module & STACK_MODULE_MASK;
+        *module = __atomic_load_n(&s->module, __ATOMIC_RELAXED) & STACK_MODULE_MASK;
     if (offset)
         *offset = s->offset;
     if (parent)
@@ -1848,24 +2108,24 @@ int gp_trace_stack_frame(const gp_trace *t, uint32_t stack, uint32_t *module, ui
 
 size_t gp_trace_stack_count(const gp_trace *t)
 {
-    return t ? t->nstacks : 0;
+    return t ? t->shown.nstacks : 0;
 }
 
 const char *gp_trace_thread_name(const gp_trace *t, uint32_t thread)
 {
-    if (!t || thread == 0 || thread > t->ndense)
+    if (!t || thread == 0 || thread > t->shown.nthreads)
         return NULL;
-    return t->names[thread - 1].name ? string_at(t, t->names[thread - 1].name) : NULL;
+    return t->shown.threads[thread - 1].name;
 }
 
 uint64_t gp_trace_thread_os_tid(const gp_trace *t, uint32_t thread)
 {
-    if (!t || thread == 0 || thread > t->ndense)
+    if (!t || thread == 0 || thread > t->shown.nthreads)
         return 0;
-    return t->names[thread - 1].os_tid;
+    return t->shown.threads[thread - 1].os_tid;
 }
 
 uint32_t gp_trace_thread_count(const gp_trace *t)
 {
-    return t ? (uint32_t)t->ndense : 0;
+    return t ? (uint32_t)t->shown.nthreads : 0;
 }

@@ -1628,6 +1628,7 @@ int gp__profile_load_with(const char *path, const gp_analysis_options *opts,
         gp_profile_free(p);
         return -1;
     }
+    gp_trace_readahead(p->trace); /* the trace decodes while the replay works */
     p->info = gp_trace_info_get(p->trace);
     e->cap_timeline = e->opts->timeline_points < 16 ? 16 : e->opts->timeline_points;
     p->timeline = calloc(e->cap_timeline, sizeof *p->timeline);
