@@ -759,8 +759,9 @@ static int get_addr_device(decoder *d, uint8_t flags, gp_event *ev)
  * of nodes to show with it. (A node's children's fingerprint, which the merge sets on published
  * nodes, is accessed with relaxed atomics.)
  */
-#define RA_BATCH 1024
-#define RA_BATCHES 4
+#define RA_BATCH 512
+#define RA_BATCHES 8
+#define RA_WAKE (RA_BATCHES / 2) /* a sleeping side is woken once this many batches wait for it */
 
 typedef struct ra_batch {
     gp_event ev[RA_BATCH];
@@ -775,9 +776,10 @@ typedef struct ra_batch {
 typedef struct ra_state {
     pthread_t thread;
     pthread_mutex_t mu;
-    pthread_cond_t to_merge;  /* a batch was emptied, or stop was set */
-    pthread_cond_t to_reader; /* a batch was filled */
+    pthread_cond_t to_merge;  /* RA_WAKE batches are free, or stop was set */
+    pthread_cond_t to_reader; /* RA_WAKE batches are filled, or the last one */
     size_t filled, taken;     /* batches the merge has filled; batches the caller is done with */
+    bool merge_waits, reader_waits;
     bool stop;
     ra_batch *fill;          /* the merge's batch */
     ra_batch *read;          /* the caller's batch; NULL between batches */
@@ -1786,10 +1788,14 @@ static void *ra_main(void *arg)
 {
     gp_trace *t = arg;
     ra_state *ra = t->ra;
+    pthread_setname_np(pthread_self(), "gptrace-ahead"); /* for top -H, perf, gdb */
     for (size_t k = 0;; k++) {
         pthread_mutex_lock(&ra->mu);
-        while (k - ra->taken == RA_BATCHES && !ra->stop)
+        while (k - ra->taken == RA_BATCHES && !ra->stop) {
+            ra->merge_waits = true;
             pthread_cond_wait(&ra->to_merge, &ra->mu);
+        }
+        ra->merge_waits = false;
         bool stop = ra->stop;
         pthread_mutex_unlock(&ra->mu);
         if (stop)
@@ -1807,7 +1813,8 @@ static void *ra_main(void *arg)
         b->end_nstacks = (uint32_t)t->nstacks;
         pthread_mutex_lock(&ra->mu);
         ra->filled = k + 1;
-        pthread_cond_signal(&ra->to_reader);
+        if (ra->reader_waits && (r != 1 || ra->filled - ra->taken >= RA_WAKE))
+            pthread_cond_signal(&ra->to_reader);
         pthread_mutex_unlock(&ra->mu);
         if (r != 1)
             return NULL;
@@ -1865,8 +1872,11 @@ static int ra_next(gp_trace *t, gp_event *ev, char *err, size_t err_size)
     ra_state *ra = t->ra;
     if (!ra->read) {
         pthread_mutex_lock(&ra->mu);
-        while (ra->filled == ra->taken)
+        while (ra->filled == ra->taken) {
+            ra->reader_waits = true;
             pthread_cond_wait(&ra->to_reader, &ra->mu);
+        }
+        ra->reader_waits = false;
         pthread_mutex_unlock(&ra->mu);
         ra->read = &ra->batches[ra->taken % RA_BATCHES];
         ra->pos = ra->next_change = 0;
@@ -1886,7 +1896,8 @@ static int ra_next(gp_trace *t, gp_event *ev, char *err, size_t err_size)
             ra->read = NULL;
             pthread_mutex_lock(&ra->mu);
             ra->taken++;
-            pthread_cond_signal(&ra->to_merge);
+            if (ra->merge_waits && ra->filled - ra->taken <= RA_BATCHES - RA_WAKE)
+                pthread_cond_signal(&ra->to_merge);
             pthread_mutex_unlock(&ra->mu);
         }
         deliver(t, ev);
