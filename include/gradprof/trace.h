@@ -87,11 +87,11 @@ typedef struct gp_trace_info {
 int gp_trace_open(const char *path, gp_trace **out, char *err, size_t err_size);
 void gp_trace_close(gp_trace *t); /* NULL is a no-op */
 
-/* Decodes ahead on a thread of the reader's own, batches of events in parallel with the caller,
- * for a caller that spends about as long on each event as the reader does. Every call answers
- * exactly as without it; gp_trace_close() stops the thread. Call before the first
- * gp_trace_next(). Returns 1 when it will, 0 when it will not (the process may use only one CPU),
- * -1 when it is too late. */
+/* Decodes ahead on a thread of the reader's own, in batches (at most 4096 events, about 450 KB,
+ * ahead), in parallel with the caller: for a caller that spends about as long on each event as
+ * the reader does. Every call answers exactly as without it; gp_trace_close() stops the thread.
+ * Call before the first gp_trace_next(). Returns 1 when it will, 0 when it will not (the process
+ * may use only one CPU), -1 when it is too late. */
 int gp_trace_readahead(gp_trace *t);
 
 /* The next event in time order: 1 with *ev filled, 0 at the end (of the file or of the readable
