@@ -788,26 +788,33 @@ typedef struct ra_state {
     ra_batch batches[RA_BATCHES];
 } ra_state;
 
+/* Makes *n at least `need` (*p an array of *cap elements of `size` bytes), the new elements
+ * zeroed. 0 or -1 (OOM). */
+static int extend_zeroed(void **p, size_t *n, size_t *cap, size_t need, size_t size)
+{
+    if (need <= *n)
+        return 0;
+    if (grow(p, cap, need, size) != 0)
+        return -1;
+    memset((char *)*p + *n * size, 0, (need - *n) * size);
+    *n = need;
+    return 0;
+}
+
 /* Applies a change to what the accessors show. 0, or -1 when out of memory. */
 static int apply(shown *sh, const change *c)
 {
     switch (c->kind) {
     case CHANGE_MODULE:
-        if (c->id > sh->nmodules) {
-            if (grow((void **)&sh->modules, &sh->modules_cap, c->id, sizeof *sh->modules) != 0)
-                return -1;
-            memset(&sh->modules[sh->nmodules], 0, (c->id - sh->nmodules) * sizeof *sh->modules);
-            sh->nmodules = c->id;
-        }
+        if (extend_zeroed((void **)&sh->modules, &sh->nmodules, &sh->modules_cap, c->id,
+                          sizeof *sh->modules) != 0)
+            return -1;
         sh->modules[c->id - 1] = (gp_module){c->base, c->size, c->a, c->b};
         return 0;
     case CHANGE_THREAD:
-        if (c->id > sh->nthreads) {
-            if (grow((void **)&sh->threads, &sh->threads_cap, c->id, sizeof *sh->threads) != 0)
-                return -1;
-            memset(&sh->threads[sh->nthreads], 0, (c->id - sh->nthreads) * sizeof *sh->threads);
-            sh->nthreads = c->id;
-        }
+        if (extend_zeroed((void **)&sh->threads, &sh->nthreads, &sh->threads_cap, c->id,
+                          sizeof *sh->threads) != 0)
+            return -1;
         sh->threads[c->id - 1] = (struct shown_thread){c->a, c->os_tid};
         return 0;
     case CHANGE_META: {
