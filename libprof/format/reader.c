@@ -20,9 +20,9 @@
  * Memory: the index (24 bytes a chunk), the open chunks (about one per thread active at a time),
  * and the string, stack, module and thread tables, which the API keeps until gp_trace_close().
  *
- * Readahead (gp_trace_readahead): the merge runs on a thread of the reader's own, in batches,
- * and the caller's thread delivers them; what the caller sees is the same (see "what the accessors
- * show").
+ * Readahead (gp_trace_readahead): the merge runs on a thread of the reader's own, in batches
+ * (RA_BATCHES x RA_BATCH events, about 450 KB), and the caller's thread delivers them; what the
+ * caller sees is the same (see "what the accessors show").
  *
  * Times never go back: an event's time is raised to its writer's previous event's time and to its
  * chunk's key. A well-formed trace never needs that; for any other it keeps the stream ordered.
