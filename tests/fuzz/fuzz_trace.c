@@ -6,9 +6,13 @@
  * Inputs of even length have their chunks' CRC-32C fixed before they are written, so mutations
  * reach the record decoder instead of stopping at the checksum; odd ones are written as they are.
  * Whatever the input, events leave in time order (times never go back) and each names a thread
- * the reader counts: anything else aborts, so the fuzzer reports it.
+ * the reader counts; and a second reader of the same file with readahead (gp_trace_readahead)
+ * answers every call as the first does, in lockstep: anything else aborts, so the fuzzer reports
+ * it.
  */
 #include "fuzz_common.h"
+
+#include <stdbool.h>
 
 #include "gradprof/trace.h"
 #include "gradprof/trace_format.h"
@@ -34,6 +38,51 @@ static void fix_checksums(uint8_t *d, size_t size)
     }
 }
 
+static bool same_str(const char *a, const char *b)
+{
+    return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+static bool same_event(const gp_event *a, const gp_event *b)
+{
+    return a->kind == b->kind && a->time_ns == b->time_ns && a->thread == b->thread &&
+           a->addr == b->addr && a->size == b->size && a->device == b->device &&
+           a->stack == b->stack && a->category == b->category && same_str(a->op, b->op) &&
+           same_str(a->module, b->module) && same_str(a->detail, b->detail) &&
+           same_str(a->name, b->name) && a->grad_enabled == b->grad_enabled &&
+           a->inference == b->inference && a->count == b->count;
+}
+
+/* Whether a and b show the same modules, threads, stack frames and metadata ("command"). */
+static bool same_tables(const gp_trace *a, const gp_trace *b)
+{
+    if (gp_trace_module_count(a) != gp_trace_module_count(b) ||
+        gp_trace_thread_count(a) != gp_trace_thread_count(b) ||
+        gp_trace_stack_count(a) != gp_trace_stack_count(b) ||
+        !same_str(gp_trace_meta(a, "command"), gp_trace_meta(b, "command")))
+        return false;
+    for (uint32_t i = 1; i <= gp_trace_module_count(a); i++) {
+        const gp_module *x = gp_trace_module(a, i), *y = gp_trace_module(b, i);
+        if ((x == NULL) != (y == NULL) ||
+            (x && (x->base != y->base || x->size != y->size || !same_str(x->path, y->path) ||
+                   !same_str(x->build_id, y->build_id))))
+            return false;
+    }
+    for (uint32_t i = 1; i <= gp_trace_thread_count(a); i++)
+        if (!same_str(gp_trace_thread_name(a, i), gp_trace_thread_name(b, i)) ||
+            gp_trace_thread_os_tid(a, i) != gp_trace_thread_os_tid(b, i))
+            return false;
+    for (uint32_t id = 1; id <= gp_trace_stack_count(a); id++) {
+        uint32_t m1, m2, p1, p2;
+        uint64_t o1, o2;
+        if (gp_trace_stack_frame(a, id, &m1, &o1, &p1) !=
+                gp_trace_stack_frame(b, id, &m2, &o2, &p2) ||
+            m1 != m2 || o1 != o2 || p1 != p2)
+            return false;
+    }
+    return true;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -49,14 +98,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     free(copy);
     if (wrote != 0)
         return 0;
-    char err[512];
-    gp_trace *t = NULL;
+    char err[512], err_ahead[512];
+    gp_trace *t = NULL, *ahead = NULL;
     if (gp_trace_open(path, &t, err, sizeof err) == 0) {
-        gp_event ev;
+        if (gp_trace_open(path, &ahead, err_ahead, sizeof err_ahead) != 0)
+            abort();
+        gp_trace_readahead(ahead);
+        gp_event ev, ev_ahead;
         uint64_t n = 0, last_time = 0;
         /* Touch every string an event points to, so a dangling one is caught. */
         size_t sink = 0;
-        while (gp_trace_next(t, &ev, err, sizeof err) == 1) {
+        int r;
+        while ((r = gp_trace_next(t, &ev, err, sizeof err)) == 1) {
+            if (gp_trace_next(ahead, &ev_ahead, err_ahead, sizeof err_ahead) != 1 ||
+                !same_event(&ev, &ev_ahead) ||
+                gp_trace_stack_count(t) != gp_trace_stack_count(ahead) ||
+                gp_trace_thread_count(t) != gp_trace_thread_count(ahead))
+                abort();
             if (ev.time_ns < last_time || ev.thread == 0 || ev.thread > gp_trace_thread_count(t))
                 abort();
             last_time = ev.time_ns;
@@ -76,6 +134,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (++n > 1000000)
                 break;
         }
+        if (r != 1 && (gp_trace_next(ahead, &ev_ahead, err_ahead, sizeof err_ahead) != r ||
+                       (r < 0 && strcmp(err, err_ahead) != 0)))
+            abort();
         const gp_trace_info *info = gp_trace_info_get(t);
         sink += info->events;
         for (size_t i = 1; i <= gp_trace_module_count(t); i++) {
@@ -91,8 +152,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const char *cmd = gp_trace_meta(t, "command");
         if (cmd)
             sink += strlen(cmd);
+        if (r != 1 && !same_tables(t, ahead))
+            abort();
         (void)sink;
         gp_trace_close(t);
+        gp_trace_close(ahead);
     }
     unlink(path);
     return 0;
