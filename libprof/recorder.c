@@ -244,6 +244,16 @@ static void lp__idmap_clear(lp__idmap *m)
     *m = (lp__idmap){0};
 }
 
+/* One step of the 128-bit hash of a sequence of words (return addresses, frame keys), kept as two
+ * running 64-bit halves (a, b); lp__mix makes them final. */
+static inline void lp__hash_step(uint64_t *a, uint64_t *b, uint64_t word)
+{
+    *a = (*a ^ word) * 0xff51afd7ed558ccdull;
+    *a ^= *a >> 32;
+    *b = (*b + word) * 0xc4ceb9fe1a85ec53ull;
+    *b ^= *b >> 29;
+}
+
 /* 128-bit FNV-style hash of bytes, as two 64-bit halves (never both 0). */
 static void lp__hash_bytes(const void *data, size_t n, uint64_t *h1, uint64_t *h2)
 {
@@ -1600,10 +1610,7 @@ static int lp__fp_walk(lp__thread *th, uintptr_t fp, uintptr_t *ips, int depth, 
             continue;
         }
         ips[n++] = ret;
-        a = (a ^ ret) * 0xff51afd7ed558ccdull;
-        a ^= a >> 32;
-        b = (b + ret) * 0xc4ceb9fe1a85ec53ull;
-        b ^= b >> 29;
+        lp__hash_step(&a, &b, ret);
     }
     *h1 = lp__mix(a ^ (uint64_t)n) | 1;
     *h2 = lp__mix(b + (uint64_t)n);
@@ -1717,10 +1724,7 @@ static uint32_t lp__stack_id(lp__thread *th, void *const *ips, int n, bool py)
             where = (place >> 32) << 48 | (place & 0xFFFFFFFF);
             key = 1ull << 63 | place;
         }
-        a = (a ^ key) * 0xff51afd7ed558ccdull;
-        a ^= a >> 32;
-        b = (b + key) * 0xc4ceb9fe1a85ec53ull;
-        b ^= b >> 29;
+        lp__hash_step(&a, &b, key);
         th->prefix[j] = (struct lp__prefix){a, b, where}; /* the hash made final when needed */
     }
     uint32_t parent = 0;
