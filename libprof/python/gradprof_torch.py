@@ -294,6 +294,13 @@ class _Lib:
     def own_end():
         pass
 
+    def note(self, key, value):
+        """A timed note (lp_note: key, value, bytes) in the trace; nothing with an older libprof
+        that has none."""
+        note = getattr(self.lib, "lp_note", None)
+        if note is not None:
+            note(key, value)
+
     def counters(self):
         """The host's lp_counters: live and peak bytes per category since the last reset."""
         c = _Counters()
@@ -741,9 +748,8 @@ _S = _State()
 
 
 def _note_saves_seen(value):
-    note = getattr(_S.lib.lib, "lp_note", None) if _S.on else None
-    if note is not None:
-        note(b"saves_seen", value)
+    if _S.on:
+        _S.lib.note(b"saves_seen", value)
 
 
 def _hooks_everywhere(s):
@@ -1283,11 +1289,8 @@ def _note_holders(s, when):
         s.last_holders = _holders(s)[:16]
     finally:
         s.lib.own_end()
-    note = getattr(s.lib.lib, "lp_note", None)
-    if note is None:
-        return
     for h in s.last_holders:
-        note(b"holder", _b("%s\t%s\t%s\t%d\t%s\t%s\t%d\t%s" % (
+        s.lib.note(b"holder", _b("%s\t%s\t%s\t%d\t%s\t%s\t%d\t%s" % (
             h["name"], h["kind"], h["where"], h["tensors"], h["container"], h["grad_fn"],
             h["nodes"], when)))
 
@@ -1412,10 +1415,8 @@ def _note_autograd_error(e, module=None):
         while tb is not None and tb.tb_next is not None:
             tb = tb.tb_next
         where = _user_lines(tb.tb_frame if tb is not None else sys._getframe(1))
-    note = getattr(s.lib.lib, "lp_note", None)
-    if note is not None:
-        note(b"autograd_error", _b("%s\t%s\t%s\t%s\t%s" % (
-            kind, msg.splitlines()[0][:300], op, mod, where)))
+    s.lib.note(b"autograd_error", _b("%s\t%s\t%s\t%s\t%s" % (
+        kind, msg.splitlines()[0][:300], op, mod, where)))
 
 
 def _wrap_module_call(orig):
