@@ -200,38 +200,70 @@ static void test_raw_sites_temporaries_leaks_devices(void **state)
     gp_profile_free(p);
 }
 
-/* without_sites: the same totals, no site tables, and stacks still labelled as in a full load. */
+/* without_sites: the replay counts nothing per site, and everything else is as in a full load
+ * (totals, every tag key, module and saved-tensor key, findings), on every fixture trace: raw
+ * allocations, tags and retags, devices, regions, a damaged file. Stacks are labelled the same. */
+static void assert_same_stats(const gp_stats *a, const gp_stats *b)
+{
+    assert_int_equal(a->count, b->count);
+    assert_int_equal(a->total_bytes, b->total_bytes);
+    assert_int_equal(a->frees, b->frees);
+    assert_int_equal(a->live_bytes, b->live_bytes);
+    assert_int_equal(a->live_count, b->live_count);
+    assert_int_equal(a->peak_bytes, b->peak_bytes);
+    assert_int_equal(a->max_live_bytes, b->max_live_bytes);
+    assert_int_equal(a->temporaries, b->temporaries);
+}
+
 static void test_without_sites(void **state)
 {
     (void)state;
-    char path[4096], err[512];
-    snprintf(path, sizeof path, "%s/raw.gptrace", GRADPROF_TEST_TRACES);
-    gp_analysis_options o;
-    gp_analysis_options_default(&o);
-    o.without_sites = true;
-    gp_profile *full = load("raw"), *lean = NULL;
-    if (gp_profile_load(path, &o, &lean, err, sizeof err) != 0)
-        fail_msg("%s", err);
-    assert_int_equal(lean->n_sites, 0);
-    assert_null(lean->sites);
-    assert_true(full->n_sites >= 4);
-    assert_int_equal(lean->peak_bytes, full->peak_bytes);
-    assert_int_equal(lean->leaked_bytes, full->leaked_bytes);
-    assert_int_equal(lean->temporary_count, full->temporary_count);
-    assert_int_equal(lean->n_devices, full->n_devices);
-    assert_memory_equal(lean->devices, full->devices, full->n_devices * sizeof *full->devices);
-    assert_int_equal(lean->n_tag_keys, full->n_tag_keys);
-    for (size_t i = 0; i < lean->n_tag_keys; i++) {
-        assert_int_equal(lean->tag_keys[i].stats.peak_bytes, full->tag_keys[i].stats.peak_bytes);
-        assert_int_equal(lean->tag_keys[i].top_site, UINT32_MAX);
+    const char *const names[] = {"raw",      "detectors",  "leak_accumulate",
+                                 "mlp_grad", "mlp_nograd", "damaged"};
+    for (size_t n = 0; n < sizeof names / sizeof *names; n++) {
+        char path[4096], err[512];
+        snprintf(path, sizeof path, "%s/%s.gptrace", GRADPROF_TEST_TRACES, names[n]);
+        gp_analysis_options o;
+        gp_analysis_options_default(&o);
+        o.without_sites = true;
+        gp_profile *full = load(names[n]), *lean = NULL;
+        if (gp_profile_load(path, &o, &lean, err, sizeof err) != 0)
+            fail_msg("%s", err);
+        assert_int_equal(lean->n_sites, 0);
+        assert_null(lean->sites);
+        assert_true(full->n_sites > 0);
+        assert_int_equal(lean->alloc_count, full->alloc_count);
+        assert_int_equal(lean->retag_count, full->retag_count);
+        assert_int_equal(lean->peak_bytes, full->peak_bytes);
+        assert_int_equal(lean->leaked_bytes, full->leaked_bytes);
+        assert_int_equal(lean->temporary_count, full->temporary_count);
+        assert_int_equal(lean->n_devices, full->n_devices);
+        assert_memory_equal(lean->devices, full->devices, full->n_devices * sizeof *full->devices);
+        assert_int_equal(lean->n_tag_keys, full->n_tag_keys);
+        for (size_t i = 0; i < lean->n_tag_keys; i++) {
+            assert_int_equal(lean->tag_keys[i].category, full->tag_keys[i].category);
+            assert_same_stats(&lean->tag_keys[i].stats, &full->tag_keys[i].stats);
+            assert_int_equal(lean->tag_keys[i].top_site, UINT32_MAX);
+        }
+        assert_int_equal(lean->n_modules, full->n_modules);
+        for (size_t i = 0; i < lean->n_modules; i++)
+            assert_same_stats(&lean->modules[i].stats, &full->modules[i].stats);
+        assert_int_equal(lean->n_saved, full->n_saved);
+        for (size_t i = 0; i < lean->n_saved; i++)
+            assert_same_stats(&lean->saved[i].stats, &full->saved[i].stats);
+        assert_int_equal(lean->n_findings, full->n_findings);
+        for (size_t i = 0; i < lean->n_findings; i++) {
+            assert_int_equal(lean->findings[i].kind, full->findings[i].kind);
+            assert_int_equal(lean->findings[i].bytes, full->findings[i].bytes);
+        }
+        for (size_t i = 0; i < full->n_sites; i++) {
+            uint32_t stack = full->sites[i].stack;
+            assert_string_equal(gp_site_label(lean, stack), gp_site_label(full, stack));
+            assert_string_equal(gp_site_key(lean, stack), gp_site_key(full, stack));
+        }
+        gp_profile_free(lean);
+        gp_profile_free(full);
     }
-    for (size_t i = 0; i < full->n_sites; i++) {
-        uint32_t stack = full->sites[i].stack;
-        assert_string_equal(gp_site_label(lean, stack), gp_site_label(full, stack));
-        assert_string_equal(gp_site_key(lean, stack), gp_site_key(full, stack));
-    }
-    gp_profile_free(lean);
-    gp_profile_free(full);
 }
 
 static void test_detectors_positive_and_negative(void **state)

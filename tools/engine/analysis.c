@@ -186,6 +186,12 @@ typedef struct site_extra {
     uint8_t flags; /* SITE_RAW_SEEN, SITE_PURE */
 } site_extra;
 
+/* A site's identity, when p->sites (which has it too) is not kept. */
+typedef struct site_id {
+    uint32_t stack;
+    int32_t device;
+} site_id;
+
 #define SITE_RAW_SEEN 1 /* an untagged buffer was made here (its rule labels were applied) */
 #define SITE_PURE 2     /* only untagged buffers, never tagged later, so far */
 
@@ -220,8 +226,13 @@ struct gp__profile_internal {
     size_t n_host_sites;
     size_t cap_tag_keys, cap_sites, cap_modules, cap_saved, cap_regions, cap_iterations, cap_spans;
     size_t cap_notes;
-    site_extra *extra; /* parallel to p->sites */
-    size_t cap_extra;
+    /* Sites are indexed the same in all three; p->sites (the counters of the site tables) only
+     * when the caller wants them (!opts->without_sites), site_ids (their identity) otherwise. */
+    bool want_sites;
+    site_extra *extra;
+    size_t n_extra, cap_extra;
+    site_id *site_ids;
+    size_t cap_site_ids;
     site_side *site_sides; /* of the sites that are not pure */
     size_t n_site_sides, cap_site_sides;
 
@@ -544,6 +555,20 @@ static raw_keys *raw_keys_get(gp_profile *p, uint32_t cls, int32_t device,
     return k;
 }
 
+/* The stack and device of site i. */
+static uint32_t site_stack(const gp_profile *p, uint32_t i)
+{
+    const engine *e = p->internal;
+    return e->want_sites ? p->sites[i].stack : e->site_ids[i].stack;
+}
+
+static int32_t site_device(const gp_profile *p, uint32_t i)
+{
+    const engine *e = p->internal;
+    return e->want_sites ? p->sites[i].device : e->site_ids[i].device;
+}
+
+/* The index of the site (stack, device), made on first use. */
 static uint32_t site_get(gp_profile *p, uint32_t stack, int32_t device)
 {
     engine *e = p->internal;
@@ -554,20 +579,31 @@ static uint32_t site_get(gp_profile *p, uint32_t stack, int32_t device)
     struct gp_map_slot *s = host ? NULL : gp__map_find(&e->site_map, stack, (uint32_t)device, 0);
     if (s)
         return s->v;
-    gp_site *site = gp__push((void **)&p->sites, &p->n_sites, &e->cap_sites, sizeof *site);
-    size_t n_extra = p->n_sites - 1; /* extra runs parallel to sites */
-    site_extra *x = gp__push((void **)&e->extra, &n_extra, &e->cap_extra, sizeof *x);
-    if (!site || !x ||
-        (!host && !gp__map_put(&e->site_map, stack, (uint32_t)device, 0,
-                               (uint32_t)(p->n_sites - 1)))) {
+    uint32_t index = (uint32_t)e->n_extra;
+    site_extra *x = gp__push((void **)&e->extra, &e->n_extra, &e->cap_extra, sizeof *x);
+    if (!x || (!host && !gp__map_put(&e->site_map, stack, (uint32_t)device, 0, index))) {
         e->oom = true;
         return 0;
     }
-    site->stack = stack;
-    site->device = device;
-    site->category = LP_CAT_OTHER;
-    site->op = site->module = "";
-    uint32_t index = (uint32_t)(p->n_sites - 1);
+    if (e->want_sites) {
+        gp_site *site = gp__push((void **)&p->sites, &p->n_sites, &e->cap_sites, sizeof *site);
+        if (!site) {
+            e->oom = true;
+            return 0;
+        }
+        site->stack = stack;
+        site->device = device;
+        site->category = LP_CAT_OTHER;
+        site->op = site->module = "";
+    } else {
+        size_t n = index;
+        site_id *id = gp__push((void **)&e->site_ids, &n, &e->cap_site_ids, sizeof *id);
+        if (!id) {
+            e->oom = true;
+            return 0;
+        }
+        *id = (site_id){stack, device};
+    }
     if (host) {
         if (stack >= e->n_host_sites) {
             size_t n = per_stack_size(p, e->n_host_sites, stack);
@@ -593,7 +629,7 @@ static uint32_t module_get(gp_profile *p, const char *module, int32_t device);
 static uint32_t site_class(gp_profile *p, uint32_t site)
 {
     engine *e = p->internal;
-    uint32_t stack = p->sites[site].stack;
+    uint32_t stack = site_stack(p, site);
     if (!e->opts->rules || !stack)
         return CLASS_NONE;
     uint32_t memo = stack_class_memo(e, stack);
@@ -614,7 +650,7 @@ static void raw_keys_make(gp_profile *p, uint32_t cls, int32_t device, raw_keys 
 /* The raw tag key of a site that made untagged buffers (SITE_RAW_SEEN). */
 static uint32_t site_raw_key(gp_profile *p, uint32_t site)
 {
-    const raw_keys *k = raw_keys_get(p, site_class(p, site), p->sites[site].device, raw_keys_make);
+    const raw_keys *k = raw_keys_get(p, site_class(p, site), site_device(p, site), raw_keys_make);
     return k ? k->tag_key : NONE;
 }
 
@@ -726,7 +762,7 @@ static void detect(gp_profile *p, const thread_state *t, const object *o, bool g
                           .event_grad = grad_flag,
                           .inference_region = inference_region(p, t)};
     gp__detect_graph_buffer(p->internal->detectors, &c, o->category, k->op, k->module,
-                            p->sites[o->site].stack, o->size, p->internal->now);
+                            site_stack(p, o->site), o->size, p->internal->now);
 }
 
 /* ---- the live set ---------------------------------------------------------------------------- */
@@ -759,6 +795,8 @@ static void object_delete(engine *e, uint32_t i)
 static void key_site_add(gp_profile *p, uint32_t key, uint32_t site, int64_t size, bool raw)
 {
     engine *e = p->internal;
+    if (!e->want_sites)
+        return;
     if (raw) { /* an untagged buffer: key is the site's raw key */
         const site_extra *x = &e->extra[site];
         if (x->side) /* else pure: the site's total_bytes */
@@ -784,6 +822,8 @@ static void key_site_add(gp_profile *p, uint32_t key, uint32_t site, int64_t siz
 static void site_cat_add(gp_profile *p, uint32_t site, lp_category cat, int64_t size)
 {
     engine *e = p->internal;
+    if (!e->want_sites)
+        return;
     const site_extra *x = &e->extra[site];
     if (x->side)
         e->site_sides[x->side - 1].by_cat[cat] += (uint64_t)size;
@@ -795,7 +835,7 @@ static void site_unpure(gp_profile *p, uint32_t site)
 {
     engine *e = p->internal;
     site_extra *x = &e->extra[site];
-    if (x->side)
+    if (x->side || !e->want_sites)
         return;
     site_side *d =
         gp__push((void **)&e->site_sides, &e->n_site_sides, &e->cap_site_sides, sizeof *d);
@@ -821,8 +861,8 @@ static void object_enter(gp_profile *p, object *o, bool count, bool count_site)
     stats_add(&p->tag_keys[o->tag_key].stats, d, o->size, count);
     if (count)
         key_site_add(p, o->tag_key, o->site, (int64_t)o->size, !o->tagged);
-    gp_site *site = &p->sites[o->site];
-    stats_add(&site->stats, d, o->size, count_site);
+    if (e->want_sites)
+        stats_add(&p->sites[o->site].stats, d, o->size, count_site);
     if (count_site)
         site_cat_add(p, o->site, o->category, (int64_t)o->size);
     gp_module_stats *m = &p->modules[o->module];
@@ -865,7 +905,8 @@ static void object_leave(gp_profile *p, object *o)
     engine *e = p->internal;
     device_state *d = device_get(p, o->device);
     stats_sub(&p->tag_keys[o->tag_key].stats, d, o->size);
-    stats_sub(&p->sites[o->site].stats, d, o->size);
+    if (e->want_sites)
+        stats_sub(&p->sites[o->site].stats, d, o->size);
     gp_module_stats *m = &p->modules[o->module];
     stats_sub(&m->stats, d, o->size);
     stats_sub(&m->by_category[o->category], d, o->size);
@@ -893,10 +934,9 @@ static void object_set_role(gp_profile *p, object *o, lp_category cat, const cha
     o->tag_key = tag_key_get(p, cat, op, module, o->device);
     o->module = module_get(p, module, o->device);
     o->saved = cat == LP_CAT_SAVED ? saved_get(p, module, op, detail, o->device) : NONE;
-    gp_site *site = &p->sites[o->site];
-    if (*op || *module) {
-        site->op = op;
-        site->module = module;
+    if ((*op || *module) && p->internal->want_sites) {
+        p->sites[o->site].op = op;
+        p->sites[o->site].module = module;
     }
 }
 
@@ -1002,7 +1042,7 @@ static void escape_items(gp_profile *p, uint32_t inst, const char *region)
             if (i == inst) {
                 const gp_tag_key *key = &p->tag_keys[o->tag_key];
                 gp__detect_escape_item(e->detectors, region, o->category, key->op, key->module,
-                                       p->sites[o->site].stack, o->size, e->now);
+                                       site_stack(p, o->site), o->size, e->now);
                 break;
             }
     }
@@ -1151,11 +1191,19 @@ static void observe(gp_profile *p, void (*fn)(void *, gp_profile *, const gp_buf
         return;
     const engine *e = p->internal;
     const gp_tag_key *k = &p->tag_keys[o->tag_key];
-    gp_buffer_event b = {.seq = o->seq, .allocs = p->alloc_count, .time_ns = e->now,
-                         .thread = thread, .device = o->device, .size = o->size,
-                         .stack = p->sites[o->site].stack, .site = o->site,
-                         .category = o->category, .op = k->op,
-                         .module = k->module, .scope = "", .first_tag = first_tag,
+    gp_buffer_event b = {.seq = o->seq,
+                         .allocs = p->alloc_count,
+                         .time_ns = e->now,
+                         .thread = thread,
+                         .device = o->device,
+                         .size = o->size,
+                         .stack = site_stack(p, o->site),
+                         .site = o->site,
+                         .category = o->category,
+                         .op = k->op,
+                         .module = k->module,
+                         .scope = "",
+                         .first_tag = first_tag,
                          .handle = (uint32_t *)&o->handle};
     uint32_t i = o->instance;
     while (i != NONE && e->instances[i].scope != SCOPE_NONE)
@@ -1251,8 +1299,8 @@ static void on_tag(gp_profile *p, thread_state *t, const gp_event *ev)
     lp_category before = o->category;
     bool first_tag = !o->tagged;
     object_leave(p, o);
-    gp_site *site = &p->sites[o->site];
-    site->stats.frees--; /* the site keeps its allocation */
+    if (e->want_sites)
+        p->sites[o->site].stats.frees--; /* the site keeps its allocation */
     if (first_tag) {     /* as if it had never been counted as OTHER */
         site_unpure(p, o->site);
         gp_stats *undo[3] = {&p->tag_keys[o->tag_key].stats, &p->modules[o->module].stats,
@@ -1306,7 +1354,8 @@ static void on_free(gp_profile *p, thread_state *t, const gp_event *ev)
         t->last_alloc_device == ev->device) {
         p->temporary_count++;
         p->tag_keys[o->tag_key].stats.temporaries++;
-        p->sites[o->site].stats.temporaries++;
+        if (e->want_sites)
+            p->sites[o->site].stats.temporaries++;
         t->last_alloc_valid = false;
     }
     instance_unref(e, o->instance);
@@ -1587,7 +1636,10 @@ static void drop_sites(gp_profile *p)
         p->tag_keys[i].top_site = UINT32_MAX;
     free(e->extra);
     e->extra = NULL;
-    e->cap_extra = 0;
+    e->n_extra = e->cap_extra = 0;
+    free(e->site_ids);
+    e->site_ids = NULL;
+    e->cap_site_ids = 0;
     free(e->site_sides);
     e->site_sides = NULL;
     e->n_site_sides = e->cap_site_sides = 0;
@@ -1620,6 +1672,7 @@ int gp__profile_load_with(const char *path, const gp_analysis_options *opts,
     else
         gp_analysis_options_default(&e->opts_copy);
     e->opts = &e->opts_copy;
+    e->want_sites = !e->opts->without_sites;
     e->free_object = NONE;
     e->free_instance = NONE;
     p->primary_device = LP_DEVICE_HOST;
@@ -1701,6 +1754,7 @@ void gp_profile_free(gp_profile *p)
         free(e->saved_map.slots);
         free(e->region_map.slots);
         free(e->extra);
+        free(e->site_ids);
         free(e->site_sides);
         free(e->host_sites);
         free(e->instances);

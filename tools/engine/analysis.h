@@ -238,8 +238,8 @@ typedef struct gp_analysis_options {
     const struct gp_rules *rules;
     /* Called for every buffer event (NULL = none); borrowed for the load. */
     const gp_replay_observer *observer;
-    /* Free the per-site tables once the replay is done (p->sites empty, tag keys without a top
-     * site), for a caller that reads only totals, stacks and labels: the diff. */
+    /* No per-site tables (p->sites empty, tag keys without a top site): the replay counts
+     * nothing per site, for a caller that reads only totals, stacks and labels: the diff. */
     bool without_sites;
 } gp_analysis_options;
 
