@@ -216,14 +216,6 @@ static void snapshot_move(side *s, uint64_t seq, uint64_t now)
 
 /* ---- twin keys ------------------------------------------------------------------------------- */
 
-static uint64_t hash_bytes(const char *s, size_t n)
-{
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
-    return gp__mix64(h);
-}
-
 /* Memoized per side: kind 1 = interned string (by address), 2 = stack id. */
 static bool memo_get(side *s, uint64_t kind, uint64_t id, uint64_t *h)
 {
@@ -257,7 +249,8 @@ static uint64_t string_hash(gp_align *al, side *s, const char *str)
         return 0;
     if (memo_get(s, 1, (uint64_t)(uintptr_t)str, &h))
         return h;
-    h = hash_bytes(str, strlen(str));
+    uint64_t unused;
+    gp__hash_text(str, strlen(str), &h, &unused);
     memo_put(al, s, 1, (uint64_t)(uintptr_t)str, h);
     return h;
 }

@@ -1807,17 +1807,9 @@ void gp_profile_free(gp_profile *p)
 static const char *own(gp_profile *p, const char *s)
 {
     engine *e = p->internal;
-    /* Two independent 64-bit hashes of the bytes, 8 at a time, and the length: the key. */
     size_t n = strlen(s);
-    uint64_t h1 = 0xcbf29ce484222325ull ^ n, h2 = 0x84222325cbf29ce4ull + n;
-    for (size_t i = 0; i < n; i += 8) {
-        uint64_t w = 0;
-        memcpy(&w, s + i, n - i < 8 ? n - i : 8);
-        h1 = gp__mix64(h1 ^ w);
-        h2 = (h2 ^ w) * 0x9E3779B97F4A7C15ull;
-        h2 ^= h2 >> 29;
-    }
-    h2 = gp__mix64(h2);
+    uint64_t h1, h2;
+    gp__hash_text(s, n, &h1, &h2);
     struct gp_map_slot *found = gp__map_find(&e->strings_map, h1, h2, n);
     if (found)
         return e->owned_strings[found->v];

@@ -279,20 +279,27 @@ typedef struct canon {
     gp_map by_text; /* (two hashes, length) -> index into v */
     const char **v;
     size_t n, cap;
+    /* The last few answers, by address: a table asks for the same few labels (ops, modules)
+     * once per buffer, hundreds of thousands of times. */
+    struct {
+        const char *s, *canonical;
+    } recent[64];
 } canon;
 
 /* The canonical pointer of s's text (the first address seen with it); NULL when out of memory. */
 static const char *canon_of(canon *c, const char *s)
 {
+    size_t r = ((uintptr_t)s >> 3 ^ (uintptr_t)s >> 9) % 64;
+    if (c->recent[r].s == s)
+        return c->recent[r].canonical;
     struct gp_map_slot *m = gp__map_find(&c->by_ptr, (uintptr_t)s, 0, 0);
-    if (m)
-        return c->v[m->v];
-    size_t len = strlen(s);
-    uint64_t h1 = 0xcbf29ce484222325ull, h2 = 0x84222325cbf29ce4ull;
-    for (size_t i = 0; i < len; i++) {
-        h1 = (h1 ^ (unsigned char)s[i]) * 0x100000001b3ull;
-        h2 = gp__mix64(h2 + (unsigned char)s[i]);
+    if (m) {
+        c->recent[r].s = s;
+        return c->recent[r].canonical = c->v[m->v];
     }
+    size_t len = strlen(s);
+    uint64_t h1, h2;
+    gp__hash_text(s, len, &h1, &h2);
     struct gp_map_slot *t = gp__map_find(&c->by_text, h1, h2, len);
     uint32_t i;
     if (t && strcmp(c->v[t->v], s) == 0) {

@@ -3,6 +3,7 @@
  * 64-bit words to a uint32 value (GP_MAP_NONE marks an empty slot, so it is not a valid value).
  * Removal shifts the rest of the probe run back (no tombstones), so a table with constant churn,
  * such as a live set, keeps short probes. A zeroed gp_map is empty; gp__map_free releases it.
+ * Also the tools' hashes: of a word (gp__mix64) and of a text (gp__hash_text).
  */
 #ifndef GRADPROF_TOOLS_HASHMAP_H
 #define GRADPROF_TOOLS_HASHMAP_H
@@ -10,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define GP_MAP_NONE UINT32_MAX
 
@@ -22,6 +24,22 @@ static inline uint64_t gp__mix64(uint64_t x)
     x *= 0xc4ceb9fe1a85ec53ull;
     x ^= x >> 33;
     return x;
+}
+
+/* Two independent 64-bit hashes of the n bytes at s, 8 at a time: with n, a key for the text
+ * that two different strings share with negligible probability. */
+static inline void gp__hash_text(const char *s, size_t n, uint64_t *h1_out, uint64_t *h2_out)
+{
+    uint64_t h1 = 0xcbf29ce484222325ull ^ n, h2 = 0x84222325cbf29ce4ull + n;
+    for (size_t i = 0; i < n; i += 8) {
+        uint64_t w = 0;
+        memcpy(&w, s + i, n - i < 8 ? n - i : 8);
+        h1 = gp__mix64(h1 ^ w);
+        h2 = (h2 ^ w) * 0x9E3779B97F4A7C15ull;
+        h2 ^= h2 >> 29;
+    }
+    *h1_out = h1;
+    *h2_out = gp__mix64(h2);
 }
 
 typedef struct gp_map {
