@@ -141,6 +141,10 @@ typedef struct side {
     gp_map memo;  /* (kind, id) -> index into hashes: string hashes (kind 1) */
     uint64_t *hashes;
     size_t n_hashes, cap_hashes;
+    struct {
+        const char *str;
+        uint64_t hash;
+    } recent[64]; /* string_hash's last answers, by address: a few labels, asked for per buffer */
     site_hash *site_hashes; /* by the profile's site index */
     size_t n_site_hashes;
     uint64_t allocs, end_ns;
@@ -247,11 +251,16 @@ static uint64_t string_hash(gp_align *al, side *s, const char *str)
     uint64_t h;
     if (!*str)
         return 0;
-    if (memo_get(s, 1, (uint64_t)(uintptr_t)str, &h))
-        return h;
-    uint64_t unused;
-    gp__hash_text(str, strlen(str), &h, &unused);
-    memo_put(al, s, 1, (uint64_t)(uintptr_t)str, h);
+    size_t r = ((uintptr_t)str >> 3 ^ (uintptr_t)str >> 9) % 64;
+    if (s->recent[r].str == str)
+        return s->recent[r].hash;
+    if (!memo_get(s, 1, (uint64_t)(uintptr_t)str, &h)) {
+        uint64_t unused;
+        gp__hash_text(str, strlen(str), &h, &unused);
+        memo_put(al, s, 1, (uint64_t)(uintptr_t)str, h);
+    }
+    s->recent[r].str = str;
+    s->recent[r].hash = h;
     return h;
 }
 
@@ -331,18 +340,25 @@ static uint64_t thread_identity(gp_align *al, side *s, gp_profile *p, uint32_t t
     return id;
 }
 
-/* The twin key of a new buffer with the innermost `frames` frames of its stack (stack_hashes:
- * strict or loose); the strict key (all GP_ALIGN_STACK_FRAMES) also holds its scope. */
-static uint64_t twin_key(gp_align *al, side *s, gp_profile *p, const gp_buffer_event *b,
-                         int frames, uint64_t stack_hash)
+static uint64_t labels_key(uint64_t h, uint64_t size, uint64_t op, uint64_t module, uint64_t stack)
 {
-    uint64_t h = gp__mix64(thread_identity(al, s, p, b->thread) ^ (uint64_t)b->category);
-    if (frames == GP_ALIGN_STACK_FRAMES)
-        h = gp__mix64(h ^ string_hash(al, s, b->scope) ^ gp__mix64(b->scope_ordinal * 5 + 1));
-    h = gp__mix64(h ^ b->size);
-    h = gp__mix64(h ^ string_hash(al, s, b->op));
-    h = gp__mix64(h ^ (string_hash(al, s, b->module) * 3));
-    return gp__mix64(h ^ stack_hash);
+    h = gp__mix64(h ^ size);
+    h = gp__mix64(h ^ op);
+    h = gp__mix64(h ^ module);
+    return gp__mix64(h ^ stack);
+}
+
+/* The twin keys of a new buffer: the strict one, with the innermost GP_ALIGN_STACK_FRAMES frames
+ * of its stack and its scope, and the loose one, with GP_ALIGN_LOOSE_FRAMES frames and no scope
+ * (stack_hashes). */
+static void twin_keys(gp_align *al, side *s, gp_profile *p, const gp_buffer_event *b,
+                      const site_hash *sh, uint64_t *strict, uint64_t *loose)
+{
+    uint64_t who = gp__mix64(thread_identity(al, s, p, b->thread) ^ (uint64_t)b->category);
+    uint64_t op = string_hash(al, s, b->op), module = string_hash(al, s, b->module) * 3;
+    uint64_t scope = string_hash(al, s, b->scope) ^ gp__mix64(b->scope_ordinal * 5 + 1);
+    *strict = labels_key(gp__mix64(who ^ scope), b->size, op, module, sh->strict);
+    *loose = labels_key(who, b->size, op, module, sh->loose);
 }
 
 /* The occurrence index of `key` in this run: 0 for its first buffer. */
@@ -396,9 +412,8 @@ static void on_alloc(gp_align *al, int which, gp_profile *p, const gp_buffer_eve
     uint32_t i = rec_new(al, s);
     if (i == NONE)
         return;
-    const site_hash *sh = stack_hashes(al, s, p, b);
-    uint64_t key = twin_key(al, s, p, b, GP_ALIGN_STACK_FRAMES, sh->strict);
-    uint64_t loose = twin_key(al, s, p, b, GP_ALIGN_LOOSE_FRAMES, sh->loose);
+    uint64_t key, loose;
+    twin_keys(al, s, p, b, stack_hashes(al, s, p, b), &key, &loose);
     rec *r = &s->recs[i];
     *r = (rec){.key = key, .occ = occurrence(al, s, key), .seq = b->seq, .size = b->size,
                .loose_key = loose,
