@@ -73,9 +73,9 @@ static int unknown_command(const char *name)
 int main(int argc, char **argv)
 {
 #ifdef __GLIBC__
-    /* The analysers' tables are few and large, grown by doubling and freed as a load moves on
-     * (the diff drops A's sites before it loads B). A fixed threshold keeps every block of 1 MiB
-     * or more in its own mapping: freed, it goes back to the system, and it grows by mremap.
+    /* The analysers' tables are few and large, grown by doubling (each step frees the smaller
+     * block) and freed when a load is done with them. A fixed threshold keeps every block of
+     * 1 MiB or more in its own mapping: freed, it goes back to the system, and it grows by mremap.
      * glibc's adaptive threshold would rise to the largest block freed so far and put the next
      * ones on the heap, where the holes they leave stay resident (60 MiB of a PyTorch diff). */
     mallopt(M_MMAP_THRESHOLD, 1 << 20);

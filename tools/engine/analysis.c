@@ -1624,27 +1624,17 @@ static int finish(gp_profile *p)
     return e->oom ? -1 : 0;
 }
 
-/* gp_analysis_options.without_sites: frees the sites and what only the site tables read. */
-static void drop_sites(gp_profile *p)
+/* gp_analysis_options.without_sites: the sites' identities and flags, which only the replay reads
+ * (nothing else per site was made). */
+static void drop_site_ids(gp_profile *p)
 {
     engine *e = p->internal;
-    free(p->sites);
-    p->sites = NULL;
-    p->n_sites = 0;
-    e->cap_sites = 0;
-    for (size_t i = 0; i < p->n_tag_keys; i++)
-        p->tag_keys[i].top_site = UINT32_MAX;
     free(e->extra);
     e->extra = NULL;
     e->n_extra = e->cap_extra = 0;
     free(e->site_ids);
     e->site_ids = NULL;
     e->cap_site_ids = 0;
-    free(e->site_sides);
-    e->site_sides = NULL;
-    e->n_site_sides = e->cap_site_sides = 0;
-    free(e->site_labels);
-    e->site_labels = NULL;
 }
 
 int gp_profile_load(const char *path, const gp_analysis_options *opts, gp_profile **out,
@@ -1734,8 +1724,8 @@ int gp__profile_load_with(const char *path, const gp_analysis_options *opts,
         gp_profile_free(p);
         return -1;
     }
-    if (e->opts->without_sites)
-        drop_sites(p);
+    if (!e->want_sites)
+        drop_site_ids(p);
     *out = p;
     return 0;
 }
