@@ -159,6 +159,10 @@ struct gp__align_internal {
     size_t n_anchors, cap_anchors;
     uint64_t stride;
     gp_map twins;     /* (key, occ) -> index: < n_peak into peak[], else n_peak + anchor index */
+    /* A bit per hash of the twins' (key, occ), 8 bits an entry: most of B's buffers have no twin
+     * there, and a clear bit says so without a probe of the big map (a cache miss). */
+    uint64_t *twin_bits;
+    uint64_t twin_bits_mask; /* bits - 1 */
     uint64_t best_a_seq; /* B: the newest peak buffer whose twin B has made */
     bool oom;
 };
@@ -372,6 +376,15 @@ static uint64_t occurrence(gp_align *al, side *s, uint64_t key)
     return 0;
 }
 
+/* The filter bit of a twin (key, occ): set it, or tell whether it is set. */
+static bool twin_bit(struct gp__align_internal *in, uint64_t key, uint64_t occ, bool set)
+{
+    uint64_t i = gp__mix64(key ^ gp__mix64(occ + 0x9E3779B97F4A7C15ull)) & in->twin_bits_mask;
+    if (set)
+        in->twin_bits[i / 64] |= 1ull << (i % 64);
+    return in->twin_bits[i / 64] >> (i % 64) & 1;
+}
+
 /* ---- A's anchors ----------------------------------------------------------------------------- */
 
 /* Samples A's allocation `r` made after its current peak: every `stride`-th is kept; when the
@@ -427,6 +440,8 @@ static void on_alloc(gp_align *al, int which, gp_profile *p, const gp_buffer_eve
             anchor_note(al, r);
         return;
     }
+    if (!twin_bit(in, key, r->occ, false))
+        return;
     struct gp_map_slot *t = gp__map_find(&in->twins, key, r->occ, 0);
     if (!t)
         return;
@@ -579,6 +594,17 @@ static void a_done(gp_align *al)
         if (!gp__map_put(&in->twins, in->anchors[i].key, in->anchors[i].occ, 0,
                          (uint32_t)(in->n_peak + i)))
             in->oom = true;
+    size_t bits = 64;
+    while (bits < 8 * (n + in->n_anchors))
+        bits *= 2;
+    in->twin_bits = calloc(bits / 64, sizeof *in->twin_bits);
+    if (!in->twin_bits)
+        in->oom = true;
+    in->twin_bits_mask = bits - 1;
+    for (size_t i = 0; i < n && !in->oom; i++)
+        twin_bit(in, in->peak[i].a.key, in->peak[i].a.occ, true);
+    for (size_t i = 0; i < in->n_anchors && !in->oom; i++)
+        twin_bit(in, in->anchors[i].key, in->anchors[i].occ, true);
     al->a_peak_seq = s->snap_seq;
     al->a_peak_time_ns = s->snap_ns;
     al->a_allocs = s->allocs;
@@ -831,6 +857,7 @@ static void internal_free(struct gp__align_internal *in)
         free(in->peak);
         free(in->anchors);
         gp__map_free(&in->twins);
+        free(in->twin_bits);
         free(in);
     }
 }
