@@ -200,9 +200,7 @@ static void test_raw_sites_temporaries_leaks_devices(void **state)
     gp_profile_free(p);
 }
 
-/* without_sites: the replay counts nothing per site, and everything else is as in a full load
- * (totals, every tag key, module and saved-tensor key, findings), on every fixture trace: raw
- * allocations, tags and retags, devices, regions, a damaged file. Stacks are labelled the same. */
+/* Every counter of a and b is the same (snap_epoch is the engine's own). */
 static void assert_same_stats(const gp_stats *a, const gp_stats *b)
 {
     assert_int_equal(a->count, b->count);
@@ -215,6 +213,9 @@ static void assert_same_stats(const gp_stats *a, const gp_stats *b)
     assert_int_equal(a->temporaries, b->temporaries);
 }
 
+/* without_sites: the replay counts nothing per site, and everything else is as in a full load
+ * (totals, every tag key, module and saved-tensor key, findings), on every fixture trace: raw
+ * allocations, tags and retags, devices, regions, a damaged file. Stacks are labelled the same. */
 static void test_without_sites(void **state)
 {
     (void)state;

@@ -144,7 +144,7 @@ typedef struct side {
     struct {
         const char *str;
         uint64_t hash;
-    } recent[64]; /* string_hash's last answers, by address: a few labels, asked for per buffer */
+    } recent[GP_RECENT];    /* string_hash's last answers: a few labels, asked for per buffer */
     site_hash *site_hashes; /* by the profile's site index */
     size_t n_site_hashes;
     uint64_t allocs, end_ns;
@@ -255,7 +255,7 @@ static uint64_t string_hash(gp_align *al, side *s, const char *str)
     uint64_t h;
     if (!*str)
         return 0;
-    size_t r = ((uintptr_t)str >> 3 ^ (uintptr_t)str >> 9) % 64;
+    size_t r = gp__recent_slot(str);
     if (s->recent[r].str == str)
         return s->recent[r].hash;
     if (!memo_get(s, 1, (uint64_t)(uintptr_t)str, &h)) {
@@ -376,13 +376,26 @@ static uint64_t occurrence(gp_align *al, side *s, uint64_t key)
     return 0;
 }
 
-/* The filter bit of a twin (key, occ): set it, or tell whether it is set. */
-static bool twin_bit(struct gp__align_internal *in, uint64_t key, uint64_t occ, bool set)
+/* The filter bit of a twin (key, occ). */
+static uint64_t twin_bit(const struct gp__align_internal *in, uint64_t key, uint64_t occ)
 {
-    uint64_t i = gp__mix64(key ^ gp__mix64(occ + 0x9E3779B97F4A7C15ull)) & in->twin_bits_mask;
-    if (set)
-        in->twin_bits[i / 64] |= 1ull << (i % 64);
+    return gp__mix64(key ^ gp__mix64(occ + 0x9E3779B97F4A7C15ull)) & in->twin_bits_mask;
+}
+
+/* Whether (key, occ) may be a twin in the map: false proves it is not. */
+static bool twin_may_be(const struct gp__align_internal *in, uint64_t key, uint64_t occ)
+{
+    uint64_t i = twin_bit(in, key, occ);
     return in->twin_bits[i / 64] >> (i % 64) & 1;
+}
+
+/* Adds the twin (key, occ) -> v (see gp__align_internal.twins) and its filter bit. */
+static void twin_add(struct gp__align_internal *in, uint64_t key, uint64_t occ, uint32_t v)
+{
+    uint64_t i = twin_bit(in, key, occ);
+    in->twin_bits[i / 64] |= 1ull << (i % 64);
+    if (!gp__map_put(&in->twins, key, occ, 0, v))
+        in->oom = true;
 }
 
 /* ---- A's anchors ----------------------------------------------------------------------------- */
@@ -440,7 +453,7 @@ static void on_alloc(gp_align *al, int which, gp_profile *p, const gp_buffer_eve
             anchor_note(al, r);
         return;
     }
-    if (!twin_bit(in, key, r->occ, false))
+    if (!twin_may_be(in, key, r->occ))
         return;
     struct gp_map_slot *t = gp__map_find(&in->twins, key, r->occ, 0);
     if (!t)
@@ -585,15 +598,6 @@ static void a_done(gp_align *al)
     }
     qsort(in->peak, n, sizeof *in->peak, cmp_peak_seq);
     in->n_peak = n;
-    for (size_t i = 0; i < n && !in->oom; i++) {
-        rec *r = &in->peak[i].a;
-        if (!gp__map_put(&in->twins, r->key, r->occ, 0, (uint32_t)i))
-            in->oom = true;
-    }
-    for (size_t i = 0; i < in->n_anchors && !in->oom; i++)
-        if (!gp__map_put(&in->twins, in->anchors[i].key, in->anchors[i].occ, 0,
-                         (uint32_t)(in->n_peak + i)))
-            in->oom = true;
     size_t bits = 64;
     while (bits < 8 * (n + in->n_anchors))
         bits *= 2;
@@ -602,9 +606,9 @@ static void a_done(gp_align *al)
         in->oom = true;
     in->twin_bits_mask = bits - 1;
     for (size_t i = 0; i < n && !in->oom; i++)
-        twin_bit(in, in->peak[i].a.key, in->peak[i].a.occ, true);
+        twin_add(in, in->peak[i].a.key, in->peak[i].a.occ, (uint32_t)i);
     for (size_t i = 0; i < in->n_anchors && !in->oom; i++)
-        twin_bit(in, in->anchors[i].key, in->anchors[i].occ, true);
+        twin_add(in, in->anchors[i].key, in->anchors[i].occ, (uint32_t)(n + i));
     al->a_peak_seq = s->snap_seq;
     al->a_peak_time_ns = s->snap_ns;
     al->a_allocs = s->allocs;

@@ -283,13 +283,13 @@ typedef struct canon {
      * once per buffer, hundreds of thousands of times. */
     struct {
         const char *s, *canonical;
-    } recent[64];
+    } recent[GP_RECENT];
 } canon;
 
 /* The canonical pointer of s's text (the first address seen with it); NULL when out of memory. */
 static const char *canon_of(canon *c, const char *s)
 {
-    size_t r = ((uintptr_t)s >> 3 ^ (uintptr_t)s >> 9) % 64;
+    size_t r = gp__recent_slot(s);
     if (c->recent[r].s == s)
         return c->recent[r].canonical;
     struct gp_map_slot *m = gp__map_find(&c->by_ptr, (uintptr_t)s, 0, 0);

@@ -3,7 +3,8 @@
  * 64-bit words to a uint32 value (GP_MAP_NONE marks an empty slot, so it is not a valid value).
  * Removal shifts the rest of the probe run back (no tombstones), so a table with constant churn,
  * such as a live set, keeps short probes. A zeroed gp_map is empty; gp__map_free releases it.
- * Also the tools' hashes: of a word (gp__mix64) and of a text (gp__hash_text).
+ * Also the tools' hashes: of a word (gp__mix64), of a text (gp__hash_text), of an address for a
+ * cache of recent answers (gp__recent_slot).
  */
 #ifndef GRADPROF_TOOLS_HASHMAP_H
 #define GRADPROF_TOOLS_HASHMAP_H
@@ -40,6 +41,15 @@ static inline void gp__hash_text(const char *s, size_t n, uint64_t *h1_out, uint
     }
     *h1_out = h1;
     *h2_out = gp__mix64(h2);
+}
+
+/* A direct-mapped cache of the last answers asked by address (an interned string's, say) has
+ * GP_RECENT entries; address p goes in slot gp__recent_slot(p). */
+#define GP_RECENT 64
+static inline size_t gp__recent_slot(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    return (a >> 3 ^ a >> 9) % GP_RECENT;
 }
 
 typedef struct gp_map {
