@@ -741,6 +741,34 @@ static void sym_resolve_python(gp_symbolizer *s, const sym_module *m, uint64_t l
     }
 }
 
+/* Writes "<module basename>+0x<offset>" (or "[module N]+0x.." without a name, "0x.." without a
+ * module) to buf, the name of a frame nothing resolved. Returns its length. */
+static size_t sym_unresolved_name(char *buf, size_t size, uint32_t module_id, const sym_module *m,
+                                  uint64_t offset)
+{
+    size_t n = 0;
+    if (m != NULL && m->basename[0] != '\0') {
+        n = strlen(m->basename);
+        if (n > 4000 && size > 4040)
+            n = 4000;
+        memcpy(buf, m->basename, n);
+        buf[n++] = '+';
+    } else if (module_id != 0) {
+        n = (size_t)snprintf(buf, size, "[module %" PRIu32 "]+", module_id);
+    }
+    char hex[16];
+    int k = 0;
+    do
+        hex[k++] = "0123456789abcdef"[offset & 15];
+    while ((offset >>= 4) != 0);
+    buf[n++] = '0';
+    buf[n++] = 'x';
+    while (k > 0)
+        buf[n++] = hex[--k];
+    buf[n] = '\0';
+    return n;
+}
+
 static const gp_symbol *sym_lookup(gp_symbolizer *s, uint32_t module_id, uint64_t offset,
                                    uint32_t kind)
 {
@@ -761,36 +789,33 @@ static const gp_symbol *sym_lookup(gp_symbolizer *s, uint32_t module_id, uint64_
     }
 
     s->stats.lookups++;
-    gp_symbol *out = calloc(1, sizeof *out);
-    if (out == NULL)
-        return NULL;
-    out->offset = offset;
-    out->module = "";
     sym_module *m = reg ? &c->modules[reg->file] : NULL;
-    if (m != NULL) {
-        out->module = m->path;
+    if (m != NULL)
         sym_module_open(s, m);
+    gp_symbol found = {.offset = offset, .module = m ? m->path : ""};
+    if (m != NULL) {
         /* A return address points after the call; offset - 1 lies inside it. */
         uint64_t pc = (kind == KIND_RETURN && offset > 0) ? offset - 1 : offset;
         if (sym_is_python(m))
-            sym_resolve_python(s, m, offset, out);
+            sym_resolve_python(s, m, offset, &found);
         else if (m->mod != NULL)
-            sym_resolve(s, m, pc, out);
+            sym_resolve(s, m, pc, &found);
     }
-    if (!out->resolved) {
-        char buf[64 + 4096];
-        if (module_id == 0)
-            snprintf(buf, sizeof buf, "0x%" PRIx64, offset);
-        else if (m == NULL || m->basename[0] == '\0')
-            snprintf(buf, sizeof buf, "[module %" PRIu32 "]+0x%" PRIx64, module_id, offset);
-        else
-            snprintf(buf, sizeof buf, "%.4000s+0x%" PRIx64, m->basename, offset);
-        out->function = sym_intern(s, buf);
-        out->inlined_into = NULL;
-        if (out->function == NULL) {
-            free(out);
+    gp_symbol *out;
+    if (found.resolved) {
+        out = malloc(sizeof *out);
+        if (out == NULL)
             return NULL;
-        }
+        *out = found;
+    } else { /* named after where it is, in the same block: no other frame has this name */
+        char where_text[64 + 4096];
+        size_t n = sym_unresolved_name(where_text, sizeof where_text, module_id, m, offset);
+        out = malloc(sizeof *out + n + 1);
+        if (out == NULL)
+            return NULL;
+        *out = found;
+        out->function = memcpy(out + 1, where_text, n + 1);
+        out->inlined_into = NULL;
     }
     c->cache[j] = (sym_entry){.offset = offset, .where = where, .kind = kind, .sym = out};
     c->cache_count++;
