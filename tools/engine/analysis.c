@@ -272,7 +272,8 @@ struct gp__profile_internal {
     gp_map function_memo; /* function name -> class */
     uint16_t *stack_class; /* by stack id */
     size_t n_stack_class;
-    uint32_t *path; /* stack_classify's walk */
+    uint32_t classified; /* stack ids up to this one are classified, in id order */
+    uint32_t *path;      /* stack_classify_walk's path */
     size_t cap_path;
     gp_map raw_key_map;   /* (class, device) -> index into raw_keys */
     raw_keys *raw_keys;
@@ -476,17 +477,38 @@ static void stack_class_set(gp_profile *p, uint32_t id, uint32_t c)
     e->stack_class[id] = (uint16_t)(c + 1);
 }
 
-static uint32_t stack_classify(gp_profile *p, uint32_t stack)
+/* The class of a node whose parent has class `above`: the node's frame's class, applied. */
+static uint32_t class_step(gp_profile *p, uint32_t above, uint32_t module, uint64_t offset)
 {
     engine *e = p->internal;
-    if (!stack)
-        return CLASS_NONE;
-    uint32_t memo = stack_class_memo(e, stack);
-    if (memo)
-        return memo - 1;
-    /* Walk up to the first memoized ancestor, then fill the path back down. */
+    frame_info *fr = frame_get(p, module, offset);
+    uint32_t fi = fr ? frame_class(p, fr) : CLASS_NONE;
+    uint32_t ci = e->classes[fi].boundary ? CLASS_NONE : above; /* the frames outside a
+                                                                   boundary do not classify
+                                                                   inside */
+    if (fi == CLASS_NONE)
+        return ci;
+    stack_class c = e->classes[ci], f = e->classes[fi];
+    bool changed = false;
+    if (f.rule >= 0 && (c.rule < 0 || f.rule < c.rule)) {
+        c.rule = f.rule;
+        c.category = f.category;
+        changed = true;
+    }
+    if (!*c.op && *f.op) { /* the outermost op wins: the parent's, if it has one */
+        c.op = f.op;
+        changed = true;
+    }
+    return changed ? class_intern(p, c) : ci;
+}
+
+/* The class of a node whose ancestors' classes are not all memoized: a walk up to the first
+ * memoized one, then back down, memoizing the path. */
+static uint32_t stack_classify_walk(gp_profile *p, uint32_t stack)
+{
+    engine *e = p->internal;
     size_t n = 0;
-    uint32_t id = stack;
+    uint32_t id = stack, memo;
     uint32_t above = CLASS_NONE;
     while (id) {
         if ((memo = stack_class_memo(e, id))) {
@@ -512,28 +534,37 @@ static uint32_t stack_classify(gp_profile *p, uint32_t stack)
         uint64_t offset;
         if (gp_trace_stack_frame(p->trace, path[i], &module, &offset, &parent) != 0)
             break;
-        frame_info *fr = frame_get(p, module, offset);
-        uint32_t fi = fr ? frame_class(p, fr) : CLASS_NONE;
-        if (e->classes[fi].boundary) /* the frames outside a boundary do not classify inside */
-            ci = CLASS_NONE;
-        if (fi != CLASS_NONE) {
-            stack_class c = e->classes[ci], f = e->classes[fi];
-            bool changed = false;
-            if (f.rule >= 0 && (c.rule < 0 || f.rule < c.rule)) {
-                c.rule = f.rule;
-                c.category = f.category;
-                changed = true;
-            }
-            if (!*c.op && *f.op) { /* the outermost op wins: the parent's, if it has one */
-                c.op = f.op;
-                changed = true;
-            }
-            if (changed)
-                ci = class_intern(p, c);
-        }
+        ci = class_step(p, ci, module, offset);
         stack_class_set(p, path[i], ci);
     }
     return ci;
+}
+
+/* The class of stack node `stack`. The nodes not classified yet up to it are classified in id
+ * order, which is the order the reader stores them in: a parent has a smaller id than its
+ * children, so its class is known when theirs is made, and the nodes are read one after the
+ * other instead of by a walk up each new stack. */
+static uint32_t stack_classify(gp_profile *p, uint32_t stack)
+{
+    engine *e = p->internal;
+    if (!stack)
+        return CLASS_NONE;
+    uint32_t memo = stack_class_memo(e, stack);
+    if (memo)
+        return memo - 1;
+    for (uint32_t id = e->classified + 1; id <= stack && !e->oom; id++) {
+        uint32_t module, parent;
+        uint64_t offset;
+        if (gp_trace_stack_frame(p->trace, id, &module, &offset, &parent) != 0)
+            break;
+        uint32_t above = !parent                                ? CLASS_NONE
+                         : (memo = stack_class_memo(e, parent)) ? memo - 1
+                                                                : stack_classify_walk(p, parent);
+        stack_class_set(p, id, class_step(p, above, module, offset));
+        e->classified = id;
+    }
+    memo = stack_class_memo(e, stack);
+    return memo ? memo - 1 : stack_classify_walk(p, stack);
 }
 
 /* The raw keys (tag key, module) of untagged buffers of class `cls` on `device`, made on first
@@ -1605,6 +1636,7 @@ static int finish(gp_profile *p)
     free(e->stack_class);
     e->stack_class = NULL;
     e->n_stack_class = 0;
+    e->classified = 0;
     free(e->path);
     e->path = NULL;
     e->cap_path = 0;
