@@ -693,6 +693,19 @@ fail:
     return NULL;
 }
 
+size_t gp__sites_nonzero(const gp_profile *p, const size_t *ix, size_t n, gp__measure m)
+{
+    size_t lo = 0, hi = n; /* the first place whose site has m == 0 */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (gp__stats_measure(&p->sites[ix[mid]].stats, m) != 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 static int cmp_tag_keys(const void *pa, const void *pb)
 {
     size_t a = *(const size_t *)pa, b = *(const size_t *)pb;

@@ -87,6 +87,9 @@ uint64_t gp__stats_measure(const gp_stats *s, gp__measure m);
  * the measure then path. gp__sorted_sites orders only the first `want` places by label (SIZE_MAX:
  * all); the rest keep their numbers' order, ties by index. */
 size_t *gp__sorted_sites(gp_profile *p, gp__measure m, size_t want, size_t *n);
+/* How many of the n sites in an order of gp__sorted_sites by m have m != 0 (they come first): a
+ * binary search, not a pass over every site. */
+size_t gp__sites_nonzero(const gp_profile *p, const size_t *ix, size_t n, gp__measure m);
 size_t *gp__sorted_tag_keys(const gp_profile *p, gp__measure m, size_t *n);
 size_t *gp__sorted_saved(const gp_profile *p, size_t *n);
 size_t *gp__sorted_regions(const gp_profile *p, size_t *n);

@@ -173,10 +173,7 @@ static int report_sites(FILE *out, gp_profile *p, const gp_render_options *o, gp
     int rc = idx == NULL && p->n_sites > 0 ? -1 : 0;
     if (idx == NULL) /* empty, or out of memory */
         n = 0;
-    size_t nz = 0; /* rows with a non-zero value */
-    for (size_t i = 0; i < n; i++)
-        if (gp__stats_measure(&p->sites[idx[i]].stats, m) != 0)
-            nz++;
+    size_t nz = idx ? gp__sites_nonzero(p, idx, n, m) : 0; /* rows with a non-zero value */
     fprintf(out, "<section id=\"%s\">\n<h2>%s</h2>\n<p class=\"note\">%s</p>\n", id, title, note);
     if (nz == 0) {
         fputs("<p class=\"note\">None.</p>\n</section>\n", out);

@@ -39,7 +39,6 @@ static const char *measure_title(gp__measure m)
     }
 }
 
-/* Counts the rows of an ordering whose measure is non-zero (the ranked tables skip zeros). */
 /* The sites ordered by m, for a site table under its title (already written): NULL when there is
  * nothing to show (after writing "none") or no memory (c->oom set); else *n sites in order, *total
  * of them with m not 0. The caller frees the array. */
@@ -51,9 +50,7 @@ static size_t *site_table_order(gp__text_ctx *c, gp__measure m, size_t *n, size_
         c->oom = true;
         return NULL;
     }
-    *total = 0;
-    for (size_t i = 0; i < *n; i++)
-        *total += gp__stats_measure(&p->sites[ix[i]].stats, m) != 0;
+    *total = gp__sites_nonzero(p, ix, *n, m);
     if (!*total) {
         fprintf(c->out, GP__TEXT_INDENT "none\n");
         free(ix);
