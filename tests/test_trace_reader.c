@@ -1052,6 +1052,24 @@ static void test_global_stacks(void **state)
     assert_int_equal(module, 2);
     assert_int_equal(offset, 0x30);
     assert_int_equal(parent, 0);
+    /* Frames by id: the innermost frame of s1 and s4 is (2, 0x30) under two callers, one frame;
+     * s3's (2, 0x31) is another. Four distinct frames in all. */
+    uint32_t f1, f3, f4, unused;
+    assert_int_equal(gp_trace_stack_node(t, s1, &f1, &unused), 0);
+    assert_int_equal(gp_trace_stack_node(t, s3, &f3, &unused), 0);
+    assert_int_equal(gp_trace_stack_node(t, s4, &f4, &parent), 0);
+    assert_int_equal(parent, 0);
+    assert_int_equal(f1, f4);
+    assert_int_not_equal(f1, f3);
+    assert_int_equal(gp_trace_frame(t, f3, &module, &offset), 0);
+    assert_int_equal(module, 2);
+    assert_int_equal(offset, 0x31);
+    for (uint32_t frame = 1; frame <= 4; frame++)
+        assert_int_equal(gp_trace_frame(t, frame, &module, &offset), 0);
+    assert_int_equal(gp_trace_frame(t, 0, &module, &offset), -1);
+    assert_int_equal(gp_trace_frame(t, 5, &module, &offset), -1);
+    assert_int_equal(gp_trace_stack_node(t, 0, &f1, &parent), -1);
+    assert_int_equal(gp_trace_stack_node(t, 6, &f1, &parent), -1);
 
     /* String ids are per thread: writer 2's id 1 is "relu", writer 1's is "linear". */
     assert_string_equal(ev[1].op, "linear");

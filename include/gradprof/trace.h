@@ -119,6 +119,11 @@ const gp_module *gp_trace_module(const gp_trace *t, uint32_t id); /* NULL if unk
 int gp_trace_stack_frame(const gp_trace *t, uint32_t stack, uint32_t *module, uint64_t *offset,
                          uint32_t *parent);
 size_t gp_trace_stack_count(const gp_trace *t);
+/* The same node by its frame's global id: nodes that run the same code (module, offset) share a
+ * frame id, dense from 1, so a reader can keep what it learns of a frame in an array. */
+int gp_trace_stack_node(const gp_trace *t, uint32_t stack, uint32_t *frame, uint32_t *parent);
+/* A frame id's module and offset. Returns 0, or -1 if the id is unknown. */
+int gp_trace_frame(const gp_trace *t, uint32_t frame, uint32_t *module, uint64_t *offset);
 
 /* Thread names (THREAD records), by dense index; NULL if unnamed. */
 const char *gp_trace_thread_name(const gp_trace *t, uint32_t thread);

@@ -440,18 +440,24 @@ typedef struct chunk_ref {
     uint32_t bytes; /* payload bytes */
 } chunk_ref;
 
+/* A node of the merged call tree: its frame and its caller's node. */
 typedef struct stack_node {
     uint32_t parent; /* global id, 0 = outermost */
-    uint32_t module; /* the module id (at most 2^16) | a fingerprint of its children's hashes */
-    uint64_t offset;
+    uint32_t frame;  /* global frame id (frames[frame - 1]) */
 } stack_node;
 
-/* stack_node.module's high 15 bits: bit 17 + (h % 15) is set for each child with hash h, so a
- * clear bit proves that no child with that hash exists (no hash lookup needed). */
-#define STACK_MODULE_MASK 0x1FFFFu
-static inline uint32_t stack_child_bit(uint32_t h)
+/* A distinct frame (module, offset) of the call tree: many nodes share one (the same code
+ * reached from many callers), so a node names its frame by id. */
+typedef struct frame_rec {
+    uint64_t offset;
+    uint32_t module;
+} frame_rec;
+
+/* A fingerprint of a node's children (stack_kids): bit h % 16 is set for each child with hash h,
+ * so a clear bit proves that no child with that hash exists (no hash lookup needed). */
+static inline uint16_t stack_child_bit(uint32_t h)
 {
-    return 1u << (17 + h % 15);
+    return (uint16_t)(1u << (h % 16));
 }
 
 enum { DEC_OK = 0, DEC_BAD = 1, DEC_OOM = 2 };
@@ -540,6 +546,11 @@ struct gp_trace {
 
     stack_node *stacks; /* global stack id - 1 */
     size_t nstacks;
+    uint16_t *stack_kids;  /* by global stack id - 1: its children's fingerprint (the merge's) */
+    frame_rec *frames;     /* global frame id - 1; room for stack_capacity, never moved */
+    size_t nframes;        /* written by the merge, read with acquire (gp_trace_frame) */
+    uint32_t *frame_slots; /* the merge's frame hash: frame ids, open addressing, 0 = empty */
+    size_t nframe_slots;   /* a power of two, grown at 3/4 */
     uint32_t *stack_slots; /* the stack hash (see stack_table_build) */
     size_t nstack_slots;   /* a power of two */
     size_t stack_capacity; /* nodes it is sized for */
@@ -965,9 +976,50 @@ static int dec_string(decoder *d)
     return idtab_put(&d->w->strings, id, idx) == 0 ? DEC_OK : DEC_OOM;
 }
 
-static uint32_t stack_hash(uint32_t parent, uint32_t module, uint64_t offset)
+static uint32_t stack_hash(uint32_t parent, uint32_t frame)
 {
-    return (uint32_t)mix64(offset ^ mix64(((uint64_t)parent << 32) | module));
+    return (uint32_t)mix64(((uint64_t)parent << 32) | frame);
+}
+
+static size_t frame_home(const gp_trace *t, uint32_t module, uint64_t offset)
+{
+    return mix64(offset ^ mix64(module)) & (t->nframe_slots - 1);
+}
+
+/* The global id of frame (module, offset), added if new; 0 when out of memory. Frames are at most
+ * as many as nodes, so the array has room; its hash grows (it is the merge's alone). */
+static uint32_t frame_intern(gp_trace *t, uint32_t module, uint64_t offset)
+{
+    size_t mask = t->nframe_slots - 1, i = frame_home(t, module, offset);
+    for (uint32_t id; (id = t->frame_slots[i]) != 0; i = (i + 1) & mask)
+        if (t->frames[id - 1].offset == offset && t->frames[id - 1].module == module)
+            return id;
+    if (t->nframes == t->stack_capacity)
+        return 0;
+    if ((t->nframes + 1) * 4 > t->nframe_slots * 3) {
+        size_t n = t->nframe_slots * 2;
+        uint32_t *slots = calloc(n, sizeof *slots);
+        if (!slots)
+            return 0;
+        free(t->frame_slots);
+        t->frame_slots = slots;
+        t->nframe_slots = n;
+        for (uint32_t id = 1; id <= t->nframes; id++) {
+            size_t j = frame_home(t, t->frames[id - 1].module, t->frames[id - 1].offset);
+            while (slots[j] != 0)
+                j = (j + 1) & (n - 1);
+            slots[j] = id;
+        }
+        mask = n - 1;
+        i = frame_home(t, module, offset);
+        while (slots[i] != 0)
+            i = (i + 1) & mask;
+    }
+    t->frames[t->nframes] = (frame_rec){offset, module};
+    uint32_t id = (uint32_t)t->nframes + 1;
+    __atomic_store_n(&t->nframes, t->nframes + 1, __ATOMIC_RELEASE); /* readahead's caller */
+    t->frame_slots[i] = id;
+    return id;
 }
 
 /*
@@ -984,23 +1036,21 @@ static inline uint32_t stack_slot_of(const gp_trace *t, uint32_t h, uint32_t id)
     return b >= 32 ? id : (h >> b << b) | id;
 }
 
-static inline bool stack_node_is(const stack_node *s, uint32_t parent, uint32_t module,
-                                 uint64_t offset)
+static inline bool stack_node_is(const stack_node *s, uint32_t parent, uint32_t frame)
 {
-    return s->parent == parent && (s->module & STACK_MODULE_MASK) == module && s->offset == offset;
+    return s->parent == parent && s->frame == frame;
 }
 
-/* The id of the node (parent, module, offset) with hash h in the big table, or 0. */
-static uint32_t stack_probe(const gp_trace *t, uint32_t h, uint32_t parent, uint32_t module,
-                            uint64_t offset)
+/* The id of the node (parent, frame) with hash h in the big table, or 0. */
+static uint32_t stack_probe(const gp_trace *t, uint32_t h, uint32_t parent, uint32_t frame)
 {
     size_t mask = t->nstack_slots - 1;
     uint32_t idmask = t->stack_id_bits >= 32 ? UINT32_MAX : (1u << t->stack_id_bits) - 1;
     uint32_t tag = stack_slot_of(t, h, 0);
     for (size_t i = h & mask; t->stack_slots[i] != 0; i = (i + 1) & mask) {
         uint32_t slot = t->stack_slots[i];
-        if ((slot & ~idmask) == tag && stack_node_is(&t->stacks[(slot & idmask) - 1], parent,
-                                                     module, offset))
+        if ((slot & ~idmask) == tag &&
+            stack_node_is(&t->stacks[(slot & idmask) - 1], parent, frame))
             return slot & idmask;
     }
     return 0;
@@ -1014,18 +1064,24 @@ static inline void stack_slot_put(gp_trace *t, uint32_t h, uint32_t id)
     t->stack_slots[j] = stack_slot_of(t, h, id);
 }
 
-/* Makes the node array and the big table for `nodes` nodes, the scan's count of STACK records:
- * the merge makes at most that many, so neither ever grows (nor moves). 0 or -1 (OOM). */
+/* Makes the node and frame arrays and the big table for `nodes` nodes, the scan's count of STACK
+ * records: the merge makes at most that many nodes and frames, so none of them ever grows (nor
+ * moves; only the frames' hash grows). 0 or -1 (OOM). */
 static int stack_table_build(gp_trace *t, size_t nodes)
 {
     size_t ns = 256;
     while (ns / 4 * 3 < nodes)
         ns *= 2;
     t->stacks = huge_alloc(nodes * sizeof *t->stacks);
+    t->stack_kids = huge_alloc(nodes * sizeof *t->stack_kids);
+    t->frames =
+        malloc(nodes * sizeof *t->frames); /* what is touched: as many frames as there are */
+    t->nframe_slots = 1024;
+    t->frame_slots = calloc(t->nframe_slots, sizeof *t->frame_slots);
     /* Written before it is read (a calloc'd mapping faults every page twice: read, then write),
      * on huge pages where the system allows it: the probes land anywhere in it. */
     t->stack_slots = huge_alloc(ns * sizeof *t->stack_slots);
-    if (!t->stacks || !t->stack_slots)
+    if (!t->stacks || !t->stack_kids || !t->frames || !t->frame_slots || !t->stack_slots)
         return -1;
     memset(t->stack_slots, 0, ns * sizeof *t->stack_slots);
     t->nstack_slots = ns;
@@ -1051,44 +1107,46 @@ static void stack_flush(gp_trace *t)
     memset(t->stack_pending_slots, 0, sizeof t->stack_pending_slots);
 }
 
-/* The pending node (parent, module, offset) with hash h, or 0. */
-static uint32_t stack_pending_find(const gp_trace *t, uint32_t h, uint32_t parent,
-                                   uint32_t module, uint64_t offset)
+/* The pending node (parent, frame) with hash h, or 0. */
+static uint32_t stack_pending_find(const gp_trace *t, uint32_t h, uint32_t parent, uint32_t frame)
 {
     size_t mask = GPT_STACK_PENDING * 2 - 1;
     for (size_t i = h & mask; t->stack_pending_slots[i] != 0; i = (i + 1) & mask) {
         uint64_t slot = t->stack_pending_slots[i];
         if ((uint32_t)(slot >> 32) == h &&
-            stack_node_is(&t->stacks[(uint32_t)slot - 1], parent, module, offset))
+            stack_node_is(&t->stacks[(uint32_t)slot - 1], parent, frame))
             return (uint32_t)slot;
     }
     return 0;
 }
 
 /* The global id of the node (parent, module, offset), added if new; 0 when there is no room for
- * it: more STACK records than the scan counted, which only a file that changed since has. A
- * parent whose children's fingerprint lacks this hash's bit (every node below the first new one
- * of a call chain has no children at all) cannot have this child: no lookup then. */
+ * it: more STACK records than the scan counted, which only a file that changed since has;
+ * UINT32_MAX when out of memory. A parent whose children's fingerprint lacks this hash's bit
+ * (every node below the first new one of a call chain has no children at all) cannot have this
+ * child: no lookup then. */
 static uint32_t stack_intern(gp_trace *t, uint32_t parent, uint32_t module, uint64_t offset)
 {
     if (t->stack_capacity == 0)
         return 0;
-    uint32_t h = stack_hash(parent, module, offset), id;
-    if (parent == 0 || (t->stacks[parent - 1].module & stack_child_bit(h)) != 0) {
-        if ((id = stack_probe(t, h, parent, module, offset)) != 0)
+    uint32_t frame = frame_intern(t, module, offset);
+    if (frame == 0)
+        return t->nframes == t->stack_capacity ? 0 : UINT32_MAX;
+    uint32_t h = stack_hash(parent, frame), id;
+    if (parent == 0 || (t->stack_kids[parent - 1] & stack_child_bit(h)) != 0) {
+        if ((id = stack_probe(t, h, parent, frame)) != 0)
             return id;
-        if (t->stack_pending_n && (id = stack_pending_find(t, h, parent, module, offset)) != 0)
+        if (t->stack_pending_n && (id = stack_pending_find(t, h, parent, frame)) != 0)
             return id;
     }
     if (t->nstacks == t->stack_capacity)
         return 0;
     if (t->stack_pending_n == GPT_STACK_PENDING)
         stack_flush(t);
-    t->stacks[t->nstacks++] = (stack_node){parent, module, offset};
-    if (parent) { /* a published node: readahead's caller may be reading it */
-        uint32_t *m = &t->stacks[parent - 1].module;
-        __atomic_store_n(m, *m | stack_child_bit(h), __ATOMIC_RELAXED);
-    }
+    t->stack_kids[t->nstacks] = 0;
+    t->stacks[t->nstacks++] = (stack_node){parent, frame};
+    if (parent)
+        t->stack_kids[parent - 1] |= stack_child_bit(h);
     id = (uint32_t)t->nstacks;
     uint64_t slot = (uint64_t)h << 32 | id;
     t->stack_pending[t->stack_pending_n++] = slot;
@@ -1119,6 +1177,8 @@ static int dec_stack(decoder *d)
         d->t->scan_stacks++;
     else if ((global = stack_intern(d->t, parent, module, offset)) == 0)
         return bad(d, "more STACK records than when the file was scanned");
+    else if (global == UINT32_MAX)
+        return DEC_OOM;
     return idtab_put(&d->w->stacks, id, global) == 0 ? DEC_OK : DEC_OOM;
 }
 
@@ -2043,6 +2103,9 @@ void gp_trace_close(gp_trace *t)
     strtab_free(&t->strings);
     shown_free(&t->shown);
     free(t->stacks);
+    free(t->stack_kids);
+    free(t->frames);
+    free(t->frame_slots);
     free(t->stack_slots);
     free(t->path);
     free(t);
@@ -2115,12 +2178,31 @@ int gp_trace_stack_frame(const gp_trace *t, uint32_t stack, uint32_t *module, ui
     if (!t || stack == 0 || stack > t->shown.nstacks)
         return -1;
     const stack_node *s = &t->stacks[stack - 1];
+    const frame_rec *f = &t->frames[s->frame - 1];
     if (module)
-        *module = __atomic_load_n(&s->module, __ATOMIC_RELAXED) & STACK_MODULE_MASK;
+        *module = f->module;
     if (offset)
-        *offset = s->offset;
+        *offset = f->offset;
     if (parent)
         *parent = s->parent;
+    return 0;
+}
+
+int gp_trace_stack_node(const gp_trace *t, uint32_t stack, uint32_t *frame, uint32_t *parent)
+{
+    if (!t || stack == 0 || stack > t->shown.nstacks)
+        return -1;
+    *frame = t->stacks[stack - 1].frame;
+    *parent = t->stacks[stack - 1].parent;
+    return 0;
+}
+
+int gp_trace_frame(const gp_trace *t, uint32_t frame, uint32_t *module, uint64_t *offset)
+{
+    if (!t || frame == 0 || frame > __atomic_load_n(&t->nframes, __ATOMIC_ACQUIRE))
+        return -1;
+    *module = t->frames[frame - 1].module;
+    *offset = t->frames[frame - 1].offset;
     return 0;
 }
 
