@@ -986,8 +986,9 @@ static size_t frame_home(const gp_trace *t, uint32_t module, uint64_t offset)
     return mix64(offset ^ mix64(module)) & (t->nframe_slots - 1);
 }
 
-/* The global id of frame (module, offset), added if new; 0 when out of memory. Frames are at most
- * as many as nodes, so the array has room; its hash grows (it is the merge's alone). */
+/* The global id of frame (module, offset), added if new; 0 when out of memory or out of room
+ * (frames are at most as many as nodes: no room only in a file that changed since the scan). The
+ * array never moves; its hash grows (it is the merge's alone). */
 static uint32_t frame_intern(gp_trace *t, uint32_t module, uint64_t offset)
 {
     size_t mask = t->nframe_slots - 1, i = frame_home(t, module, offset);

@@ -209,6 +209,7 @@ typedef struct raw_keys {
 /* A frame (module, offset) of the trace, symbolized once: what the rules, the labels, the
  * frames and the site keys need of it. */
 typedef struct frame_info {
+    bool symbolized;      /* sym and plumbing are set */
     const gp_symbol *sym; /* NULL when out of memory */
     const char *text;     /* "function (file:line)", interned; NULL until asked */
     uint32_t cls;         /* frame-rule class + 1; 0 until asked */
@@ -278,10 +279,8 @@ struct gp__profile_internal {
     gp_map raw_key_map;   /* (class, device) -> index into raw_keys */
     raw_keys *raw_keys;
     size_t n_raw_keys, cap_raw_keys;
-    /* frames by (module, offset) */
-    gp_map frame_map;
-    frame_info *frames;
-    size_t n_frames, cap_frames;
+    frame_info *frames; /* by the trace's frame id (gp_trace_stack_node); [0] unused */
+    size_t n_frames;
     const char **site_labels; /* by site index, filled on demand (gp__site_label_at) */
     struct site_key_slot *site_keys; /* gp_site_key's memo */
     size_t n_site_keys, cap_site_keys;
@@ -371,7 +370,7 @@ static uint32_t tag_key_get(gp_profile *p, lp_category cat, const char *op, cons
 }
 
 static void sync_modules(gp_profile *p);
-static frame_info *frame_get(gp_profile *p, uint32_t module, uint64_t offset);
+static frame_info *frame_at(gp_profile *p, uint32_t frame);
 
 /* A stack node's classification by the frame rules, memoized per node of the calling-context
  * tree: a node combines its parent's with its own frame's (see gp_rules_match), so each node and
@@ -478,10 +477,10 @@ static void stack_class_set(gp_profile *p, uint32_t id, uint32_t c)
 }
 
 /* The class of a node whose parent has class `above`: the node's frame's class, applied. */
-static uint32_t class_step(gp_profile *p, uint32_t above, uint32_t module, uint64_t offset)
+static uint32_t class_step(gp_profile *p, uint32_t above, uint32_t frame)
 {
     engine *e = p->internal;
-    frame_info *fr = frame_get(p, module, offset);
+    frame_info *fr = frame_at(p, frame);
     uint32_t fi = fr ? frame_class(p, fr) : CLASS_NONE;
     uint32_t ci = e->classes[fi].boundary ? CLASS_NONE : above; /* the frames outside a
                                                                    boundary do not classify
@@ -521,20 +520,18 @@ static uint32_t stack_classify_walk(gp_profile *p, uint32_t stack)
             return CLASS_NONE;
         }
         *slot = id;
-        uint32_t module, parent;
-        uint64_t offset;
-        if (gp_trace_stack_frame(p->trace, id, &module, &offset, &parent) != 0)
+        uint32_t frame, parent;
+        if (gp_trace_stack_node(p->trace, id, &frame, &parent) != 0)
             break;
         id = parent;
     }
     const uint32_t *path = e->path;
     uint32_t ci = above;
     for (size_t i = n; i-- > 0;) {
-        uint32_t module, parent;
-        uint64_t offset;
-        if (gp_trace_stack_frame(p->trace, path[i], &module, &offset, &parent) != 0)
+        uint32_t frame, parent;
+        if (gp_trace_stack_node(p->trace, path[i], &frame, &parent) != 0)
             break;
-        ci = class_step(p, ci, module, offset);
+        ci = class_step(p, ci, frame);
         stack_class_set(p, path[i], ci);
     }
     return ci;
@@ -553,14 +550,13 @@ static uint32_t stack_classify(gp_profile *p, uint32_t stack)
     if (memo)
         return memo - 1;
     for (uint32_t id = e->classified + 1; id <= stack && !e->oom; id++) {
-        uint32_t module, parent;
-        uint64_t offset;
-        if (gp_trace_stack_frame(p->trace, id, &module, &offset, &parent) != 0)
+        uint32_t frame, parent;
+        if (gp_trace_stack_node(p->trace, id, &frame, &parent) != 0)
             break;
         uint32_t above = !parent                                ? CLASS_NONE
                          : (memo = stack_class_memo(e, parent)) ? memo - 1
                                                                 : stack_classify_walk(p, parent);
-        stack_class_set(p, id, class_step(p, above, module, offset));
+        stack_class_set(p, id, class_step(p, above, frame));
         e->classified = id;
     }
     memo = stack_class_memo(e, stack);
@@ -1796,7 +1792,6 @@ void gp_profile_free(gp_profile *p)
         free(e->path);
         free(e->raw_key_map.slots);
         free(e->raw_keys);
-        free(e->frame_map.slots);
         free(e->frames);
         free(e->site_labels);
         free(e->site_keys);
@@ -1928,23 +1923,35 @@ static const char *frame_text(const gp_symbol *s, char *buf, size_t size)
     return buf;
 }
 
-/* The frame (module, offset), symbolized on first use; NULL when out of memory. The caller has
- * registered the modules (sync_modules). */
-static frame_info *frame_get(gp_profile *p, uint32_t module, uint64_t offset)
+/* The trace's frame `frame`, symbolized on first use; NULL at an unknown id or when out of
+ * memory. The caller has registered the modules (sync_modules). The array may move: a pointer
+ * is good until the next call. */
+static frame_info *frame_at(gp_profile *p, uint32_t frame)
 {
     engine *e = p->internal;
-    struct gp_map_slot *s = gp__map_find(&e->frame_map, module, offset, 0);
-    if (s)
-        return &e->frames[s->v];
-    frame_info *f = gp__push((void **)&e->frames, &e->n_frames, &e->cap_frames, sizeof *f);
-    if (!f || !gp__map_put(&e->frame_map, module, offset, 0, (uint32_t)(e->n_frames - 1))) {
-        if (f)
-            e->n_frames--;
-        e->oom = true;
-        return NULL;
+    if (frame >= e->n_frames) {
+        size_t n = e->n_frames + e->n_frames / 8 + 1024;
+        if (n <= frame)
+            n = (size_t)frame + 1;
+        frame_info *a = realloc(e->frames, n * sizeof *a);
+        if (!a) {
+            e->oom = true;
+            return NULL;
+        }
+        memset(a + e->n_frames, 0, (n - e->n_frames) * sizeof *a);
+        e->frames = a;
+        e->n_frames = n;
     }
-    f->sym = gp_symbolize(p->symbolizer, module, offset);
-    f->plumbing = -1;
+    frame_info *f = &e->frames[frame];
+    if (!f->symbolized) {
+        uint32_t module;
+        uint64_t offset;
+        if (gp_trace_frame(p->trace, frame, &module, &offset) != 0)
+            return NULL;
+        f->sym = gp_symbolize(p->symbolizer, module, offset);
+        f->plumbing = -1;
+        f->symbolized = true;
+    }
     return f;
 }
 
@@ -1968,11 +1975,10 @@ static const char *frame_label(gp_profile *p, frame_info *f)
  * symbolized. */
 static frame_info *stack_frame(gp_profile *p, uint32_t id, uint32_t *parent)
 {
-    uint32_t module;
-    uint64_t offset;
-    if (gp_trace_stack_frame(p->trace, id, &module, &offset, parent) != 0)
+    uint32_t frame;
+    if (gp_trace_stack_node(p->trace, id, &frame, parent) != 0)
         return NULL;
-    frame_info *f = frame_get(p, module, offset);
+    frame_info *f = frame_at(p, frame);
     return f && f->sym ? f : NULL;
 }
 
@@ -2127,12 +2133,11 @@ const char *gp_site_key(gp_profile *p, uint32_t stack)
     const char *fn[4] = {NULL, NULL, NULL, NULL};
     size_t nf = 0;
     bool leading = true;
-    uint32_t module, parent;
-    uint64_t offset;
+    uint32_t frame, parent;
     for (uint32_t id = stack; id && nf < 4; id = parent) {
-        if (gp_trace_stack_frame(p->trace, id, &module, &offset, &parent) != 0)
+        if (gp_trace_stack_node(p->trace, id, &frame, &parent) != 0)
             break;
-        frame_info *f = frame_get(p, module, offset);
+        frame_info *f = frame_at(p, frame);
         if (!f || !f->sym || (leading && frame_plumbing(f)))
             continue;
         leading = false;
