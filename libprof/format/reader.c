@@ -556,6 +556,7 @@ struct gp_trace {
     size_t stack_capacity; /* nodes it is sized for */
     unsigned stack_id_bits;
     uint64_t scan_stacks;  /* STACK records the scan saw: at most that many nodes */
+    uint64_t merged_stacks; /* STACK records the merge decoded: at scan_stacks, no more come */
     uint64_t stack_pending[GPT_STACK_PENDING]; /* hash << 32 | id of nodes not yet hashed */
     size_t stack_pending_n;
     uint64_t stack_pending_slots[GPT_STACK_PENDING * 2]; /* the same, hashed; 0 = empty */
@@ -1128,7 +1129,7 @@ static uint32_t stack_pending_find(const gp_trace *t, uint32_t h, uint32_t paren
  * child: no lookup then. */
 static uint32_t stack_intern(gp_trace *t, uint32_t parent, uint32_t module, uint64_t offset)
 {
-    if (t->stack_capacity == 0)
+    if (t->stack_capacity == 0 || !t->stack_slots)
         return 0;
     uint32_t frame = frame_intern(t, module, offset);
     if (frame == 0)
@@ -1158,6 +1159,20 @@ static uint32_t stack_intern(gp_trace *t, uint32_t parent, uint32_t module, uint
     return id;
 }
 
+/* Frees what only interning new nodes needs (the node and frame hashes, the children's
+ * fingerprints): once the merge has decoded every STACK record the scan counted, or at the end. */
+static void stack_interning_done(gp_trace *t)
+{
+    free(t->stack_slots);
+    t->stack_slots = NULL;
+    t->nstack_slots = 0;
+    free(t->stack_kids);
+    t->stack_kids = NULL;
+    free(t->frame_slots);
+    t->frame_slots = NULL;
+    t->nframe_slots = 0;
+}
+
 static int dec_stack(decoder *d)
 {
     uint32_t id = 0, parent = 0, module = 0;
@@ -1180,6 +1195,8 @@ static int dec_stack(decoder *d)
         return bad(d, "more STACK records than when the file was scanned");
     else if (global == UINT32_MAX)
         return DEC_OOM;
+    else if (++d->t->merged_stacks == d->t->scan_stacks)
+        stack_interning_done(d->t); /* the file's last STACK record */
     return idtab_put(&d->w->stacks, id, global) == 0 ? DEC_OK : DEC_OOM;
 }
 
@@ -1767,9 +1784,7 @@ static void release_decoding(gp_trace *t)
     if (t->released)
         return;
     t->released = true;
-    free(t->stack_slots);
-    t->stack_slots = NULL;
-    t->nstack_slots = 0;
+    stack_interning_done(t);
     for (size_t i = 0; i < t->nthreads; i++) {
         idtab_free(&t->threads[i].strings);
         idtab_free(&t->threads[i].stacks);
@@ -2104,10 +2119,8 @@ void gp_trace_close(gp_trace *t)
     strtab_free(&t->strings);
     shown_free(&t->shown);
     free(t->stacks);
-    free(t->stack_kids);
     free(t->frames);
-    free(t->frame_slots);
-    free(t->stack_slots);
+    stack_interning_done(t);
     free(t->path);
     free(t);
 }
