@@ -281,14 +281,11 @@ static const site_hash *stack_hashes(gp_align *al, side *s, gp_profile *p,
         size_t n = p->n_sites > b->site ? p->n_sites : (size_t)b->site + 1;
         if (n < s->n_site_hashes + s->n_site_hashes / 8 + 1024)
             n = s->n_site_hashes + s->n_site_hashes / 8 + 1024;
-        site_hash *a = realloc(s->site_hashes, n * sizeof *a);
-        if (!a) {
+        if (!gp__grow_zeroed((void **)&s->site_hashes, &s->n_site_hashes, n,
+                             sizeof *s->site_hashes)) {
             al->internal->oom = true;
             return &none;
         }
-        memset(a + s->n_site_hashes, 0, (n - s->n_site_hashes) * sizeof *a);
-        s->site_hashes = a;
-        s->n_site_hashes = n;
     }
     site_hash *sh = &s->site_hashes[b->site];
     if (sh->strict || sh->loose)

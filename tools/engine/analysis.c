@@ -462,16 +462,11 @@ static void stack_class_set(gp_profile *p, uint32_t id, uint32_t c)
     engine *e = p->internal;
     if (c + 1 > UINT16_MAX)
         return; /* not memoized: computed again when asked (never with real rule sets) */
-    if (id >= e->n_stack_class) {
-        size_t n = per_stack_size(p, e->n_stack_class, id);
-        uint16_t *a = realloc(e->stack_class, n * sizeof *a);
-        if (!a) {
-            e->oom = true;
-            return;
-        }
-        memset(a + e->n_stack_class, 0, (n - e->n_stack_class) * sizeof *a);
-        e->stack_class = a;
-        e->n_stack_class = n;
+    if (id >= e->n_stack_class &&
+        !gp__grow_zeroed((void **)&e->stack_class, &e->n_stack_class,
+                         per_stack_size(p, e->n_stack_class, id), sizeof *e->stack_class)) {
+        e->oom = true;
+        return;
     }
     e->stack_class[id] = (uint16_t)(c + 1);
 }
@@ -632,16 +627,11 @@ static uint32_t site_get(gp_profile *p, uint32_t stack, int32_t device)
         *id = (site_id){stack, device};
     }
     if (host) {
-        if (stack >= e->n_host_sites) {
-            size_t n = per_stack_size(p, e->n_host_sites, stack);
-            uint32_t *t = realloc(e->host_sites, n * sizeof *t);
-            if (!t) {
-                e->oom = true;
-                return index;
-            }
-            memset(t + e->n_host_sites, 0, (n - e->n_host_sites) * sizeof *t);
-            e->host_sites = t;
-            e->n_host_sites = n;
+        if (stack >= e->n_host_sites &&
+            !gp__grow_zeroed((void **)&e->host_sites, &e->n_host_sites,
+                             per_stack_size(p, e->n_host_sites, stack), sizeof *e->host_sites)) {
+            e->oom = true;
+            return index;
         }
         e->host_sites[stack] = index + 1;
     }
@@ -1931,16 +1921,11 @@ static frame_info *frame_at(gp_profile *p, uint32_t frame)
     engine *e = p->internal;
     if (frame >= e->n_frames) {
         size_t n = e->n_frames + e->n_frames / 8 + 1024;
-        if (n <= frame)
-            n = (size_t)frame + 1;
-        frame_info *a = realloc(e->frames, n * sizeof *a);
-        if (!a) {
+        if (!gp__grow_zeroed((void **)&e->frames, &e->n_frames, n > frame ? n : (size_t)frame + 1,
+                             sizeof *e->frames)) {
             e->oom = true;
             return NULL;
         }
-        memset(a + e->n_frames, 0, (n - e->n_frames) * sizeof *a);
-        e->frames = a;
-        e->n_frames = n;
     }
     frame_info *f = &e->frames[frame];
     if (!f->symbolized) {
@@ -2031,14 +2016,8 @@ static frame_info *program_python_frame(gp_profile *p, uint32_t stack)
         }
     }
     size_t need = gp_trace_stack_count(p->trace) + 1;
-    if (e->n_py_frame < need) {
-        uint32_t *a = realloc(e->py_frame, need * sizeof *a);
-        if (a) {
-            memset(a + e->n_py_frame, 0, (need - e->n_py_frame) * sizeof *a);
-            e->py_frame = a;
-            e->n_py_frame = need;
-        }
-    }
+    if (e->n_py_frame < need) /* memoized if there is memory for it */
+        gp__grow_zeroed((void **)&e->py_frame, &e->n_py_frame, need, sizeof *e->py_frame);
     for (size_t i = 0; i < n; i++)
         if (e->path[i] < e->n_py_frame)
             e->py_frame[e->path[i]] = found;
