@@ -477,9 +477,8 @@ static uint32_t class_step(gp_profile *p, uint32_t above, uint32_t frame)
     engine *e = p->internal;
     frame_info *fr = frame_at(p, frame);
     uint32_t fi = fr ? frame_class(p, fr) : CLASS_NONE;
-    uint32_t ci = e->classes[fi].boundary ? CLASS_NONE : above; /* the frames outside a
-                                                                   boundary do not classify
-                                                                   inside */
+    /* the frames outside a boundary do not classify inside */
+    uint32_t ci = e->classes[fi].boundary ? CLASS_NONE : above;
     if (fi == CLASS_NONE)
         return ci;
     stack_class c = e->classes[ci], f = e->classes[fi];
