@@ -765,11 +765,11 @@ static int get_addr_device(decoder *d, uint8_t flags, gp_event *ev)
  * Readahead: the merge runs on a thread of the reader's own, up to RA_BATCHES batches of RA_BATCH
  * events ahead of the caller, who must see exactly what it would see without. So the merge never
  * changes what the accessors show: it logs each change (show()) with the event it is decoding,
- * and the caller's thread applies it when it delivers that event. The stack nodes are the one
- * table both threads read: the scan sizes its array, which never moves after; the merge appends
- * nodes, published with the batch that first refers to them, and each event carries the count
- * of nodes to show with it. (A node's children's fingerprint, which the merge sets on published
- * nodes, is accessed with relaxed atomics.)
+ * and the caller's thread applies it when it delivers that event. The stack nodes and their
+ * frames are the tables both threads read: the scan sizes their arrays, which never move after;
+ * the merge appends nodes, published with the batch that first refers to them (each event carries
+ * the count of nodes to show with it), and frames, whose count it stores with release order
+ * before a node names them. Only the merge touches the hashes and the children's fingerprints.
  */
 #define RA_BATCH 512
 #define RA_BATCHES 8
