@@ -9,6 +9,8 @@
 #define _GNU_SOURCE /* vasprintf */
 #include "symbolize.h"
 
+#include "hashmap.h"
+
 #include <dwarf.h>
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
@@ -125,22 +127,12 @@ char *gp__sym_demangle(const char *name)
 
 /* ---- string interning --------------------------------------------------------------------- */
 
+/* The hash of a string for the string table. */
 static uint64_t sym_hash_str(const char *str)
 {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (const unsigned char *p = (const unsigned char *)str; *p; p++)
-        h = (h ^ *p) * 1099511628211ull;
+    uint64_t h, unused;
+    gp__hash_text(str, strlen(str), &h, &unused);
     return h;
-}
-
-static uint64_t sym_mix(uint64_t x)
-{
-    x ^= x >> 33; /* murmur3 finalizer */
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return x;
 }
 
 static int sym_strings_grow(sym_core *s)
@@ -699,7 +691,7 @@ static void sym_resolve(gp_symbolizer *s, sym_module *m, Dwarf_Addr pc, gp_symbo
 
 static uint64_t sym_key_hash(uint32_t where, uint64_t offset, uint32_t kind)
 {
-    return sym_mix(offset ^ sym_mix(((uint64_t)where << 1) | kind));
+    return gp__mix64(offset ^ gp__mix64(((uint64_t)where << 1) | kind));
 }
 
 static int sym_cache_grow(sym_core *s)
