@@ -455,9 +455,9 @@ typedef struct frame_rec {
 
 /* A fingerprint of a node's children (stack_kids): bit h % 16 is set for each child with hash h,
  * so a clear bit proves that no child with that hash exists (no hash lookup needed). */
-static inline uint16_t stack_child_bit(uint32_t h)
+static inline uint8_t stack_child_bit(uint32_t h)
 {
-    return (uint16_t)(1u << (h % 16));
+    return (uint8_t)(1u << (h % 8));
 }
 
 enum { DEC_OK = 0, DEC_BAD = 1, DEC_OOM = 2 };
@@ -546,7 +546,7 @@ struct gp_trace {
 
     stack_node *stacks; /* global stack id - 1 */
     size_t nstacks;
-    uint16_t *stack_kids;  /* by global stack id - 1: its children's fingerprint (the merge's) */
+    uint8_t *stack_kids;   /* by global stack id - 1: its children's fingerprint (the merge's) */
     frame_rec *frames;     /* global frame id - 1; room for stack_capacity, never moved */
     size_t nframes;        /* written by the merge, read with acquire (gp_trace_frame) */
     uint32_t *frame_slots; /* the merge's frame hash: frame ids, open addressing, 0 = empty */

@@ -615,7 +615,7 @@ static uint32_t site_get(gp_profile *p, uint32_t stack, int32_t device)
         site->stack = stack;
         site->device = device;
         site->category = LP_CAT_OTHER;
-        site->op = site->module = "";
+        site->tag_key = GP_SITE_UNTAGGED;
     } else {
         size_t n = index;
         site_id *id = gp__push((void **)&e->site_ids, &n, &e->cap_site_ids, sizeof *id);
@@ -950,10 +950,8 @@ static void object_set_role(gp_profile *p, object *o, lp_category cat, const cha
     o->tag_key = tag_key_get(p, cat, op, module, o->device);
     o->module = module_get(p, module, o->device);
     o->saved = cat == LP_CAT_SAVED ? saved_get(p, module, op, detail, o->device) : NONE;
-    if ((*op || *module) && p->internal->want_sites) {
-        p->sites[o->site].op = op;
-        p->sites[o->site].module = module;
-    }
+    if ((*op || *module) && p->internal->want_sites)
+        p->sites[o->site].tag_key = o->tag_key;
 }
 
 /* ---- region instances ------------------------------------------------------------------------ */
@@ -2021,6 +2019,23 @@ static frame_info *program_python_frame(gp_profile *p, uint32_t stack)
         if (e->path[i] < e->n_py_frame)
             e->py_frame[e->path[i]] = found;
     return found > 1 ? &e->frames[found - 2] : NULL;
+}
+
+static const gp_tag_key *site_tag(const gp_profile *p, const gp_site *s)
+{
+    return s->tag_key < p->n_tag_keys ? &p->tag_keys[s->tag_key] : NULL;
+}
+
+const char *gp_site_op(const gp_profile *p, const gp_site *s)
+{
+    const gp_tag_key *k = site_tag(p, s);
+    return k ? k->op : "";
+}
+
+const char *gp_site_module(const gp_profile *p, const gp_site *s)
+{
+    const gp_tag_key *k = site_tag(p, s);
+    return k ? k->module : "";
 }
 
 const char *gp_site_label(gp_profile *p, uint32_t stack)

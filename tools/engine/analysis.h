@@ -55,13 +55,18 @@ typedef struct gp_tag_key {
     uint32_t top_site;
 } gp_tag_key;
 
+/* A call site: one per (stack, device). 88 bytes: there is one per distinct stack, hundreds of
+ * thousands in a PyTorch program, so its tag is an index (gp_site_op, gp_site_module). */
 typedef struct gp_site {
-    uint32_t stack;        /* global stack id from the trace; 0 = no stack */
-    lp_category category;  /* the category of the most bytes allocated here */
-    const char *op, *module; /* the tag its buffers carried last ("" if never tagged) */
+    uint32_t stack;       /* global stack id from the trace; 0 = no stack */
+    uint32_t tag_key;     /* the tag its buffers carried last: index in p->tag_keys, or
+                           * GP_SITE_UNTAGGED when none ever had an op or a module */
+    lp_category category; /* the category of the most bytes allocated here */
     int32_t device;
     gp_stats stats;
 } gp_site;
+
+#define GP_SITE_UNTAGGED UINT32_MAX
 
 typedef struct gp_module_stats {
     const char *module; /* module path ("encoder.0.fc1"), "" = outside any module */
@@ -312,6 +317,10 @@ int gp__profile_load_with(const char *path, const gp_analysis_options *opts,
 /* A short human label for a site: the first frame outside the allocator and libprof, with its
  * file:line if known ("linear_forward (ops_linalg.c:210)"), or "[no stack]". Owned by p. */
 const char *gp_site_label(gp_profile *p, uint32_t stack);
+
+/* The op and the module of the tag site s's buffers carried last ("" if none): interned by p. */
+const char *gp_site_op(const gp_profile *p, const gp_site *s);
+const char *gp_site_module(const gp_profile *p, const gp_site *s);
 
 /* The frames of a stack, innermost first, as "function (file:line)" strings owned by p, skipping
  * allocator/libprof frames. Returns the count written (<= max). */

@@ -310,7 +310,8 @@ static void key_items(builder *b, const gp_profile *p, gp_check_violation *v, in
         b->oom = true;
     for (size_t i = 0; order && i < p->n_sites; i++) {
         const gp_site *s = &p->sites[order[i]];
-        if (*s->op || *s->module || (primary_only && s->device != p->primary_device))
+        if (*gp_site_op(p, s) || *gp_site_module(p, s) ||
+            (primary_only && s->device != p->primary_device))
             continue;
         uint64_t bytes =
             m == M_TOTAL ? (cat >= 0 ? gp_site_allocated(p, order[i], (lp_category)cat) : 0)

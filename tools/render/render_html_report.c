@@ -190,11 +190,12 @@ static int report_sites(FILE *out, gp_profile *p, const gp_render_options *o, gp
         gp__html_site_cell(out, p, s->stack);
         gp__html_td_category(out, s->category);
         fputs("<td>", out);
-        if (s->op && s->op[0]) {
-            gp__html_escape(out, s->op);
-            if (s->module && s->module[0]) {
+        const char *op = gp_site_op(p, s), *module = gp_site_module(p, s);
+        if (*op) {
+            gp__html_escape(out, op);
+            if (*module) {
                 fputs(" @ ", out);
-                gp__html_escape(out, s->module);
+                gp__html_escape(out, module);
             }
         }
         fputs("</td>", out);

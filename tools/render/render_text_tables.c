@@ -205,7 +205,7 @@ void gp__text_sites(gp__text_ctx *c)
         if (multi)
             gp__table_cell(t, "%s", gp__device_name(s->device, dev, sizeof dev));
         gp__table_cell(t, "%s", lp_category_name(s->category));
-        gp__table_cell(t, "%s", gp__text_dash(s->op));
+        gp__table_cell(t, "%s", gp__text_dash(gp_site_op(p, s)));
         gp__table_cell(t, "%s", rows.label[r]);
     }
     gp__text_table_end(c, t, rows.n, total);
