@@ -52,7 +52,7 @@ static void assert_tables_sum_to_peak(const gp_profile *p)
         if (p->tag_keys[i].device == p->primary_device)
             keys += p->tag_keys[i].stats.peak_bytes;
     for (size_t i = 0; i < p->n_sites; i++)
-        if (p->sites[i].device == p->primary_device)
+        if (gp_site_device(p, &p->sites[i]) == p->primary_device)
             sites += p->sites[i].stats.peak_bytes;
     for (size_t i = 0; i < p->n_modules; i++)
         if (p->modules[i].device == p->primary_device)
@@ -191,7 +191,7 @@ static void test_raw_sites_temporaries_leaks_devices(void **state)
     size_t *order = gp_sites_by(p, "total");
     assert_non_null(order);
     assert_int_equal(p->sites[order[0]].stats.total_bytes, 1 << 20); /* the device block */
-    assert_int_equal(p->sites[order[0]].device, 0);
+    assert_int_equal(gp_site_device(p, &p->sites[order[0]]), 0);
     assert_int_equal(p->sites[order[1]].stats.total_bytes, 20480); /* the worker's */
     assert_int_equal(p->sites[order[2]].stats.total_bytes, 100 * 64); /* the temporaries */
     assert_int_equal(p->sites[order[2]].stats.temporaries, 100);
@@ -404,9 +404,9 @@ static void test_python_frames_label_sites(void **state)
     assert_string_equal(gp_site_label(p, site_of_size(p, 1003)->stack),
                         "libtorch_cpu.so.1.13+0x20");
     /* Python frames are rule boundaries: train_step's rule does not reach into hook */
-    assert_int_equal(site_of_size(p, 1004)->category, LP_CAT_OTHER);
+    assert_int_equal(gp_site_category(p, site_of_size(p, 1004)), LP_CAT_OTHER);
     assert_string_equal(gp_site_label(p, site_of_size(p, 1004)->stack), "eval.py:7 (hook)");
-    assert_int_equal(site_of_size(p, 1005)->category, LP_CAT_GRADIENT);
+    assert_int_equal(gp_site_category(p, site_of_size(p, 1005)), LP_CAT_GRADIENT);
     gp_profile_free(p);
     gp_rules_free(rules);
     remove(path);

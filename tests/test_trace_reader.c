@@ -1296,6 +1296,9 @@ static void test_damage_bad_records(void **state)
     e_begin(&b, 210);
     r_alloc(&b, 220, 0x3000, 8, 0, 1 << 20, false);
     check_bad_record(&b, "device 1048576 out of range");
+    e_begin(&b, 210);
+    r_alloc(&b, 220, 0x3000, 8, 0, GP_TRACE_MAX_DEVICE + 1, false);
+    check_bad_record(&b, "device 32768 out of range");
 
     /* Records that run past the end of the payload. */
     e_begin(&b, 210);

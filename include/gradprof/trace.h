@@ -37,6 +37,10 @@ extern "C" {
 
 typedef struct gp_trace gp_trace;
 
+/* The largest device id an event may carry (CUDA ordinals; the host is LP_DEVICE_HOST): the reader
+ * refuses a record with a larger one, so that a device id fits in 16 bits. */
+#define GP_TRACE_MAX_DEVICE 32767
+
 typedef enum gp_event_kind {
     GP_EV_ALLOC,       /* addr, size, device, stack; a raw or tagged buffer is born */
     GP_EV_FREE,        /* addr, device */

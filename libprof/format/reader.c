@@ -68,7 +68,6 @@
  * that a damaged or hostile file cannot make the reader allocate without bound. */
 #define GPT_MAX_WRITER_THREADS (1u << 20) /* distinct chunk `thread` values */
 #define GPT_MAX_MODULE_ID (1u << 16)      /* MODULE ids and the module field of STACK */
-#define GPT_MAX_DEVICE (1u << 16)         /* CUDA ordinals */
 #define GPT_MAX_LOCAL_ID UINT32_MAX       /* STRING / STACK ids of one thread */
 #define GPT_MAX_GLOBAL (UINT32_MAX / 2)   /* global strings and stack nodes */
 #define GPT_SCAN_WINDOW ((size_t)4 << 20) /* the scan's read buffer; holds the largest chunk */
@@ -453,7 +452,7 @@ typedef struct frame_rec {
     uint32_t module;
 } frame_rec;
 
-/* A fingerprint of a node's children (stack_kids): bit h % 16 is set for each child with hash h,
+/* A fingerprint of a node's children (stack_kids): bit h % 8 is set for each child with hash h,
  * so a clear bit proves that no child with that hash exists (no hash lookup needed). */
 static inline uint8_t stack_child_bit(uint32_t h)
 {
@@ -752,7 +751,7 @@ static int get_addr_device(decoder *d, uint8_t flags, gp_event *ev)
         uint64_t dev;
         if ((r = get_varint(d, &dev)) != DEC_OK)
             return r;
-        if (dev > GPT_MAX_DEVICE)
+        if (dev > (uint64_t)GP_TRACE_MAX_DEVICE + 1)
             return bad(d, "device %" PRIu64 " out of range", dev - 1);
         ev->device = (lp_device)dev - 1;
     }

@@ -40,16 +40,16 @@ static const char *own(gp_profile *p, const char *s);
 
 /* ---- engine state ---------------------------------------------------------------------------- */
 
-typedef struct object { /* a live buffer (its address is its key in the live set) */
+typedef struct object { /* a live buffer (its address is its key in the live set); 40 bytes */
     uint64_t size;
     uint64_t seq;                          /* birth number (slots are reused, numbers not) */
-    int32_t device;
     uint32_t tag_key, site, module, saved; /* indexes; saved = NONE unless SAVED */
     uint32_t instance;                     /* innermost region instance at birth, or NONE */
-    uint32_t handle;                       /* the observer's word (gp_buffer_event.handle) */
+    int16_t device;                        /* -1 .. GP_TRACE_MAX_DEVICE */
     uint8_t category;                      /* an lp_category */
     bool tagged;
 } object;
+_Static_assert(GP_TRACE_MAX_DEVICE <= INT16_MAX, "object.device holds every device id");
 
 /* The live set: (address, device) -> object, open addressing with 16-byte slots (half a
  * gp_map's: every event probes it, so its footprint is what the cache sees), removal by shifting
@@ -181,9 +181,10 @@ typedef struct device_state {
  * tagged buffer, or whose buffer gets its first tag, gets a side record with the figures.
  */
 typedef struct site_extra {
-    uint32_t side; /* 1 + index into site_sides, or 0 */
-    uint8_t cat;   /* pure: the category of its buffers */
-    uint8_t flags; /* SITE_RAW_SEEN, SITE_PURE */
+    uint32_t side;    /* 1 + index into site_sides, or 0 */
+    uint8_t cat;      /* pure: the category of its buffers */
+    uint8_t flags;    /* SITE_RAW_SEEN, SITE_PURE */
+    uint8_t category; /* after the replay: site_category, for gp_site_category */
 } site_extra;
 
 /* A site's identity, when p->sites (which has it too) is not kept. */
@@ -208,12 +209,12 @@ typedef struct raw_keys {
 
 /* A frame (module, offset) of the trace, symbolized once: what the rules, the labels, the
  * frames and the site keys need of it. */
-typedef struct frame_info {
-    bool symbolized;      /* sym and plumbing are set */
+typedef struct frame_info { /* 24 bytes: one per distinct frame */
     const gp_symbol *sym; /* NULL when out of memory */
     const char *text;     /* "function (file:line)", interned; NULL until asked */
     uint32_t cls;         /* frame-rule class + 1; 0 until asked */
     int8_t plumbing;      /* is_plumbing(sym): -1 until asked */
+    bool symbolized;      /* sym and plumbing are set */
 } frame_info;
 
 struct gp__profile_internal {
@@ -221,6 +222,8 @@ struct gp__profile_internal {
     object *objects;
     size_t n_objects, cap_objects;
     uint32_t free_object; /* free list through object.tag_key */
+    uint32_t *handles;    /* by object, with an observer only: its gp_buffer_event.handle */
+    size_t cap_handles;
 
     gp_map tag_map, site_map, module_map, saved_map, region_map;
     uint32_t *host_sites; /* host site index + 1 by stack id, 0 if none yet */
@@ -586,7 +589,7 @@ static uint32_t site_stack(const gp_profile *p, uint32_t i)
 static int32_t site_device(const gp_profile *p, uint32_t i)
 {
     const engine *e = p->internal;
-    return e->want_sites ? p->sites[i].device : e->site_ids[i].device;
+    return e->want_sites ? gp_site_device(p, &p->sites[i]) : e->site_ids[i].device;
 }
 
 /* The index of the site (stack, device), made on first use. */
@@ -613,9 +616,7 @@ static uint32_t site_get(gp_profile *p, uint32_t stack, int32_t device)
             return 0;
         }
         site->stack = stack;
-        site->device = device;
-        site->category = LP_CAT_OTHER;
-        site->tag_key = GP_SITE_UNTAGGED;
+        site->tag_key = NONE; /* its first buffer's, once known (on_alloc) */
     } else {
         size_t n = index;
         site_id *id = gp__push((void **)&e->site_ids, &n, &e->cap_site_ids, sizeof *id);
@@ -791,7 +792,9 @@ static uint32_t object_new(engine *e)
         return i;
     }
     object *o = gp__push((void **)&e->objects, &e->n_objects, &e->cap_objects, sizeof *o);
-    if (!o) {
+    if (!o || (e->opts->observer && e->n_objects > e->cap_handles &&
+               !gp__grow_zeroed((void **)&e->handles, &e->cap_handles, e->cap_objects,
+                                sizeof *e->handles))) {
         e->oom = true;
         return NONE;
     }
@@ -1218,7 +1221,7 @@ static void observe(gp_profile *p, void (*fn)(void *, gp_profile *, const gp_buf
                          .module = k->module,
                          .scope = "",
                          .first_tag = first_tag,
-                         .handle = (uint32_t *)&o->handle};
+                         .handle = &e->handles[o - e->objects]};
     uint32_t i = o->instance;
     while (i != NONE && e->instances[i].scope != SCOPE_NONE)
         i = e->instances[i].parent;
@@ -1249,8 +1252,13 @@ static void on_alloc(gp_profile *p, thread_state *t, const gp_event *ev, bool ta
     if (i == NONE)
         return;
     object *o = &e->objects[i];
-    *o = (object){.size = ev->size, .device = ev->device,
-                  .instance = t->top, .saved = NONE, .seq = p->alloc_count + 1};
+    *o = (object){.size = ev->size,
+                  .device = (int16_t)ev->device,
+                  .instance = t->top,
+                  .saved = NONE,
+                  .seq = p->alloc_count + 1};
+    if (e->handles)
+        e->handles[i] = 0;
     o->site = site_get(p, ev->stack, ev->device);
     if (e->oom)
         return;
@@ -1276,6 +1284,10 @@ static void on_alloc(gp_profile *p, thread_state *t, const gp_event *ev, bool ta
             o->module = k ? k->module : 0;
         }
     }
+    if (e->oom) /* a key or a class could not be made: o has no valid indexes */
+        return;
+    if (e->want_sites && p->sites[o->site].tag_key == NONE)
+        p->sites[o->site].tag_key = o->tag_key;
     if (!live_put(&e->objects_map, ev->addr, ev->device, i)) {
         e->oom = true;
         return;
@@ -1332,6 +1344,8 @@ static void on_tag(gp_profile *p, thread_state *t, const gp_event *ev)
         p->retag_count++;
     }
     object_set_role(p, o, ev->category, ev->op, ev->module, ev->detail);
+    if (e->oom)
+        return;
     if (OBSERVER(p))
         observe(p, OBSERVER(p)->retag, o, ev->thread, first_tag);
     object_enter(p, o, true, false);
@@ -1553,8 +1567,8 @@ static int finish(gp_profile *p)
         stats_sync(&p->tag_keys[i].stats, device_get(p, p->tag_keys[i].device));
     for (size_t i = 0; i < p->n_sites; i++) {
         gp_site *s = &p->sites[i];
-        stats_sync(&s->stats, device_get(p, s->device));
-        s->category = site_category(p, i);
+        stats_sync(&s->stats, device_get(p, gp_site_device(p, s)));
+        e->extra[i].category = (uint8_t)site_category(p, i);
     }
     for (size_t i = 0; i < p->n_saved; i++)
         stats_sync(&p->saved[i].stats, device_get(p, p->saved[i].device));
@@ -1612,6 +1626,9 @@ static int finish(gp_profile *p)
     e->objects = NULL;
     e->n_objects = e->cap_objects = 0;
     e->free_object = NONE;
+    free(e->handles);
+    e->handles = NULL;
+    e->cap_handles = 0;
     free(e->host_sites);
     e->host_sites = NULL;
     e->n_host_sites = 0;
@@ -1753,6 +1770,7 @@ void gp_profile_free(gp_profile *p)
     if (e) {
         free(e->objects_map.slots);
         free(e->objects);
+        free(e->handles);
         free(e->tag_map.slots);
         free(e->site_map.slots);
         free(e->module_map.slots);
@@ -2024,6 +2042,19 @@ static frame_info *program_python_frame(gp_profile *p, uint32_t stack)
 static const gp_tag_key *site_tag(const gp_profile *p, const gp_site *s)
 {
     return s->tag_key < p->n_tag_keys ? &p->tag_keys[s->tag_key] : NULL;
+}
+
+int32_t gp_site_device(const gp_profile *p, const gp_site *s)
+{
+    const gp_tag_key *k = site_tag(p, s);
+    return k ? k->device : LP_DEVICE_HOST;
+}
+
+lp_category gp_site_category(const gp_profile *p, const gp_site *s)
+{
+    size_t i = (size_t)(s - p->sites);
+    const engine *e = p->internal;
+    return e && i < e->n_extra ? (lp_category)e->extra[i].category : LP_CAT_OTHER;
 }
 
 const char *gp_site_op(const gp_profile *p, const gp_site *s)

@@ -55,18 +55,16 @@ typedef struct gp_tag_key {
     uint32_t top_site;
 } gp_tag_key;
 
-/* A call site: one per (stack, device). 88 bytes: there is one per distinct stack, hundreds of
- * thousands in a PyTorch program, so its tag is an index (gp_site_op, gp_site_module). */
+/* A call site: one per (stack, device). 80 bytes: there is one per distinct stack, hundreds of
+ * thousands in a PyTorch program, so what is not a counter is asked of the profile
+ * (gp_site_category, gp_site_device, gp_site_op, gp_site_module). */
 typedef struct gp_site {
-    uint32_t stack;       /* global stack id from the trace; 0 = no stack */
-    uint32_t tag_key;     /* the tag its buffers carried last: index in p->tag_keys, or
-                           * GP_SITE_UNTAGGED when none ever had an op or a module */
-    lp_category category; /* the category of the most bytes allocated here */
-    int32_t device;
+    uint32_t stack;   /* global stack id from the trace; 0 = no stack */
+    uint32_t tag_key; /* index in p->tag_keys: the last tag with an op or a module its buffers
+                       * carried, else its first buffer's (for a site of an untagged buffer: op
+                       * and module ""); any of them has the site's device */
     gp_stats stats;
 } gp_site;
-
-#define GP_SITE_UNTAGGED UINT32_MAX
 
 typedef struct gp_module_stats {
     const char *module; /* module path ("encoder.0.fc1"), "" = outside any module */
@@ -318,7 +316,11 @@ int gp__profile_load_with(const char *path, const gp_analysis_options *opts,
  * file:line if known ("linear_forward (ops_linalg.c:210)"), or "[no stack]". Owned by p. */
 const char *gp_site_label(gp_profile *p, uint32_t stack);
 
-/* The op and the module of the tag site s's buffers carried last ("" if none): interned by p. */
+/* Of a site of p->sites: its device; the category of the most bytes allocated there (the lowest
+ * such, OTHER when OTHER has as many as any); the op and the module of the last tag its buffers
+ * carried ("" if none had any; interned by p). */
+int32_t gp_site_device(const gp_profile *p, const gp_site *s);
+lp_category gp_site_category(const gp_profile *p, const gp_site *s);
 const char *gp_site_op(const gp_profile *p, const gp_site *s);
 const char *gp_site_module(const gp_profile *p, const gp_site *s);
 

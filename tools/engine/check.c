@@ -311,15 +311,15 @@ static void key_items(builder *b, const gp_profile *p, gp_check_violation *v, in
     for (size_t i = 0; order && i < p->n_sites; i++) {
         const gp_site *s = &p->sites[order[i]];
         if (*gp_site_op(p, s) || *gp_site_module(p, s) ||
-            (primary_only && s->device != p->primary_device))
+            (primary_only && gp_site_device(p, s) != p->primary_device))
             continue;
         uint64_t bytes =
             m == M_TOTAL ? (cat >= 0 ? gp_site_allocated(p, order[i], (lp_category)cat) : 0)
                          : stats_value(&s->stats, m);
         if (bytes)
             list_add(b, &l,
-                     (gp_finding_item){cat >= 0 ? (lp_category)cat : s->category, "", "", s->stack,
-                                       bytes,
+                     (gp_finding_item){cat >= 0 ? (lp_category)cat : gp_site_category(p, s), "", "",
+                                       s->stack, bytes,
                                        m == M_LEAKED ? s->stats.live_count : s->stats.count});
     }
     free(order);

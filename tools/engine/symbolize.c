@@ -78,11 +78,22 @@ typedef struct sym_entry {
 
 #define SYM_FILE 0x80000000u /* trace module ids are far below */
 
+/* A block of symbols (with their fallback names): tens of thousands of small records that live
+ * as long as the core, so they are carved from blocks instead of costing a malloc header each. */
+typedef struct sym_block {
+    struct sym_block *next;
+    size_t used, cap; /* bytes of data */
+    uint64_t data[];
+} sym_block;
+
+#define SYM_BLOCK_BYTES ((size_t)64 << 10)
+
 /* What symbolizers sharing a core have in common: the files, the lookups made, the strings. */
 typedef struct sym_core {
     sym_module *modules; /* the files, in order of registration */
     size_t nmodules, modules_cap;
     sym_entry *cache; /* open addressing, linear probing; capacity a power of two */
+    sym_block *blocks; /* where the cache's symbols live, the newest first */
     size_t cache_count, cache_cap;
     char **strings; /* interned strings (owned); open addressing, capacity a power of two */
     size_t string_count, string_cap;
@@ -215,6 +226,25 @@ gp_symbolizer *gp_symbolizer_share(gp_symbolizer *with)
     return s;
 }
 
+/* Room for a symbol and `extra` bytes after it, valid until the core is freed; NULL when out of
+ * memory. */
+static gp_symbol *sym_new(sym_core *c, size_t extra)
+{
+    size_t need = (sizeof(gp_symbol) + extra + 7) & ~(size_t)7;
+    sym_block *b = c->blocks;
+    if (b == NULL || b->cap - b->used < need) {
+        size_t cap = need > SYM_BLOCK_BYTES ? need : SYM_BLOCK_BYTES;
+        b = malloc(sizeof *b + cap);
+        if (b == NULL)
+            return NULL;
+        *b = (sym_block){.next = c->blocks, .cap = cap};
+        c->blocks = b;
+    }
+    gp_symbol *s = (gp_symbol *)((char *)b->data + b->used);
+    b->used += need;
+    return s;
+}
+
 static void sym_core_free(sym_core *c)
 {
     for (size_t i = 0; i < c->nmodules; i++) {
@@ -228,8 +258,10 @@ static void sym_core_free(sym_core *c)
         free(m->fns);
     }
     free(c->modules);
-    for (size_t i = 0; i < c->cache_cap; i++)
-        free(c->cache[i].sym);
+    for (sym_block *b = c->blocks, *next; b; b = next) {
+        next = b->next;
+        free(b);
+    }
     free(c->cache);
     for (size_t i = 0; i < c->string_cap; i++)
         free(c->strings[i]);
@@ -795,14 +827,14 @@ static const gp_symbol *sym_lookup(gp_symbolizer *s, uint32_t module_id, uint64_
     }
     gp_symbol *out;
     if (found.resolved) {
-        out = malloc(sizeof *out);
+        out = sym_new(c, 0);
         if (out == NULL)
             return NULL;
         *out = found;
-    } else { /* named after where it is, in the same block: no other frame has this name */
+    } else { /* named after where it is, right after it: no other frame has this name */
         char where_text[64 + 4096];
         size_t n = sym_unresolved_name(where_text, sizeof where_text, module_id, m, offset);
-        out = malloc(sizeof *out + n + 1);
+        out = sym_new(c, n + 1);
         if (out == NULL)
             return NULL;
         *out = found;

@@ -168,9 +168,10 @@ int gp_render_folded(FILE *out, gp_profile *p, const gp_render_options *o)
         folded_path *path = &f.paths[f.n_paths++];
         *path = (folded_path){.first = pool_len, .value = v};
         const char **at = f.pool + pool_len;
-        if (s->device != LP_DEVICE_HOST)
-            at[path->n++] = device_root(&f, s->device);
-        at[path->n++] = lp_category_name(s->category);
+        int32_t device = gp_site_device(p, s);
+        if (device != LP_DEVICE_HOST)
+            at[path->n++] = device_root(&f, device);
+        at[path->n++] = lp_category_name(gp_site_category(p, s));
         path->roots = path->n;
         if (nf == 0)
             at[path->n++] = "[no stack]";

@@ -188,7 +188,7 @@ static int report_sites(FILE *out, gp_profile *p, const gp_render_options *o, gp
         gp_site *s = &p->sites[idx[i]];
         fprintf(out, "<tr><td class=\"num\" data-v=\"%zu\">%zu</td>", i + 1, i + 1);
         gp__html_site_cell(out, p, s->stack);
-        gp__html_td_category(out, s->category);
+        gp__html_td_category(out, gp_site_category(p, s));
         fputs("<td>", out);
         const char *op = gp_site_op(p, s), *module = gp_site_module(p, s);
         if (*op) {
@@ -200,7 +200,7 @@ static int report_sites(FILE *out, gp_profile *p, const gp_render_options *o, gp
         }
         fputs("</td>", out);
         gp__html_td_bytes_bar(out, s->stats.peak_bytes, p->peak_bytes,
-                              gp__html_cat_color[s->category % LP_CAT_COUNT]);
+                              gp__html_cat_color[gp_site_category(p, s) % LP_CAT_COUNT]);
         gp__html_td_bytes(out, s->stats.total_bytes);
         gp__html_td_count(out, s->stats.count);
         gp__html_td_bytes(out, s->stats.live_bytes);

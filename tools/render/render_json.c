@@ -146,10 +146,10 @@ static void sites(gp__jw *j, gp_profile *p, gp__measure m, size_t top)
         for (size_t f = 0; f < nf; f++)
             j_str(j, NULL, frames[f]);
         gp__jw_end(j);
-        j_str(j, "category", lp_category_name(s->category));
+        j_str(j, "category", lp_category_name(gp_site_category(p, s)));
         j_str(j, "op", gp_site_op(p, s));
         j_str(j, "module", gp_site_module(p, s));
-        j_device(j, "device", s->device);
+        j_device(j, "device", gp_site_device(p, s));
         stats_fields(j, &s->stats);
         gp__jw_u64(j, "leaked_bytes", s->stats.live_bytes);
         gp__jw_u64(j, "leaked_count", s->stats.live_count);

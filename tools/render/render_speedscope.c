@@ -110,11 +110,11 @@ static int site_stacks(gp_profile *p, frames *f, stacks *st)
         const gp_site *s = &p->sites[i];
         st->start[i] = st->n;
         bool ok = true;
-        if (s->device != LP_DEVICE_HOST) /* frames keep their names: static strings only */
+        int32_t device = gp_site_device(p, s);
+        if (device != LP_DEVICE_HOST) /* frames keep their names: static strings only */
             ok = pool_add(
-                st,
-                frame_id(f, s->device >= 0 && s->device < 8 ? cuda[s->device] : "cuda:?", NULL, 0));
-        ok = ok && pool_add(st, frame_id(f, lp_category_name(s->category), NULL, 0));
+                st, frame_id(f, device >= 0 && device < 8 ? cuda[device] : "cuda:?", NULL, 0));
+        ok = ok && pool_add(st, frame_id(f, lp_category_name(gp_site_category(p, s)), NULL, 0));
         size_t n = gp_stack_symbols(p, s->stack, syms, NULL, NULL, MAX_FRAMES);
         if (n == 0)
             ok = ok && pool_add(st, frame_id(f, "[no stack]", NULL, 0));

@@ -195,16 +195,17 @@ void gp__text_sites(gp__text_ctx *c)
     for (size_t r = 0; r < rows.n; r++) {
         const gp_site *s = &p->sites[rows.site[r]];
         char b1[32], b2[32], n1[32], pc[16], dev[16];
+        int32_t device = gp_site_device(p, s);
         gp__table_cell(t, "%zu", r + 1);
         gp__table_cell(t, "%s", gp_format_bytes(s->stats.peak_bytes, b1, sizeof b1));
         gp__table_cell(
             t, "%s",
-            gp__format_percent(s->stats.peak_bytes, device_peak(p, s->device), pc, sizeof pc));
+            gp__format_percent(s->stats.peak_bytes, device_peak(p, device), pc, sizeof pc));
         gp__table_cell(t, "%s", gp_format_bytes(s->stats.total_bytes, b2, sizeof b2));
         gp__table_cell(t, "%s", gp__format_count(s->stats.count, n1, sizeof n1));
         if (multi)
-            gp__table_cell(t, "%s", gp__device_name(s->device, dev, sizeof dev));
-        gp__table_cell(t, "%s", lp_category_name(s->category));
+            gp__table_cell(t, "%s", gp__device_name(device, dev, sizeof dev));
+        gp__table_cell(t, "%s", lp_category_name(gp_site_category(p, s)));
         gp__table_cell(t, "%s", gp__text_dash(gp_site_op(p, s)));
         gp__table_cell(t, "%s", rows.label[r]);
     }
@@ -276,9 +277,9 @@ void gp__text_leaks(gp__text_ctx *c)
         fprintf(c->out, GP__TEXT_INDENT "%zu. %s in %s allocation%s, %s", ++shown,
                 gp__format_bytes_exact(s->stats.live_bytes, x1, sizeof x1),
                 gp__format_count(s->stats.live_count, n1, sizeof n1),
-                s->stats.live_count == 1 ? "" : "s", lp_category_name(s->category));
+                s->stats.live_count == 1 ? "" : "s", lp_category_name(gp_site_category(p, s)));
         if (p->n_devices > 1)
-            fprintf(c->out, ", %s", gp__device_name(s->device, dev, sizeof dev));
+            fprintf(c->out, ", %s", gp__device_name(gp_site_device(p, s), dev, sizeof dev));
         fputc('\n', c->out);
         const char *frames[64];
         size_t nf = gp_site_frames(p, s->stack, frames, 64);
