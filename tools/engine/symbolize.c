@@ -765,20 +765,22 @@ static void sym_resolve_python(gp_symbolizer *s, const sym_module *m, uint64_t l
     }
 }
 
+#define SYM_BASENAME_MAX 4000 /* the longest module basename an unresolved name keeps */
+#define SYM_UNRESOLVED_MAX (SYM_BASENAME_MAX + 64) /* room for any unresolved name */
+
 /* Writes "<module basename>+0x<offset>" (or "[module N]+0x.." without a name, "0x.." without a
- * module) to buf, the name of a frame nothing resolved. Returns its length. */
-static size_t sym_unresolved_name(char *buf, size_t size, uint32_t module_id, const sym_module *m,
+ * module) to buf (SYM_UNRESOLVED_MAX bytes), the name of a frame nothing resolved. Returns its
+ * length. */
+static size_t sym_unresolved_name(char *buf, uint32_t module_id, const sym_module *m,
                                   uint64_t offset)
 {
     size_t n = 0;
     if (m != NULL && m->basename[0] != '\0') {
-        n = strlen(m->basename);
-        if (n > 4000 && size > 4040)
-            n = 4000;
+        n = strnlen(m->basename, SYM_BASENAME_MAX);
         memcpy(buf, m->basename, n);
         buf[n++] = '+';
     } else if (module_id != 0) {
-        n = (size_t)snprintf(buf, size, "[module %" PRIu32 "]+", module_id);
+        n = (size_t)snprintf(buf, SYM_UNRESOLVED_MAX, "[module %" PRIu32 "]+", module_id);
     }
     char hex[16];
     int k = 0;
@@ -832,8 +834,8 @@ static const gp_symbol *sym_lookup(gp_symbolizer *s, uint32_t module_id, uint64_
             return NULL;
         *out = found;
     } else { /* named after where it is, right after it: no other frame has this name */
-        char where_text[64 + 4096];
-        size_t n = sym_unresolved_name(where_text, sizeof where_text, module_id, m, offset);
+        char where_text[SYM_UNRESOLVED_MAX];
+        size_t n = sym_unresolved_name(where_text, module_id, m, offset);
         out = sym_new(c, n + 1);
         if (out == NULL)
             return NULL;
