@@ -6,8 +6,10 @@
  * the instant moves, the records freed since the last one are dropped; a record freed later, but
  * live at the instant, goes to the `gone` list; a record retagged after the instant keeps the
  * labels it had at it. At the end the snapshot is the live records born up to the instant plus
- * the gone list. Memory: the live buffers of each run, the buffers live at A's peak, and the
- * anchors, never the length of the trace.
+ * the gone list.
+ *
+ * Memory: the live buffers of each run, the buffers live at A's peak, the anchors and the
+ * occurrence counts (occurrences.h: by kind, not by iteration), never the length of the trace.
  */
 #include "align.h"
 
@@ -17,79 +19,15 @@
 
 #include "array.h"
 #include "hashmap.h"
+#include "occurrences.h"
 
 #define NONE GP_MAP_NONE
 
-/* ---- a compact map ---------------------------------------------------------------------------- */
-
-/* u64 key -> u64 value in 16-byte slots (value 0 marks an empty slot: callers store v + 1),
- * linear probing. Its user is the occurrence counts (twin key -> count): one entry per distinct
- * key, probed on every allocation. */
-typedef struct u64map {
-    struct u64slot {
-        uint64_t key, val;
-    } *slots;
-    size_t cap, len;
-} u64map;
-
-static inline size_t u64map_home(const u64map *m, uint64_t key)
-{
-    return gp__mix64(key) & (m->cap - 1);
-}
-
-static struct u64slot *u64map_find(const u64map *m, uint64_t key)
-{
-    if (!m->cap)
-        return NULL;
-    for (size_t i = u64map_home(m, key);; i = (i + 1) & (m->cap - 1)) {
-        struct u64slot *s = &m->slots[i];
-        if (!s->val)
-            return NULL;
-        if (s->key == key)
-            return s;
-    }
-}
-
-/* Adds key -> val (val != 0; the key must not be present). false when out of memory. */
-static bool u64map_put(u64map *m, uint64_t key, uint64_t val)
-{
-    if ((m->len + 1) * 4 > m->cap * 3) {
-        u64map n = {.cap = m->cap ? 2 * m->cap : 1024};
-        n.slots = calloc(n.cap, sizeof *n.slots);
-        if (!n.slots)
-            return false;
-        for (size_t i = 0; i < m->cap; i++) {
-            const struct u64slot *s = &m->slots[i];
-            if (!s->val)
-                continue;
-            size_t j = u64map_home(&n, s->key);
-            while (n.slots[j].val)
-                j = (j + 1) & (n.cap - 1);
-            n.slots[j] = *s;
-        }
-        free(m->slots);
-        m->slots = n.slots;
-        m->cap = n.cap;
-    }
-    size_t i = u64map_home(m, key);
-    while (m->slots[i].val)
-        i = (i + 1) & (m->cap - 1);
-    m->slots[i] = (struct u64slot){key, val};
-    m->len++;
-    return true;
-}
-
-static void u64map_free(u64map *m)
-{
-    free(m->slots);
-    *m = (u64map){0};
-}
-
-
 typedef struct rec { /* 104 bytes */
-    uint64_t key, occ, seq, size; /* seq 0: not in use (on the free list) */
+    uint64_t kind, ordinal, occ; /* its twin: buffer occ of kind in its scope's instance ordinal */
+    uint64_t seq, size;          /* seq: its birth number, the allocations so far; 0: not in use */
     uint64_t loose_key; /* the twin key with only GP_ALIGN_LOOSE_FRAMES frames */
-    uint64_t alloc_ns, alloc_allocs, free_ns, free_allocs; /* free_allocs = UINT64_MAX: live */
+    uint64_t alloc_ns, free_ns, free_allocs; /* free_allocs = UINT64_MAX: live */
     const char *op, *module;
     uint32_t stack;
     union {
@@ -112,12 +50,12 @@ typedef struct frozen_labels {
 /* A buffer live at A's peak, with what B did with its twin. */
 typedef struct peak_buf {
     rec a; /* A's record (labels resolved to the peak) */
-    uint64_t b_seq, b_alloc_ns, b_alloc_allocs, b_free_ns, b_free_allocs; /* b_seq 0: no twin */
+    uint64_t b_seq, b_alloc_ns, b_free_ns, b_free_allocs; /* b_seq 0: no twin */
 } peak_buf;
 
 /* An allocation of A after its peak, and the allocation of B that is its twin. */
 typedef struct anchor {
-    uint64_t key, occ;
+    uint64_t key, occ;     /* gp_instance_key, occurrence */
     uint64_t a_seq, b_seq; /* b_seq 0: B made no twin */
 } anchor;
 
@@ -136,7 +74,7 @@ typedef struct side {
     uint64_t snap_seq, snap_ns;
     frozen_labels *frozen;
     size_t n_frozen, cap_frozen;
-    u64map occ;  /* twin key -> its buffers so far (occurrence of the last + 1) */
+    gp_occurrences occ; /* the buffers so far of each kind, by instance of its scope */
     gp_map threads; /* the reader's thread index -> its stable identity (thread_identity) */
     gp_map memo;  /* (kind, id) -> index into hashes: string hashes (kind 1) */
     uint64_t *hashes;
@@ -349,28 +287,17 @@ static uint64_t labels_key(uint64_t h, uint64_t size, uint64_t op, uint64_t modu
     return gp__mix64(h ^ stack);
 }
 
-/* The twin keys of a new buffer: the strict one, with the innermost GP_ALIGN_STACK_FRAMES frames
- * of its stack and its scope, and the loose one, with GP_ALIGN_LOOSE_FRAMES frames and no scope
+/* A new buffer's kind (occurrences.h), with the innermost GP_ALIGN_STACK_FRAMES frames of its
+ * stack and its scope's name, and its loose key, with GP_ALIGN_LOOSE_FRAMES frames and no scope
  * (stack_hashes). */
-static void twin_keys(gp_align *al, side *s, gp_profile *p, const gp_buffer_event *b,
-                      const site_hash *sh, uint64_t *strict, uint64_t *loose)
+static void twin_kinds(gp_align *al, side *s, gp_profile *p, const gp_buffer_event *b,
+                       const site_hash *sh, uint64_t *strict, uint64_t *loose)
 {
     uint64_t who = gp__mix64(thread_identity(al, s, p, b->thread) ^ (uint64_t)b->category);
     uint64_t op = string_hash(al, s, b->op), module = string_hash(al, s, b->module) * 3;
-    uint64_t scope = string_hash(al, s, b->scope) ^ gp__mix64(b->scope_ordinal * 5 + 1);
+    uint64_t scope = string_hash(al, s, b->scope);
     *strict = labels_key(gp__mix64(who ^ scope), b->size, op, module, sh->strict);
     *loose = labels_key(who, b->size, op, module, sh->loose);
-}
-
-/* The occurrence index of `key` in this run: 0 for its first buffer. */
-static uint64_t occurrence(gp_align *al, side *s, uint64_t key)
-{
-    struct u64slot *m = u64map_find(&s->occ, key);
-    if (m)
-        return m->val++;
-    if (!u64map_put(&s->occ, key, 1))
-        al->internal->oom = true;
-    return 0;
 }
 
 /* The filter bit of a twin (key, occ). */
@@ -419,7 +346,7 @@ static void anchor_note(gp_align *al, const rec *r)
         in->oom = true;
         return;
     }
-    *a = (anchor){r->key, r->occ, r->seq, 0};
+    *a = (anchor){gp_instance_key(r->kind, r->ordinal), r->occ, r->seq, 0};
 }
 
 /* ---- observers ------------------------------------------------------------------------------- */
@@ -435,14 +362,24 @@ static void on_alloc(gp_align *al, int which, gp_profile *p, const gp_buffer_eve
     uint32_t i = rec_new(al, s);
     if (i == NONE)
         return;
-    uint64_t key, loose;
-    twin_keys(al, s, p, b, stack_hashes(al, s, p, b), &key, &loose);
+    uint64_t kind, loose;
+    twin_kinds(al, s, p, b, stack_hashes(al, s, p, b), &kind, &loose);
     rec *r = &s->recs[i];
-    *r = (rec){.key = key, .occ = occurrence(al, s, key), .seq = b->seq, .size = b->size,
+    *r = (rec){.kind = kind,
+               .ordinal = b->scope_ordinal,
+               .occ =
+                   gp_occurrence_next(&s->occ, kind, *b->scope != '\0', b->scope_ordinal, &in->oom),
+               .seq = b->seq,
+               .size = b->size,
                .loose_key = loose,
-               .alloc_ns = b->time_ns, .alloc_allocs = b->allocs, .free_allocs = UINT64_MAX,
-               .stack = b->stack, .twin = NONE, .cat = (uint8_t)b->category, .op = b->op,
-               .module = b->module, .ever_saved = b->category == LP_CAT_SAVED};
+               .alloc_ns = b->time_ns,
+               .free_allocs = UINT64_MAX,
+               .stack = b->stack,
+               .twin = NONE,
+               .cat = (uint8_t)b->category,
+               .op = b->op,
+               .module = b->module,
+               .ever_saved = b->category == LP_CAT_SAVED};
     *b->handle = i + 1;
     s->n_live++;
     if (which == 0) {
@@ -450,6 +387,7 @@ static void on_alloc(gp_align *al, int which, gp_profile *p, const gp_buffer_eve
             anchor_note(al, r);
         return;
     }
+    uint64_t key = gp_instance_key(kind, r->ordinal);
     if (!twin_may_be(in, key, r->occ))
         return;
     struct gp_map_slot *t = gp__map_find(&in->twins, key, r->occ, 0);
@@ -463,7 +401,6 @@ static void on_alloc(gp_align *al, int which, gp_profile *p, const gp_buffer_eve
     r->twin = t->v;
     pb->b_seq = b->seq;
     pb->b_alloc_ns = b->time_ns;
-    pb->b_alloc_allocs = b->allocs;
     if (pb->a.seq > in->best_a_seq) { /* a newer buffer of A's peak: the instant moves here */
         in->best_a_seq = pb->a.seq;
         snapshot_move(s, b->seq, b->time_ns);
@@ -603,7 +540,8 @@ static void a_done(gp_align *al)
         in->oom = true;
     in->twin_bits_mask = bits - 1;
     for (size_t i = 0; i < n && !in->oom; i++)
-        twin_add(in, in->peak[i].a.key, in->peak[i].a.occ, (uint32_t)i);
+        twin_add(in, gp_instance_key(in->peak[i].a.kind, in->peak[i].a.ordinal), in->peak[i].a.occ,
+                 (uint32_t)i);
     for (size_t i = 0; i < in->n_anchors && !in->oom; i++)
         twin_add(in, in->anchors[i].key, in->anchors[i].occ, (uint32_t)(n + i));
     al->a_peak_seq = s->snap_seq;
@@ -726,12 +664,10 @@ static int cmp_leftover(const void *x, const void *y)
     return a->seq < b->seq ? -1 : a->seq > b->seq;
 }
 
-/* Whether A made a buffer with this (key, occurrence): B's buffer has a twin in A. */
+/* Whether A made a buffer of this kind, instance and occurrence: B's buffer has a twin in A. */
 static bool has_twin_in_a(const struct gp__align_internal *in, const rec *r)
 {
-    const side *a = &in->s[0];
-    const struct u64slot *m = u64map_find(&a->occ, r->key);
-    return m && r->occ < m->val;
+    return r->occ < gp_occurrence_count(&in->s[0].occ, r->kind, r->ordinal);
 }
 
 static bool add_leftover(gp_align *al, leftover **v, size_t *n, size_t *cap, leftover x)
@@ -814,7 +750,6 @@ static void pair_loose(gp_align *al, int pass)
         r->twin = (uint32_t)(pb - in->peak);
         pb->b_seq = r->seq;
         pb->b_alloc_ns = r->alloc_ns;
-        pb->b_alloc_allocs = r->alloc_allocs;
         pb->b_free_ns = r->free_ns;
         pb->b_free_allocs = r->free_allocs == UINT64_MAX ? 0 : r->free_allocs;
         al->loose_bytes += pb->a.size;
@@ -848,7 +783,7 @@ static void internal_free(struct gp__align_internal *in)
         free(s->recs);
         free(s->frozen);
         free(s->gone);
-        u64map_free(&s->occ);
+        gp_occurrences_free(&s->occ);
         free(s->site_hashes);
         gp__map_free(&s->memo);
         gp__map_free(&s->threads);
@@ -938,9 +873,9 @@ int gp_align_finish(gp_align *al)
             uint64_t a_end_ns = x->a_freed ? r->free_ns : in->s[0].end_ns;
             uint64_t a_end_allocs = x->a_freed ? r->free_allocs : al->a_allocs;
             x->a_life_ns = a_end_ns - r->alloc_ns;
-            x->a_life_allocs = a_end_allocs - r->alloc_allocs;
+            x->a_life_allocs = a_end_allocs - r->seq;
             x->b_life_ns = pb->b_free_ns - pb->b_alloc_ns;
-            x->b_life_allocs = pb->b_free_allocs - pb->b_alloc_allocs;
+            x->b_life_allocs = pb->b_free_allocs - pb->b_seq;
         }
         al->a_bytes += r->size;
         if (x->state == GP_TWIN_FREED || x->state == GP_TWIN_NONE)

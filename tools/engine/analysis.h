@@ -192,8 +192,9 @@ typedef struct gp_profile gp_profile;
 /*
  * A replay observer sees every buffer event of the replay, in event order, after the engine has
  * applied it: the diff's alignment (align.h) is one. `seq` is the buffer's birth number (1, 2, ...
- * in allocation order, never reused); `allocs` is the number of allocations replayed so far, so a
- * free at allocs = n happened after the n-th allocation and before the next.
+ * in allocation order, never reused); `allocs` is the number of allocations replayed so far (at an
+ * allocation, its seq), so a free at allocs = n happened after the n-th allocation and before the
+ * next.
  */
 typedef struct gp_buffer_event {
     uint64_t seq;
