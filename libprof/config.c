@@ -20,6 +20,7 @@ void lp_options_default(lp_options *o)
     o->flush_ms = LP_DEFAULT_FLUSH_MS;
     o->enabled = true;
     o->frame_pointers = true;
+    o->cfi = true;
 }
 
 /* Warns about variable `name` (index `key`) once: "gradprof: GRADPROF_X='v' <why>; using <dflt>". */
@@ -115,4 +116,7 @@ void lp_options_from_env(lp_options *o)
     v = o->frame_pointers;
     if (lp__env_uint(6, "GRADPROF_FRAME_POINTERS", 0, 1, &v) == 0)
         o->frame_pointers = v != 0;
+    v = o->cfi;
+    if (lp__env_uint(7, "GRADPROF_CFI", 0, 1, &v) == 0)
+        o->cfi = v != 0;
 }

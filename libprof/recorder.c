@@ -40,10 +40,12 @@
  * Memory. Everything here comes from mmap: the recorder never calls malloc, so it neither recurses
  * into the interposer nor shows up in the program's heap. Tables grow by doubling.
  *
- * Stacks. libunwind's unw_backtrace (or a test's unwinder) gives return addresses; each is turned
- * into (module id, offset) with the module map (dl_iterate_phdr), and the chain is stored once as
- * nodes of a calling-context tree, so an allocation costs one hash lookup of its whole stack once
- * that stack has been seen.
+ * Stacks. Return addresses come from the first of three walks that can answer: the frame-pointer
+ * walk (for a walk checked once against the others, below), the walk by call-frame information
+ * (cfi.h: the rules cached per thread by return address), libunwind's unw_backtrace (or a test's
+ * unwinder) for what neither can do. New frames are turned into (module id, offset) with the
+ * module map (dl_iterate_phdr), and the chain is stored once as nodes of a calling-context tree,
+ * so an allocation costs one hash lookup of its whole stack once that stack has been seen.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -71,6 +73,7 @@
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
 
+#include "cfi.h"
 #include "gradprof/trace_format.h"
 #include "pyframes.h"
 #include "recorder.h"
@@ -276,11 +279,13 @@ typedef struct lp__module {
     uintptr_t lo, hi; /* [lo, hi): the union of the object's PT_LOAD segments */
     uintptr_t base;   /* dlpi_addr: offsets are ip - base */
     uint32_t id;
+    lp__cfi_object cfi; /* where its call-frame information is (the stack walk's) */
 } lp__module;
 
 typedef struct lp__module_map {
     lp__module *items; /* sorted by lo */
     size_t len;
+    unsigned long long subs; /* dlpi_subs when it was made: objects unloaded before */
 } lp__module_map;
 
 static struct {
@@ -354,8 +359,11 @@ struct lp__thread {
     struct lp__fp_memo { /* fp_stacks' recent entries, direct-mapped by the hash (0: empty) */
         uint64_t f1, f2, id;
     } fp_memo[64];
-    uintptr_t stack_hi;  /* the end of this OS thread's stack, for the frame-pointer walk */
-    pid_t stack_tid;     /* the thread stack_hi belongs to (0: not known yet) */
+    /* This OS thread's stack [stack_lo, stack_hi), for the walks (0, 0: unknown), and the
+     * thread they belong to (0: not asked yet). */
+    uintptr_t stack_lo, stack_hi;
+    pid_t stack_tid;
+    lp__cfi_cache cfi;   /* the stack walk's rules by return address */
     struct lp__py_memo { /* py_lines' recent entries, direct-mapped (0: empty) */
         uint64_t k1, k2, where;
     } py_memo[256];
@@ -366,13 +374,16 @@ struct lp__thread {
         uintptr_t ip; /* a native return address, if py < 0 */
         int16_t py;   /* else the index of a Python frame in `py` */
     } merged[LP_MAX_STACK_DEPTH];
-    /* For each frame of the merged stack, from the outermost: the hash of the keys from the
-     * outermost frame down to it (the node's key in `frames`; before lp__prefix_final, the
-     * running state) and its place (module << 48 | offset) once known (a Python frame's), else
-     * 0. */
+    /* The latest stack, one entry a frame from the outermost: what identifies the frame (a
+     * return address and 0, or a Python frame's lp__py_key), the running hash of the frame keys
+     * from the outermost frame down to it (lp__prefix_hash makes the node's key in `frames` of
+     * it), its place (module << 48 | offset) if known (a Python frame's), and its node id (0: not
+     * looked up). The next stack reuses the entries of the frames it shares from the outermost. */
     struct lp__prefix {
-        uint64_t h1, h2, where;
+        uint64_t id1, id2, a, b, where;
+        uint32_t node;
     } prefix[LP_MAX_STACK_DEPTH];
+    int prefix_len;
     uint32_t next_string_id, next_stack_id;
     int64_t sample_left;
     uint64_t rng;
@@ -961,7 +972,8 @@ static int lp__scan_one(struct dl_phdr_info *info, size_t size, void *data)
     if (lo >= hi)
         return 0;
     size_t k = s->len++;
-    s->items[k] = (lp__module){lo, hi, info->dlpi_addr, 0};
+    s->items[k] = (lp__module){lo, hi, info->dlpi_addr, 0, {0}};
+    lp__cfi_object_init(&s->items[k].cfi, info->dlpi_addr, info->dlpi_phdr, info->dlpi_phnum);
     const char *name = info->dlpi_name;
     if (!name || !*name) { /* the main program */
         ssize_t n = readlink("/proc/self/exe", s->paths[k], sizeof s->paths[k] - 1);
@@ -994,6 +1006,7 @@ static void lp__rescan_modules(void)
         return;
     map->items = (lp__module *)(map + 1);
     map->len = s->len;
+    map->subs = s->subs;
     for (size_t i = 0; i < s->len; i++) {
         lp__module m = s->items[i];
         /* Keep the id of an object already known at the same place. */
@@ -1041,6 +1054,18 @@ static const lp__module *lp__module_find(const lp__module_map *map, uintptr_t ip
     return ip < m->hi ? m : NULL;
 }
 
+/* Rescans the loaded objects now (an address no object of the map holds, or objects unloaded
+ * since it was made). */
+static void lp__rescan_now(void)
+{
+    int saved_errno = errno, cancel = lp__cancel_off(); /* the rescan writes MODULE records */
+    pthread_mutex_lock(&R.lock);
+    lp__rescan_modules();
+    pthread_mutex_unlock(&R.lock);
+    lp__cancel_restore(cancel);
+    errno = saved_errno;
+}
+
 /* (module id << 48 | offset) of an instruction address; module 0 holds the raw address. */
 static uint64_t lp__locate(lp__thread *th, uintptr_t ip)
 {
@@ -1049,12 +1074,7 @@ static uint64_t lp__locate(lp__thread *th, uintptr_t ip)
         return v;
     const lp__module *m = lp__module_find(atomic_load(&R.modules), ip);
     if (!m) {
-        int saved_errno = errno, cancel = lp__cancel_off(); /* the rescan writes MODULE records */
-        pthread_mutex_lock(&R.lock);
-        lp__rescan_modules();
-        pthread_mutex_unlock(&R.lock);
-        lp__cancel_restore(cancel);
-        errno = saved_errno;
+        lp__rescan_now();
         m = lp__module_find(atomic_load(&R.modules), ip);
     }
     uint64_t offset = m ? ip - m->base : ip;
@@ -1124,11 +1144,13 @@ static void lp__thread_reset(lp__thread *th)
 {
     lp__map_clear(&th->strings);
     lp__idmap_clear(&th->frames);
+    th->prefix_len = 0;
     lp__map_clear(&th->ip_cache);
     lp__map_clear(&th->py_modules);
     lp__map_clear(&th->py_lines);
     lp__map_clear(&th->fp_stacks);
     memset(th->fp_memo, 0, sizeof th->fp_memo);
+    lp__cfi_cache_clear(&th->cfi);
     th->stack_tid = 0;
     memset(th->py_memo, 0, sizeof th->py_memo);
     th->next_string_id = 1;
@@ -1484,17 +1506,23 @@ static uint32_t lp__py_module(lp__thread *th, const lp__pyframe *f)
     return (uint32_t)id;
 }
 
-/* A Python frame's place, module id << 32 | line, computed once per (code, instruction) per
- * thread: one lookup per frame on the way (the key's high half checks the code object's names
- * and first line, as lp__py_module's does). */
-static uint64_t lp__py_where(lp__thread *th, const lp__pyframe *f)
+/* What identifies a Python frame's place: its code object (k1) and, in k2, the code's names and
+ * first line (the high half: a code object freed and another made at its address is not taken
+ * for it, as lp__py_module checks too) with the instruction (the low half). */
+static void lp__py_key(const lp__pyframe *f, uint64_t *k1, uint64_t *k2)
 {
-    uint64_t k1 = (uint64_t)(uintptr_t)f->code,
-             k2 = (lp__mix((uint64_t)(uintptr_t)f->filename ^
-                           lp__mix((uint64_t)(uintptr_t)f->qualname) ^ (uint32_t)f->firstlineno) &
-                   ~0xFFFFFFFFull) |
-                  (uint32_t)f->lasti,
-             where;
+    *k1 = (uint64_t)(uintptr_t)f->code;
+    *k2 = (lp__mix((uint64_t)(uintptr_t)f->filename ^ lp__mix((uint64_t)(uintptr_t)f->qualname) ^
+                   (uint32_t)f->firstlineno) &
+           ~0xFFFFFFFFull) |
+          (uint32_t)f->lasti;
+}
+
+/* A Python frame's place, module id << 32 | line, computed once per (code, instruction) per
+ * thread; (k1, k2) is its lp__py_key. */
+static uint64_t lp__py_where(lp__thread *th, const lp__pyframe *f, uint64_t k1, uint64_t k2)
+{
+    uint64_t where;
     struct lp__py_memo *memo = &th->py_memo[lp__mix(k1 ^ k2) & 255];
     if (memo->k1 == k1 && memo->k2 == k2)
         return memo->where;
@@ -1513,11 +1541,11 @@ static uint64_t lp__py_where(lp__thread *th, const lp__pyframe *f)
  * the Python frames it runs (pyframes.c), innermost first; an activation left without frames (a
  * mismatch) stays as it is. Returns the merged count.
  */
-static int lp__merge_python(lp__thread *th, void *const *ips, int n, int depth)
+static int lp__merge_python(lp__thread *th, const uintptr_t *ips, int n, int depth)
 {
     int np = -1, k = 0, m = 0;
     for (int i = 0; i < n && m < depth; i++) {
-        uintptr_t ip = (uintptr_t)ips[i];
+        uintptr_t ip = ips[i];
         if (lp__py_is_eval(ip)) {
             if (np < 0)
                 np = lp__py_walk(th->py, depth);
@@ -1552,24 +1580,36 @@ static int lp__merge_python(lp__thread *th, void *const *ips, int n, int depth)
 /* Outer frames libunwind may add to a walk that ended on a zero frame pointer. */
 #define LP__FP_OUTER 2
 
-/* The end of the calling thread's stack, or 0 if unknown (then no frame-pointer walk). */
-static uintptr_t lp__stack_end(void)
+/* The calling thread's stack as (*lo, *hi), asked of pthread_getattr_np once per OS thread;
+ * false when unknown, or when the caller runs on another stack (a signal stack, a coroutine's):
+ * then neither walk of ours is used, libunwind answers. */
+static bool lp__thread_stack(lp__thread *th, uintptr_t *lo, uintptr_t *hi)
 {
-    pthread_attr_t attr;
-    void *addr = NULL;
-    size_t size = 0;
-    /* For the main thread glibc reads /proc/self/maps (a cancellation point, allocations: the
-     * guard keeps those out of the trace). */
-    int saved_errno = errno, cancel = lp__cancel_off();
-    uintptr_t end = 0;
-    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
-        if (pthread_attr_getstack(&attr, &addr, &size) == 0)
-            end = (uintptr_t)addr + size;
-        pthread_attr_destroy(&attr);
+    if (th->stack_tid != th->tid) {
+        if (lp__in_getattr)
+            return false; /* the bounds are asked for at the next allocation */
+        pthread_attr_t attr;
+        void *addr = NULL;
+        size_t size = 0;
+        /* For the main thread glibc reads /proc/self/maps (a cancellation point, allocations:
+         * the guard keeps those out of the trace). */
+        int saved_errno = errno, cancel = lp__cancel_off();
+        th->stack_lo = th->stack_hi = 0;
+        if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+            if (pthread_attr_getstack(&attr, &addr, &size) == 0 && size >= 16) {
+                th->stack_lo = (uintptr_t)addr;
+                th->stack_hi = (uintptr_t)addr + size;
+            }
+            pthread_attr_destroy(&attr);
+        }
+        lp__cancel_restore(cancel);
+        errno = saved_errno;
+        th->stack_tid = th->tid;
     }
-    lp__cancel_restore(cancel);
-    errno = saved_errno;
-    return end;
+    uintptr_t here = (uintptr_t)__builtin_frame_address(0);
+    *lo = th->stack_lo;
+    *hi = th->stack_hi;
+    return here >= *lo && here < *hi;
 }
 
 /* Walks the frame-pointer chain from fp: libprof's own frames (the innermost ones) are passed
@@ -1581,13 +1621,10 @@ static int lp__fp_walk(lp__thread *th, uintptr_t fp, uintptr_t *ips, int depth, 
                        uint64_t *h1, uint64_t *h2)
 {
 #if defined(__x86_64__)
-    if (th->stack_tid != th->tid) {
-        if (lp__in_getattr)
-            return -1; /* the bounds are asked for at the next allocation */
-        th->stack_hi = lp__stack_end();
-        th->stack_tid = th->tid;
-    }
-    uintptr_t lo = (uintptr_t)__builtin_frame_address(0), hi = th->stack_hi;
+    uintptr_t lo, hi;
+    if (!lp__thread_stack(th, &lo, &hi))
+        return -1;
+    lo = (uintptr_t)__builtin_frame_address(0);
     uint64_t a = 0x9E3779B97F4A7C15ull, b = 0xC2B2AE3D27D4EB4Full;
     int n = 0, own = 0;
     *zero_end = false;
@@ -1596,7 +1633,7 @@ static int lp__fp_walk(lp__thread *th, uintptr_t fp, uintptr_t *ips, int depth, 
             *zero_end = true;
             break;
         }
-        if (fp < lo || hi < 16 || fp > hi - 16 || (fp & 7))
+        if (fp < lo || fp > hi - 16 || (fp & 7))
             return -1;
         const uintptr_t *frame = (const uintptr_t *)fp;
         uintptr_t next = frame[0], ret = frame[1];
@@ -1621,7 +1658,90 @@ static int lp__fp_walk(lp__thread *th, uintptr_t fp, uintptr_t *ips, int depth, 
 #endif
 }
 
-static uint32_t lp__stack_id(lp__thread *th, void *const *ips, int n, bool py);
+/* ---- the walk by call-frame information (cfi.h) ---------------------------------------------- */
+
+static int lp__dl_first(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    *(unsigned long long *)data = info->dlpi_subs;
+    return 1; /* the counters are global: the first object is enough */
+}
+
+/* The object whose code holds ra, for a rule the thread has not cached: taken from a module map
+ * that knows every object loaded now and none unloaded since (else its CFI may be gone). */
+static const lp__cfi_object *lp__cfi_object_of(uintptr_t ra, void *user)
+{
+    (void)user;
+    unsigned long long subs = 0;
+    dl_iterate_phdr(lp__dl_first, &subs);
+    const lp__module_map *map = atomic_load(&R.modules);
+    const lp__module *m = map && map->subs == subs ? lp__module_find(map, ra) : NULL;
+    if (!m) {
+        lp__rescan_now();
+        map = atomic_load(&R.modules);
+        m = map && map->subs == subs ? lp__module_find(map, ra) : NULL;
+    }
+    return m ? &m->cfi : NULL;
+}
+
+/* The return addresses of the program's frames, innermost first, at most max, walked by CFI from
+ * the first return address out of libprof (whose own frames keep frame pointers: the chain from
+ * here leads to it); -1 where the walk cannot be used (libunwind answers). */
+static int lp__cfi_stack(lp__thread *th, uintptr_t *ips, int max)
+{
+#if defined(__x86_64__)
+    uintptr_t lo, hi;
+    if (!R.self_hi || !lp__thread_stack(th, &lo, &hi))
+        return -1;
+    uintptr_t fp = (uintptr_t)__builtin_frame_address(0);
+    lo = fp;
+    for (int own = 0; own < 8; own++) {
+        if (fp < lo || fp > hi - 16 || (fp & 7))
+            return -1;
+        const uintptr_t *frame = (const uintptr_t *)fp;
+        uintptr_t next = frame[0], ret = frame[1];
+        if (ret < R.self_lo || ret >= R.self_hi)
+            return lp__cfi_walk(&th->cfi, lp__cfi_object_of, NULL, ret, fp + 16, next, hi, ips,
+                                max);
+        if (next <= fp)
+            return -1;
+        fp = next;
+    }
+#else
+    (void)th, (void)ips, (void)max;
+#endif
+    return -1;
+}
+
+static uint32_t lp__stack_id(lp__thread *th, const uintptr_t *pcs, int n, bool py);
+
+/* The return addresses of the program's frames from libunwind (or a test's unwinder), innermost
+ * first, at most max; libprof's own frames are dropped. */
+static int lp__unwind_stack(uintptr_t *pcs, int max)
+{
+    void *ips[LP_MAX_STACK_DEPTH + 16];
+    /* libunwind may make system calls (memory validation, reading unwind tables) and takes the
+     * loader's lock: once the program cancels threads, not a place to be cancelled in. */
+    int saved_errno = errno, cancel = PTHREAD_CANCEL_DISABLE;
+    if (__builtin_expect(atomic_load_explicit(&lp__cancel_used, memory_order_relaxed), 0))
+        cancel = lp__cancel_off();
+    int cap = (int)(sizeof ips / sizeof *ips), want = max + 8 < cap ? max + 8 : cap;
+    int n = R.unwinder ? R.unwinder(ips, want, R.unwinder_user)
+                       : lp__default_unwind(ips, want, NULL);
+    lp__cancel_restore(cancel);
+    errno = saved_errno;
+    int first = 0;
+    if (R.self_hi) {
+        while (first < n && (uintptr_t)ips[first] >= R.self_lo && (uintptr_t)ips[first] < R.self_hi)
+            first++;
+    } else if (!R.unwinder) {
+        first = n < 3 ? n : 3; /* statically linked: this function, lp__record_*, the hook */
+    }
+    int k = 0;
+    for (int i = first; i < n && k < max; i++)
+        pcs[k++] = (uintptr_t)ips[i];
+    return k;
+}
 
 /* The stack id of the current call chain, writing STACK records for nodes not seen before.
  * Frames inside libprof itself are dropped; Python frames replace the eval loop's activations
@@ -1629,17 +1749,18 @@ static uint32_t lp__stack_id(lp__thread *th, void *const *ips, int n, bool py);
  * are ours. */
 __attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
 {
-    void *ips[LP_MAX_STACK_DEPTH + 8];
-    uintptr_t fp_ips[LP_MAX_STACK_DEPTH + 8];
-    int max = R.opts.stack_depth + 8, depth = R.opts.stack_depth;
+    uintptr_t pcs[LP_MAX_STACK_DEPTH + 8], fp_ips[LP_MAX_STACK_DEPTH + 8];
+    int depth = R.opts.stack_depth;
     if (th->modules_generation !=
         atomic_load_explicit(&R.modules_generation, memory_order_relaxed)) {
         /* Code was unloaded: an address may now belong to another object, so the frames and
          * stacks built from old addresses are stale too (their ids stay valid in the trace). */
         lp__map_clear(&th->ip_cache);
         lp__idmap_clear(&th->frames);
+        th->prefix_len = 0;
         lp__map_clear(&th->fp_stacks);
         memset(th->fp_memo, 0, sizeof th->fp_memo);
+        lp__cfi_cache_clear(&th->cfi);
         th->modules_generation = atomic_load(&R.modules_generation);
     }
     bool py = lp__py_on();
@@ -1660,44 +1781,43 @@ __attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
             }
         }
     }
-    /* libunwind may make system calls (memory validation, reading unwind tables) and takes the
-     * loader's lock: once the program cancels threads, not a place to be cancelled in. */
-    int saved_errno = errno, cancel = PTHREAD_CANCEL_DISABLE;
-    if (__builtin_expect(atomic_load_explicit(&lp__cancel_used, memory_order_relaxed), 0))
-        cancel = lp__cancel_off();
-    int n = R.unwinder ? R.unwinder(ips, max, R.unwinder_user) : lp__default_unwind(ips, max, NULL);
-    lp__cancel_restore(cancel);
-    errno = saved_errno;
-    int first = 0;
-    if (R.self_hi) {
-        while (first < n && (uintptr_t)ips[first] >= R.self_lo && (uintptr_t)ips[first] < R.self_hi)
-            first++;
-    } else if (!R.unwinder) {
-        first = n < 3 ? n : 3; /* statically linked: this function, lp__record_*, the hook */
-    }
-    if (n <= first)
+    /* Then the walk by call-frame information, libunwind where that cannot be used. */
+    int n = R.opts.cfi && !R.unwinder ? lp__cfi_stack(th, pcs, depth) : -1;
+    if (n < 0)
+        n = lp__unwind_stack(pcs, depth);
+    if (n <= 0)
         return 0;
-    uint32_t stack = lp__stack_id(th, ips + first, n - first, py);
-    if (fp_n > 0) { /* check the walk against libunwind's stack, once */
-        int kb = n - first < depth ? n - first : depth;
+    uint32_t stack = lp__stack_id(th, pcs, n, py);
+    if (fp_n > 0) { /* check the walk against the unwinders' stack, once */
+        int kb = n < depth ? n : depth;
         bool same = fp_n == kb || (fp_zero && fp_n < kb && kb - fp_n <= LP__FP_OUTER);
         for (int i = 0; same && i < fp_n; i++)
-            same = fp_ips[i] == (uintptr_t)ips[first + i];
+            same = fp_ips[i] == pcs[i];
         lp__map_put(&th->fp_stacks, f1, f2, same && stack ? stack : LP__FP_NO);
     }
     return stack;
 }
 
-/* Turns the running hash state of the keys down to frame j into their hash (never 0 in h1). */
-static void lp__prefix_final(struct lp__prefix *pre, int j)
+/* The key in `frames` of the node of prefix entry j (never 0 in *h1). */
+static inline void lp__prefix_hash(const struct lp__prefix *pre, int j, uint64_t *h1, uint32_t *h2)
 {
-    pre->h1 = lp__mix(pre->h1 ^ (uint64_t)j) | 1;
-    pre->h2 = lp__mix(pre->h2 + (uint64_t)j);
+    *h1 = lp__mix(pre->a ^ (uint64_t)j) | 1;
+    *h2 = (uint32_t)lp__mix(pre->b + (uint64_t)j);
+}
+
+/* The node of prefix entry j if it is in the tree (then remembered in the entry). */
+static inline bool lp__prefix_known(lp__thread *th, int j)
+{
+    struct lp__prefix *pre = &th->prefix[j];
+    uint64_t h1;
+    uint32_t h2;
+    lp__prefix_hash(pre, j, &h1, &h2);
+    return pre->node || lp__idmap_get(&th->frames, h1, h2, &pre->node);
 }
 
 /* The stack id of the return addresses ips[0..n) (innermost first, libprof's own frames
  * dropped), merged with the Python frames if py, writing STACK records for new nodes. */
-static uint32_t lp__stack_id(lp__thread *th, void *const *ips, int n, bool py)
+static uint32_t lp__stack_id(lp__thread *th, const uintptr_t *ips, int n, bool py)
 {
     /* The frames, merged with Python's when the interpreter runs here. */
     int depth = R.opts.stack_depth, m = 0;
@@ -1705,48 +1825,66 @@ static uint32_t lp__stack_id(lp__thread *th, void *const *ips, int n, bool py)
         m = lp__merge_python(th, ips, n, depth);
     } else {
         for (int i = 0; i < n && m < depth; i++)
-            th->merged[m++] = (struct lp__mframe){(uintptr_t)ips[i], -1};
+            th->merged[m++] = (struct lp__mframe){ips[i], -1};
     }
+    if (m == 0)
+        return 0;
     /* A node of the tree is found by the hash of the frame keys from the outermost frame down to
      * it (a return address, or for a Python frame its (module, line) with the top bit set, which
-     * no return address has): a stack seen before is one lookup, that of its innermost node. For
-     * a new one the lookups are independent, so the slots of the next innermost ones are loaded
-     * together, and the longest known prefix is searched from the innermost frame out (a new
-     * stack usually adds a few nodes to a known path). */
+     * no return address has). The frames this stack shares with the previous one, from the
+     * outermost, keep their prefix entries: their keys, hashes and nodes are known already. */
+    int same = 0;
     uint64_t a = 0x9E3779B97F4A7C15ull, b = 0xC2B2AE3D27D4EB4Full;
     for (int j = 0; j < m; j++) {
         const struct lp__mframe *f = &th->merged[m - 1 - j];
-        uint64_t key, where = 0;
-        if (f->py < 0) {
-            key = f->ip;
-        } else {
-            uint64_t place = lp__py_where(th, &th->py[f->py]);
+        struct lp__prefix *pre = &th->prefix[j];
+        uint64_t id1 = f->ip, id2 = 0;
+        if (f->py >= 0)
+            lp__py_key(&th->py[f->py], &id1, &id2);
+        if (j == same && j < th->prefix_len && pre->id1 == id1 && pre->id2 == id2) {
+            same++;
+            a = pre->a, b = pre->b;
+            continue;
+        }
+        uint64_t key = id1, where = 0;
+        if (f->py >= 0) {
+            uint64_t place = lp__py_where(th, &th->py[f->py], id1, id2);
             where = (place >> 32) << 48 | (place & 0xFFFFFFFF);
             key = 1ull << 63 | place;
         }
         lp__hash_step(&a, &b, key);
-        th->prefix[j] = (struct lp__prefix){a, b, where}; /* the hash made final when needed */
+        *pre = (struct lp__prefix){id1, id2, a, b, where, 0};
     }
-    uint32_t parent = 0;
-    if (m == 0)
-        return 0;
-    lp__prefix_final(&th->prefix[m - 1], m - 1);
-    if (lp__idmap_get(&th->frames, th->prefix[m - 1].h1, (uint32_t)th->prefix[m - 1].h2, &parent))
-        return parent;
-    for (int j = m - 2; j >= 0; j--) {
-        lp__prefix_final(&th->prefix[j], j);
-        if (j >= m - 8)
-            lp__idmap_prefetch(&th->frames, th->prefix[j].h1, (uint32_t)th->prefix[j].h2);
+    th->prefix_len = m;
+    /* A stack seen before is one lookup, that of its innermost node (none if it is the previous
+     * stack or a part of it). A new one usually adds a few nodes to a known path: its longest
+     * known prefix is searched from the innermost frame out, the slots of the innermost ones
+     * loaded together, down to the deepest node the previous stack knew. */
+    int floor = m - 1; /* the deepest node known already, or -1 (the root) */
+    while (floor >= 0 && !th->prefix[floor].node)
+        floor--;
+    if (floor == m - 1)
+        return th->prefix[m - 1].node;
+    for (int j = m - 1; j > floor && j >= m - 9; j--) {
+        uint64_t h1;
+        uint32_t h2;
+        lp__prefix_hash(&th->prefix[j], j, &h1, &h2);
+        lp__idmap_prefetch(&th->frames, h1, h2);
     }
+    if (lp__prefix_known(th, m - 1))
+        return th->prefix[m - 1].node;
     int known = m - 2;
-    while (known >= 0 && !lp__idmap_get(&th->frames, th->prefix[known].h1,
-                                        (uint32_t)th->prefix[known].h2, &parent))
-        known--; /* parent: the deepest known node's id, or still 0 (none: the root) */
+    while (known > floor && !lp__prefix_known(th, known))
+        known--;
+    uint32_t parent = known >= 0 ? th->prefix[known].node : 0; /* 0: the root */
     for (int j = known + 1; j < m; j++) {
         const struct lp__mframe *f = &th->merged[m - 1 - j];
-        uint64_t where = f->py < 0 ? lp__locate(th, f->ip) : th->prefix[j].where;
-        uint32_t node = th->next_stack_id++;
-        lp__idmap_put(&th->frames, th->prefix[j].h1, (uint32_t)th->prefix[j].h2, node);
+        struct lp__prefix *pre = &th->prefix[j];
+        uint64_t where = f->py < 0 ? lp__locate(th, f->ip) : pre->where, h1;
+        uint32_t h2, node = th->next_stack_id++;
+        lp__prefix_hash(pre, j, &h1, &h2);
+        lp__idmap_put(&th->frames, h1, h2, node);
+        pre->node = node;
         uint8_t *p = lp__reserve(th, 48);
         lp__start_untimed(th);
         *p++ = GP_REC_STACK;

@@ -797,19 +797,26 @@ static void test_call_chain_stack(void **state)
     remove_dir(dir);
 }
 
-/* ---- the frame-pointer walk ------------------------------------------------------------------ */
+/* ---- the stack walks ------------------------------------------------------------------------- */
 
-enum { FPC_N = 2 * FPC_CHAINS * FPC_DEPTHS, FPC_STACK_MAX = 4096 };
+enum { FPC_N = FPC_ROLES * FPC_CHAINS * FPC_DEPTHS, FPC_STACK_MAX = 4096 };
 
-/* The call stack of every (thread, chain, depth) of fp_chains, as "module+offset;" from the
- * innermost frame out, from the trace of one run with GRADPROF_FRAME_POINTERS=`fp`; fails if two
- * allocations of one size got different stacks, or a size is missing. */
-static void fp_chains_stacks(const char *exe, bool fp, char stacks[FPC_N][FPC_STACK_MAX])
+/* The walks a run may use: the frame-pointer walk, the walk by call-frame information, libunwind
+ * (always there, the reference). */
+typedef struct {
+    bool fp, cfi;
+} fpc_walks;
+
+/* The call stack of every (role, chain, depth) of fp_chains, as "module+offset;" from the
+ * innermost frame out, from the trace of one run with the walks `w`; fails if two allocations of
+ * one size got different stacks, or a size is missing. */
+static void fp_chains_stacks(const char *exe, fpc_walks w, char stacks[FPC_N][FPC_STACK_MAX])
 {
     const char *dir = make_dir();
     run_result r;
     run_exe(exe, true, dir,
-            (const char *[]){fp ? "GRADPROF_FRAME_POINTERS=1" : "GRADPROF_FRAME_POINTERS=0", NULL},
+            (const char *[]){w.fp ? "GRADPROF_FRAME_POINTERS=1" : "GRADPROF_FRAME_POINTERS=0",
+                             w.cfi ? "GRADPROF_CFI=1" : "GRADPROF_CFI=0", NULL},
             &r);
     assert_true(exited_with(&r, 0));
     assert_string_equal(r.out, FPC_STDOUT);
@@ -823,13 +830,14 @@ static void fp_chains_stacks(const char *exe, bool fp, char stacks[FPC_N][FPC_ST
     gp_event ev;
     int rc;
     while ((rc = gp_trace_next(t, &ev, err, sizeof err)) == 1) {
-        if (ev.kind != GP_EV_ALLOC || ev.size < FPC_SIZE(0, 0, 0) || ev.size > FPC_SIZE(1, 2, 5))
+        if (ev.kind != GP_EV_ALLOC || ev.size < FPC_SIZE(0, 0, 0) ||
+            ev.size > FPC_SIZE(FPC_ROLES - 1, FPC_CHAINS - 1, FPC_DEPTHS - 1))
             continue;
         uint64_t k = ev.size - FPC_SIZE(0, 0, 0);
-        int th = (int)(k / 256), c = (int)(k % 256 / 16), d = (int)(k % 16);
+        int role = (int)(k / 256), c = (int)(k % 256 / 16), d = (int)(k % 16);
         if (c >= FPC_CHAINS || d >= FPC_DEPTHS)
             continue;
-        int i = (th * FPC_CHAINS + c) * FPC_DEPTHS + d;
+        int i = (role * FPC_CHAINS + c) * FPC_DEPTHS + d;
         char s[FPC_STACK_MAX] = "";
         size_t len = 0;
         for (uint32_t id = ev.stack; id != 0 && len < sizeof s - 300;) {
@@ -846,9 +854,10 @@ static void fp_chains_stacks(const char *exe, bool fp, char stacks[FPC_N][FPC_ST
         if (counts[i]++ == 0)
             snprintf(stacks[i], FPC_STACK_MAX, "%s", s);
         else if (strcmp(stacks[i], s) != 0)
-            fail_msg("%s (frame pointers %s): size %llu, allocation %u: stack\n  %s\nbut the first "
-                     "was\n  %s",
-                     exe, fp ? "on" : "off", (unsigned long long)ev.size, counts[i], s, stacks[i]);
+            fail_msg("%s (frame pointers %s, CFI %s): size %llu, allocation %u: stack\n  %s\nbut "
+                     "the first was\n  %s",
+                     exe, w.fp ? "on" : "off", w.cfi ? "on" : "off", (unsigned long long)ev.size,
+                     counts[i], s, stacks[i]);
     }
     if (rc < 0)
         fail_msg("gp_trace_next(%s): %s", paths[0], err);
@@ -858,35 +867,51 @@ static void fp_chains_stacks(const char *exe, bool fp, char stacks[FPC_N][FPC_ST
     remove_dir(dir);
 }
 
-/* The walk's stacks are libunwind's, frame for frame, for a program with frame pointers (where
- * the walk answers after its first check) and for one without (where the check refuses it); each
- * repeated allocation keeps its stack, and the leaf frame is chain_leaf's caller in the program. */
-static void check_fp_walk(const char *exe)
+/* The walks' stacks are libunwind's, frame for frame: the frame-pointer walk's for a program with
+ * frame pointers (where it answers after its first check) and for one without (where the check
+ * refuses it), the CFI walk's for both, across signal frames and on an alternate signal stack
+ * (where it hands over to libunwind); each repeated allocation keeps its stack, the innermost
+ * frame is chain_leaf's caller in the program, and the signal handlers' stacks go on past the
+ * signal frame into main. */
+static void check_stack_walks(const char *exe)
 {
-    static char on[FPC_N][FPC_STACK_MAX], off[FPC_N][FPC_STACK_MAX];
-    fp_chains_stacks(exe, true, on);
-    fp_chains_stacks(exe, false, off);
+    static char unwound[FPC_N][FPC_STACK_MAX], walked[FPC_N][FPC_STACK_MAX];
+    const fpc_walks walks[] = {{true, true}, {false, true}, {true, false}};
+    const char *what[] = {"both walks", "the CFI walk", "the frame-pointer walk"};
+    fp_chains_stacks(exe, (fpc_walks){false, false}, unwound);
     const char *name = strrchr(exe, '/') ? strrchr(exe, '/') + 1 : exe;
+    for (size_t w = 0; w < sizeof walks / sizeof *walks; w++) {
+        fp_chains_stacks(exe, walks[w], walked);
+        for (int i = 0; i < FPC_N; i++)
+            if (strcmp(walked[i], unwound[i]) != 0)
+                fail_msg("%s: allocation kind %d: stack with %s\n  %s\nwith libunwind only\n  %s",
+                         exe, i, what[w], walked[i], unwound[i]);
+    }
+    char first[PATH_MAX];
+    snprintf(first, sizeof first, "%s+", name);
     for (int i = 0; i < FPC_N; i++) {
-        if (strcmp(on[i], off[i]) != 0)
-            fail_msg("%s: allocation kind %d: stack with the walk\n  %s\nwith libunwind only\n  %s",
-                     exe, i, on[i], off[i]);
-        char first[PATH_MAX];
-        snprintf(first, sizeof first, "%s+", name);
-        assert_memory_equal(on[i], first, strlen(first)); /* the innermost frame is the program's */
+        assert_memory_equal(unwound[i], first, strlen(first)); /* the program's frame first */
+        /* chain_leaf's caller, the chain's frames, round_of, main or work (or for a handler: the
+         * handler, the signal frame, raise's, main): at least 4 frames of the program. */
+        int own = 0;
+        for (const char *p = unwound[i]; (p = strstr(p, first)) != NULL; p += strlen(first))
+            own++;
+        if (own < 4)
+            fail_msg("%s: allocation kind %d: %d frames of the program in\n  %s", exe, i, own,
+                     unwound[i]);
     }
 }
 
-static void test_fp_walk_with_frame_pointers(void **state)
+static void test_stack_walks_with_frame_pointers(void **state)
 {
     (void)state;
-    check_fp_walk(prog("fp_chains"));
+    check_stack_walks(prog("fp_chains"));
 }
 
-static void test_fp_walk_without_frame_pointers(void **state)
+static void test_stack_walks_without_frame_pointers(void **state)
 {
     (void)state;
-    check_fp_walk(prog("fp_chains_nofp"));
+    check_stack_walks(prog("fp_chains_nofp"));
 }
 
 /* ---- configuration and failure --------------------------------------------------------------- */
@@ -1578,8 +1603,8 @@ int main(void)
         cmocka_unit_test(test_fork_preload),
         cmocka_unit_test(test_abort_preload),
         cmocka_unit_test(test_call_chain_stack),
-        cmocka_unit_test(test_fp_walk_with_frame_pointers),
-        cmocka_unit_test(test_fp_walk_without_frame_pointers),
+        cmocka_unit_test(test_stack_walks_with_frame_pointers),
+        cmocka_unit_test(test_stack_walks_without_frame_pointers),
         cmocka_unit_test(test_disabled),
         cmocka_unit_test(test_unwritable_output),
         cmocka_unit_test(test_foreign_program),

@@ -126,9 +126,13 @@ void lp_counters_reset_peak(void);
  *   GRADPROF_FLUSH_MS      flush interval in ms, 1..10000 (default 20): no event stays unwritten
  *                          longer than about this; a SIGKILL loses at most the last interval
  *   GRADPROF_ENABLE        0 disables recording (default 1)
- *   GRADPROF_FRAME_POINTERS  0: stacks from libunwind only (default 1: a frame-pointer walk,
- *                          checked once per distinct walk against libunwind, answers for code
- *                          built with frame pointers; the stacks recorded are the same)
+ *   GRADPROF_FRAME_POINTERS  0: no frame-pointer walk (default 1: a frame-pointer walk, checked
+ *                          once per distinct walk against the other walks' stack, answers for
+ *                          code built with frame pointers; the stacks recorded are the same)
+ *   GRADPROF_CFI           0: no walk by call-frame information (default 1: the recorder's own
+ *                          x86-64 .eh_frame walk answers for code without frame pointers, and
+ *                          libunwind for what it cannot do; the stacks recorded are the same);
+ *                          with both walks off, stacks come from libunwind only
  *   GRADPROF_VERBOSE       1: one line on stderr when a Python program's frames cannot be read
  * In a CPython 3.11 program the stacks hold its Python frames in place of the interpreter's eval
  * loop (the stack depth counts them; trace_format.h: "py:" modules), when libprof was built with
@@ -161,6 +165,7 @@ typedef struct lp_options {
     uint32_t flush_ms;
     bool enabled;
     bool frame_pointers; /* GRADPROF_FRAME_POINTERS */
+    bool cfi;            /* GRADPROF_CFI */
 } lp_options;
 
 void lp_options_default(lp_options *o);

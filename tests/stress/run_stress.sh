@@ -130,16 +130,17 @@ echo "ok same output: '$out' exit $rc with and without the profiler"
 mkdir "$work/env"
 long=$(head -c 5000 /dev/zero | tr '\0' a)
 out=$(cd "$work/env" && GRADPROF_OUTPUT="$long" GRADPROF_STACK_DEPTH="$long" GRADPROF_FLUSH_MS="1$long" \
-      LD_PRELOAD="$preload" "$misc" work 1000 2>"$work/env.err"); rc=$?
+      GRADPROF_CFI=yes LD_PRELOAD="$preload" "$misc" work 1000 2>"$work/env.err"); rc=$?
 [ "$rc" = "$plain_rc" ] || fail "env: exit $rc"
 grep -q "GRADPROF_OUTPUT='a*\.\.\.' is too long (5000 bytes; the limit is 4000); the trace goes to .*/env/gradprof\.[0-9]*\.gptrace instead" "$work/env.err" ||
     fail "env: the refused GRADPROF_OUTPUT does not say where the trace goes: $(cat "$work/env.err")"
 grep -q "GRADPROF_STACK_DEPTH=.* is not a non-negative integer" "$work/env.err" || fail "env: $(cat "$work/env.err")"
-[ "$(grep -c '^gradprof: ' "$work/env.err")" = 3 ] || fail "env: want 3 warnings: $(cat "$work/env.err")"
+grep -q "GRADPROF_CFI='yes' is not a non-negative integer; using 1" "$work/env.err" || fail "env: $(cat "$work/env.err")"
+[ "$(grep -c '^gradprof: ' "$work/env.err")" = 4 ] || fail "env: want 4 warnings: $(cat "$work/env.err")"
 [ "$(awk '{ if (length($0) > m) m = length($0) } END { print m }' "$work/env.err")" -lt 300 ] ||
     fail "env: a warning quotes the whole value"
 ls "$work/env"/gradprof.*.gptrace >/dev/null 2>&1 || fail "env: no trace at the default path"
-echo "ok env: 5000-character values refused with one short warning each; the trace goes to the default, said where"
+echo "ok env: 5000-character values and a bad GRADPROF_CFI refused with one short warning each; the trace goes to the default, said where"
 
 # ---- the program's descriptor games while 8 threads allocate ---------------------------------------
 # close_range(3, ~0U), close loops and dup2(/dev/null) over 3..20, over and over, then files of the
