@@ -54,7 +54,7 @@ static const char usage_tail[] =
     "runs the program's own sitecustomize, if any. A Python program (its name starts with\n"
     "python, or its #! line names python) is recorded without call stacks unless a stack\n"
     "option, a GRADPROF_STACK_* variable or --no-torch says otherwise: the helper's tags say\n"
-    "what its tensors are, and stacks cost it 3-7x its time (bench/NOTES.md).\n"
+    "what its tensors are, and stacks cost it 1.6-2.7x its time (bench/NOTES.md).\n"
     "\n"
     "Exit status: PROGRAM's; 128+N if signal N killed it; 127 if PROGRAM was not found, 126 if\n"
     "it could not be executed; 2 for a bad option or a missing preload library.\n";
