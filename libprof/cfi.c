@@ -109,6 +109,29 @@ static bool in_ptr(cfi_in *in, uint8_t enc, uintptr_t data, uintptr_t *out)
     return !in->bad;
 }
 
+/* A block of a uleb128 length and that many bytes: *block covers them, in moves past; false if
+ * the length is malformed or runs past the end. */
+static bool in_block(cfi_in *in, cfi_in *block)
+{
+    uint64_t n = in_uleb(in);
+    if (in->bad || n > (uint64_t)(in->end - in->p))
+        return false;
+    *block = (cfi_in){in->p, in->p + n, false};
+    in->p += n;
+    return true;
+}
+
+/* An .eh_frame entry (CIE or FDE): its 32-bit length read, in narrowed to its body; false for
+ * the terminator, the 64-bit form or a length past the end. */
+static bool in_entry(cfi_in *in)
+{
+    uint64_t len = in_fixed(in, 4);
+    if (len == 0 || len == 0xffffffff || len > (uint64_t)(in->end - in->p))
+        return false;
+    in->end = in->p + len;
+    return true;
+}
+
 /* ---- objects -------------------------------------------------------------------------------- */
 
 void lp__cfi_object_init(lp__cfi_object *o, uintptr_t load_bias, const void *phdr, int phnum)
@@ -163,10 +186,8 @@ static bool cie_parse(const lp__cfi_object *o, const uint8_t *at, cfi_cie *cie)
     if ((uintptr_t)at < o->lo || (uintptr_t)at >= o->hi)
         return false;
     cfi_in in = {at, (const uint8_t *)o->hi, false};
-    uint64_t len = in_fixed(&in, 4);
-    if (len == 0 || len == 0xffffffff || len > (uint64_t)(in.end - in.p))
+    if (!in_entry(&in))
         return false;
-    in.end = in.p + len;
     uint8_t version;
     if (in_fixed(&in, 4) != 0 || ((version = in_u8(&in)) != 1 && version != 3 && version != 4))
         return false;
@@ -185,10 +206,9 @@ static bool cie_parse(const lp__cfi_object *o, const uint8_t *at, cfi_cie *cie)
         return false;
     if (aug[0] == 'z') {
         cie->has_aug_data = true;
-        uint64_t n = in_uleb(&in);
-        if (in.bad || n > (uint64_t)(in.end - in.p))
+        cfi_in data;
+        if (!in_block(&in, &data))
             return false;
-        cfi_in data = {in.p, in.p + n, false};
         for (const char *a = aug + 1; *a; a++) {
             uintptr_t ignored;
             if (*a == 'R')
@@ -206,7 +226,6 @@ static bool cie_parse(const lp__cfi_object *o, const uint8_t *at, cfi_cie *cie)
         }
         if (data.bad)
             return false;
-        in.p += n;
     } else if (aug[0] != '\0') {
         return false; /* an augmentation without a length cannot be skipped */
     }
@@ -327,11 +346,9 @@ static bool cfi_run(const cfi_cie *cie, cfi_in in, uintptr_t loc, uintptr_t targ
                     r->cfa_how = CFA_OTHER;
                 break;
             case 0x0f: { /* DW_CFA_def_cfa_expression: only [DW_OP_breg6 k; DW_OP_deref] */
-                uint64_t n = in_uleb(&in);
-                if (in.bad || n > (uint64_t)(in.end - in.p))
+                cfi_in block;
+                if (!in_block(&in, &block))
                     return false;
-                cfi_in block = {in.p, in.p + n, false};
-                in.p += n;
                 r->cfa_how = CFA_OTHER;
                 if (in_u8(&block) == OP_BREG6) {
                     off = in_sleb(&block);
@@ -342,11 +359,10 @@ static bool cfi_run(const cfi_cie *cie, cfi_in in, uintptr_t loc, uintptr_t targ
             }
             case 0x10: { /* DW_CFA_expression */
                 reg = in_uleb(&in);
-                uint64_t n = in_uleb(&in);
-                if (in.bad || n > (uint64_t)(in.end - in.p))
+                cfi_in block;
+                if (!in_block(&in, &block))
                     return false;
-                cfi_reg rule = expr_reg((cfi_in){in.p, in.p + n, false});
-                in.p += n;
+                cfi_reg rule = expr_reg(block);
                 reg_set(r, reg, rule.how, rule.off);
                 break;
             }
@@ -375,10 +391,9 @@ static bool cfi_run(const cfi_cie *cie, cfi_in in, uintptr_t loc, uintptr_t targ
                 break;
             case 0x16: { /* DW_CFA_val_expression */
                 reg = in_uleb(&in);
-                uint64_t n = in_uleb(&in);
-                if (in.bad || n > (uint64_t)(in.end - in.p))
+                cfi_in block;
+                if (!in_block(&in, &block))
                     return false;
-                in.p += n;
                 reg_set(r, reg, RULE_OTHER, 0);
                 break;
             }
@@ -468,10 +483,8 @@ lp__cfi_rule lp__cfi_rule_at(const lp__cfi_object *o, uintptr_t ra)
         return LP__CFI_NONE;
 
     cfi_in f = {(const uint8_t *)fde, (const uint8_t *)o->hi, false};
-    uint64_t len = in_fixed(&f, 4);
-    if (len == 0 || len == 0xffffffff || len > (uint64_t)(f.end - f.p))
+    if (!in_entry(&f))
         return LP__CFI_NONE;
-    f.end = f.p + len;
     const uint8_t *id_at = f.p;
     uint32_t cie_off = (uint32_t)in_fixed(&f, 4);
     cfi_cie cie;
@@ -480,12 +493,9 @@ lp__cfi_rule lp__cfi_rule_at(const lp__cfi_object *o, uintptr_t ra)
         !cie_parse(o, id_at - cie_off, &cie) || !in_ptr(&f, cie.fde_enc, hdr, &start) ||
         !in_ptr(&f, cie.fde_enc & 0x0f, 0, &range) || target < start || target - start >= range)
         return LP__CFI_NONE;
-    if (cie.has_aug_data) {
-        uint64_t n = in_uleb(&f);
-        if (f.bad || n > (uint64_t)(f.end - f.p))
-            return LP__CFI_NONE;
-        f.p += n;
-    }
+    cfi_in aug_data;
+    if (cie.has_aug_data && !in_block(&f, &aug_data))
+        return LP__CFI_NONE;
     cfi_row row = {.cfa_how = CFA_OTHER}, initial;
     if (!cfi_run(&cie, cie.insns, start, UINTPTR_MAX, &row, &row, hdr))
         return LP__CFI_NONE;
