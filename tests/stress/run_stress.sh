@@ -104,14 +104,20 @@ grep -q 'work done' "$work/fsize.err" || fail "fsize: program stderr lost"
 echo "ok fsize: write fails (EFBIG) -> $(grep '^gradprof: ' "$work/fsize.err")"
 # A directory the program cannot write to: one warning, no file, same output.
 mkdir "$work/ro" && chmod 0555 "$work/ro"
+ro_preload=$preload ro_misc=$misc
 if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+    # The build tree may lie in a directory only root can enter (a clone in `mktemp -d`): the
+    # unprivileged run gets its own copies of the two (self-contained) files.
     chmod 0755 "$work"
+    mkdir -m 0755 "$work/bin" && cp "$preload" "$misc" "$work/bin/" && chmod 0755 "$work/bin/"* ||
+        fail "read-only dir: cannot copy the binaries"
+    ro_preload=$work/bin/$(basename "$preload") ro_misc=$work/bin/$(basename "$misc")
     runas="setpriv --reuid=65534 --regid=65534 --clear-groups"
 else
     runas=""
 fi
-out=$($runas env GRADPROF_OUTPUT="$work/ro/t.gptrace" LD_PRELOAD="$preload" "$misc" work 300000 \
-      2>"$work/ro.err"); rc=$?
+out=$($runas env GRADPROF_OUTPUT="$work/ro/t.gptrace" LD_PRELOAD="$ro_preload" "$ro_misc" work \
+      300000 2>"$work/ro.err"); rc=$?
 [ "$rc" = "$plain_rc" ] && [ "$out" = "$plain_out" ] || fail "read-only dir: rc $rc '$out'"
 [ "$(grep -c '^gradprof: ' "$work/ro.err")" = 1 ] || fail "read-only dir: $(cat "$work/ro.err")"
 [ -z "$(ls "$work/ro")" ] || fail "read-only dir: a file was created"
