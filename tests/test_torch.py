@@ -777,7 +777,10 @@ TENSOR_CATEGORIES = ("activation", "saved", "temporary")
 # Raw memory outside any operator that one run holds and the other does not, though neither built
 # a graph there: an interpreter table or list resized (or collected) at another moment in one run.
 # Seen: one 128 KiB CPython buffer, in one CNN run out of five (1.3% of its truth) and in about one
-# MLP run out of fifteen (6% of its 2 MiB truth). Allowed: 2% of the truth, or one such buffer.
+# MLP run out of fifteen (6% of its 2 MiB truth): a node of obmalloc's arena map (PyMem_RawCalloc
+# of 128 KiB, never freed), made when a new arena lands in an address range the map did not cover
+# yet, which the address-space layout decides (ASLR), not the program. Allowed: 2% of the truth
+# plus one such buffer (the MLP run that failed had the buffer and 356 B more).
 NOISE = 0.02
 NOISE_BUFFER = 128 << 10
 
@@ -824,8 +827,8 @@ def expect_aligned(name, d, truth, graph_bytes=None):
                  % (name, held, limit))
     ok3 = True
     if graph_bytes is None:
-        ok3 = expect(parts["noise"] <= max(NOISE * T, NOISE_BUFFER),
-                     "%s: held raw memory outside any operator %d B <= 2%% of the truth or "
+        ok3 = expect(parts["noise"] <= NOISE * T + NOISE_BUFFER,
+                     "%s: held raw memory outside any operator %d B <= 2%% of the truth + "
                      "128 KiB" % (name, parts["noise"]))
     expect(not d["alignment"]["diverged"], "%s: the runs align (%s)"
            % (name, d["alignment"]["why"] or "not diverged"))
@@ -885,6 +888,10 @@ def test_aligned(E, prog):
 
     graph = expect_aligned(prog, d, truth)
     expect_aligned(prog + " --instrument", di, truth, graph_bytes=graph)
+    # gradprof's startup hook runs `import torch` for the program: it is never the program's line
+    hook = [r["label"] for r in d["call_sites"] if "sitecustomize.py" in r["key"]]
+    expect(not hook, "%s: no call site labelled by gradprof's startup hook (%d: %s)"
+           % (prog, len(hook), hook[:2]))
 
     base = [v for v in ca["violations"] if v["rule"].startswith("baseline")]
     msg = base[0]["message"] if base else ""

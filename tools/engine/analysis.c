@@ -1896,9 +1896,16 @@ static bool is_python(const gp_symbol *s)
     return s->resolved && !strncmp(s->module, "py:", 3);
 }
 
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !memcmp(s + n - k, suffix, k);
+}
+
 /* Whether a Python frame's file is the library's or the profiler's rather than the program's:
  * torch's own (a path with a "/torch/" folder), gradprof's helper, pytest plugin and startup
- * hook (gradprof_torch.py, gradprof_pytest.py, a sitecustomize.py in a gradprof folder), and
+ * hook (gradprof_torch.py, gradprof_pytest.py, the sitecustomize.py of a python/startup folder,
+ * where the build tree and the installed tree keep it), and
  * Python's import machinery ("<frozen importlib...>"). A site is labelled by the innermost
  * Python frame that is none of these. */
 static bool is_python_library(const gp_symbol *s)
@@ -1908,7 +1915,7 @@ static bool is_python_library(const gp_symbol *s)
     base = base ? base + 1 : file;
     return strstr(file, "/torch/") || !strncmp(file, "torch/", 6) ||
            !strcmp(base, "gradprof_torch.py") || !strcmp(base, "gradprof_pytest.py") ||
-           (!strcmp(base, "sitecustomize.py") && strstr(file, "gradprof")) ||
+           ends_with(file, "/python/startup/sitecustomize.py") ||
            !strncmp(file, "<frozen importlib", 17);
 }
 
