@@ -132,8 +132,12 @@ static void col2im(const geom *g, const float *cols, float *gx)
                     if (ih < 0 || ih >= g->H || lo == hi)
                         continue;
                     float *dst = gx + (c * g->H + ih) * g->W + (lo * g->stride - g->pad + j);
-                    for (int64_t ow = lo; ow < hi; ow++, dst += g->stride)
-                        *dst += src[ow];
+                    if (g->stride == 1) /* a unit stride vectorises */
+                        for (int64_t ow = lo; ow < hi; ow++)
+                            dst[ow - lo] += src[ow];
+                    else
+                        for (int64_t ow = lo; ow < hi; ow++, dst += g->stride)
+                            *dst += src[ow];
                 }
             }
         }
@@ -299,12 +303,8 @@ static int conv2d_backward(tn_node *node, tn_tensor *grad_out, tn_tensor **grad_
         const float *gn = gd + n * O * P; /* G_n [O, P] */
         if (need_b) {
             float *b = tn_data(gb);
-            for (int64_t o = 0; o < O; o++) {
-                float s = 0.0f;
-                for (int64_t i = 0; i < P; i++)
-                    s += gn[o * P + i];
-                b[o] += s;
-            }
+            for (int64_t o = 0; o < O; o++)
+                b[o] += tn__lane_sum(gn + o * P, P, 0.0f, false);
         }
         if (need_w) {
             const float *xn = tn_data_const(x) + n * x->strides[0];
@@ -413,22 +413,23 @@ static float window_max(const geom *g, const float *xp, int64_t h0, int64_t h1, 
 }
 
 /* The position (h * W + w) of the window's maximum, as PyTorch's CPU kernel picks it: the first
- * maximum in row-major order, or the last NaN. */
+ * maximum in row-major order, or the last NaN. One pass, without branches on the values (a later
+ * element is taken when it is greater, or NaN): comparisons on activations are unpredictable. */
 static int64_t window_argmax(const geom *g, const float *xp, int64_t h0, int64_t h1, int64_t w0,
                              int64_t w1)
 {
-    float best = window_max(g, xp, h0, h1, w0, w1);
-    if (isnan(best)) {
-        for (int64_t h = h1 - 1; h >= h0; h--)
-            for (int64_t w = w1 - 1; w >= w0; w--)
-                if (isnan(xp[h * g->sh + w * g->sw]))
-                    return h * g->W + w;
+    int64_t best_at = h0 * g->W + w0;
+    float best = xp[h0 * g->sh + w0 * g->sw];
+    for (int64_t h = h0; h < h1; h++) {
+        const float *row = xp + h * g->sh;
+        for (int64_t w = h == h0 ? w0 + 1 : w0; w < w1; w++) {
+            float v = row[w * g->sw];
+            bool take = (v > best) | (v != v);
+            best = take ? v : best;
+            best_at = take ? h * g->W + w : best_at;
+        }
     }
-    for (int64_t h = h0; h < h1; h++)
-        for (int64_t w = w0; w < w1; w++)
-            if (xp[h * g->sh + w * g->sw] == best)
-                return h * g->W + w;
-    return h0 * g->W + w0; /* unreachable: the window is never empty */
+    return best_at;
 }
 
 /* The output columns [*lo, *hi) whose window lies wholly inside [0, W) (lo <= hi; empty when no
@@ -566,6 +567,67 @@ tn_tensor *tn_avg_pool2d(tn_tensor *x, int kernel, int stride, int padding)
     return pool_forward(&avg_pool2d_kind, x, kernel, stride, padding);
 }
 
+/* For i < n: take x[i * step] as window i's best if it is greater than best[i], or NaN, and then
+ * its position base + i * stride as at[i] (window_argmax's rule, one element of every window at a
+ * time). Inlined with a constant step, so GCC vectorises the unit and stride-2 cases. */
+static inline void argmax_accumulate(float *restrict best, int32_t *restrict at,
+                                     const float *restrict x, int64_t n, int64_t step, int32_t base,
+                                     int32_t stride)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i * step];
+        bool take = (v > best[i]) | (v != v);
+        best[i] = take ? v : best[i];
+        at[i] = take ? base + (int32_t)i * stride : at[i];
+    }
+}
+
+#define POOL_CHUNK 128 /* windows of a row done together by max_pool_row_backward */
+
+/* Output row oh, columns [lo, hi), all windows inside [0, W) horizontally: each window's argmax as
+ * window_argmax picks it (the window visited row by row, left to right), but computed a kernel
+ * element at a time over a chunk of the row, which vectorises; its gradient grow[ow] goes to gxp
+ * (contiguous [H, W]). Positions are int32: the caller checks that H * W fits. */
+static void max_pool_row_backward(const geom *g, const float *xp, int64_t oh, int64_t lo,
+                                  int64_t hi, const float *grow, float *gxp)
+{
+    int64_t h0, h1, w0, w1;
+    pool_window(g, oh, lo, &h0, &h1, &w0, &w1);
+    int64_t step = g->stride * g->sw;
+    float best[POOL_CHUNK];
+    int32_t at[POOL_CHUNK];
+    for (int64_t c0 = lo; c0 < hi; c0 += POOL_CHUNK) {
+        int64_t n = min64(POOL_CHUNK, hi - c0), ws = w0 + (c0 - lo) * g->stride;
+        for (int64_t i = 0; i < n; i++) {
+            best[i] = -INFINITY; /* not taken over: the window's first element stays at[i] */
+            at[i] = (int32_t)(h0 * g->W + ws + i * g->stride);
+        }
+        for (int64_t h = h0; h < h1; h++) {
+            for (int64_t j = 0; j < g->kw; j++) {
+                const float *x = xp + h * g->sh + (ws + j) * g->sw;
+                int32_t base = (int32_t)(h * g->W + ws + j), st = (int32_t)g->stride;
+                if (step == 1)
+                    argmax_accumulate(best, at, x, n, 1, base, st);
+                else if (step == 2)
+                    argmax_accumulate(best, at, x, n, 2, base, st);
+                else
+                    argmax_accumulate(best, at, x, n, step, base, st);
+            }
+        }
+        for (int64_t i = 0; i < n; i++)
+            gxp[at[i]] += grow[c0 + i];
+    }
+}
+
+/* Output (oh, ow)'s gradient `grad` added at its window's argmax in gxp (contiguous [H, W]). */
+static void max_pool_one_backward(const geom *g, const float *xp, int64_t oh, int64_t ow,
+                                  float grad, float *gxp)
+{
+    int64_t h0, h1, w0, w1;
+    pool_window(g, oh, ow, &h0, &h1, &w0, &w1);
+    gxp[window_argmax(g, xp, h0, h1, w0, w1)] += grad;
+}
+
 /* grad_x [N, C, H, W]: each output's gradient goes to its window's (recomputed) argmax. */
 static int max_pool2d_backward(tn_node *node, tn_tensor *grad_out, tn_tensor **grad_inputs)
 {
@@ -583,17 +645,21 @@ static int max_pool2d_backward(tn_node *node, tn_tensor *grad_out, tn_tensor **g
     geom_init(&g, x->shape, x->strides, k, k, node->ints[POOL_STRIDE], node->ints[POOL_PAD]);
     const float *xd = tn_data_const(x), *gd = tn_data_const(grad_out);
     float *gxd = tn_data(gx);
+    int64_t lo, hi;
+    pool_interior(&g, &lo, &hi);
+    if (g.H * g.W > INT32_MAX)
+        lo = hi = 0; /* positions past int32: every window by window_argmax */
     for (int64_t n = 0; n < x->shape[0]; n++) {
         for (int64_t c = 0; c < g.C; c++) {
             const float *xp = xd + n * x->strides[0] + c * g.sc;
             const float *gp = gd + (n * g.C + c) * g.Ho * g.Wo;
             float *gxp = gxd + (n * g.C + c) * g.H * g.W;
-            for (int64_t oh = 0; oh < g.Ho; oh++) {
-                for (int64_t ow = 0; ow < g.Wo; ow++) {
-                    int64_t h0, h1, w0, w1;
-                    pool_window(&g, oh, ow, &h0, &h1, &w0, &w1);
-                    gxp[window_argmax(&g, xp, h0, h1, w0, w1)] += gp[oh * g.Wo + ow];
-                }
+            for (int64_t oh = 0; oh < g.Ho; oh++, gp += g.Wo) {
+                for (int64_t ow = 0; ow < lo; ow++)
+                    max_pool_one_backward(&g, xp, oh, ow, gp[ow], gxp);
+                max_pool_row_backward(&g, xp, oh, lo, hi, gp, gxp);
+                for (int64_t ow = hi; ow < g.Wo; ow++)
+                    max_pool_one_backward(&g, xp, oh, ow, gp[ow], gxp);
             }
         }
     }

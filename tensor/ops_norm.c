@@ -195,26 +195,6 @@ done:
 static const tn_node_kind layer_norm_kind = {"layer_norm", "layer_norm_backward",
                                              layer_norm_backward};
 
-/* sum(x[j]) or, if `sq`, sum((x[j] - mu)^2) over j < n, in 8 interleaved partial sums (lane
- * j % 8) added pairwise at the end: independent adds that GCC vectorises without -ffast-math,
- * where one running sum is a chain of dependent adds. PyTorch's CPU reductions also sum in
- * vector lanes, so the rounding is no further from theirs than a serial sum. */
-static float row_sum(const float *x, int64_t n, float mu, bool sq)
-{
-    float acc[8] = {0};
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int k = 0; k < 8; k++) {
-            float d = x[j + k] - mu;
-            acc[k] += sq ? d * d : x[j + k];
-        }
-    for (int k = 0; j < n; j++, k++) {
-        float d = x[j] - mu;
-        acc[k] += sq ? d * d : x[j];
-    }
-    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
-}
-
 /* x [..., D], weight [D] or NULL, bias [D] or NULL -> [..., D]; mean and rstd [..., 1] are made
  * only when a node is recorded. */
 tn_tensor *tn_layer_norm(tn_tensor *x, tn_tensor *weight, tn_tensor *bias, float eps)
@@ -261,8 +241,8 @@ tn_tensor *tn_layer_norm(tn_tensor *x, tn_tensor *weight, tn_tensor *bias, float
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = xd + r * D;
         float *yr = yd + r * D;
-        const float mu = row_sum(xr, D, 0.0f, false) / (float)D;
-        const float rs = 1.0f / sqrtf(row_sum(xr, D, mu, true) / (float)D + eps);
+        const float mu = tn__lane_sum(xr, D, 0.0f, false) / (float)D;
+        const float rs = 1.0f / sqrtf(tn__lane_sum(xr, D, mu, true) / (float)D + eps);
         if (md) {
             md[r] = mu;
             rd[r] = rs;
@@ -305,6 +285,25 @@ fail:
  *   dx = w_c * rstd_c * (g - sum(g)/M - xhat * sum(g*xhat)/M);
  * eval (running statistics are constants): dx = g * w_c * rstd_c. Both: dw_c = sum g*xhat,
  * db_c = sum g. */
+/* *sg = sum(g[j]) and *sgx = sum(g[j] * (x[j] - mu)) over j < n, in 8 lanes as tn__lane_sum. */
+static void lane_sums_gx(const float *g, const float *x, int64_t n, float mu, float *sg,
+                         float *sgx)
+{
+    float a[8] = {0}, b[8] = {0};
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int k = 0; k < 8; k++) {
+            a[k] += g[j + k];
+            b[k] += g[j + k] * (x[j + k] - mu);
+        }
+    for (int k = 0; j < n; j++, k++) {
+        a[k] += g[j];
+        b[k] += g[j] * (x[j] - mu);
+    }
+    *sg = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+    *sgx = ((b[0] + b[4]) + (b[2] + b[6])) + ((b[1] + b[5]) + (b[3] + b[7]));
+}
+
 static int batch_norm_backward(tn_node *node, tn_tensor *g, tn_tensor **grad_inputs)
 {
     int w_in = (int)node->ints[NI_WIN], b_in = (int)node->ints[NI_BIN];
@@ -365,11 +364,8 @@ static int batch_norm_backward(tn_node *node, tn_tensor *g, tn_tensor **grad_inp
         double sg = 0, sgx = 0;
         for (int64_t n = 0; n < N; n++) {
             const float *xr = xd + (n * C + c) * S, *gr = gd + (n * C + c) * S;
-            float a = 0, b = 0;
-            for (int64_t s = 0; s < S; s++) {
-                a += gr[s];
-                b += gr[s] * (xr[s] - mu);
-            }
+            float a, b;
+            lane_sums_gx(gr, xr, S, mu, &a, &b);
             sg += a;
             sgx += b;
         }
@@ -500,24 +496,12 @@ tn_tensor *tn_batch_norm(tn_tensor *x, tn_tensor *running_mean, tn_tensor *runni
         float *md = tn_data(mean), *rd = tn_data(rstd), *vd = tn_data(var);
         for (int64_t c = 0; c < C; c++) {
             double s = 0;
-            for (int64_t n = 0; n < N; n++) {
-                const float *xr = xd + (n * C + c) * S;
-                float a = 0;
-                for (int64_t i = 0; i < S; i++)
-                    a += xr[i];
-                s += a;
-            }
+            for (int64_t n = 0; n < N; n++)
+                s += tn__lane_sum(xd + (n * C + c) * S, S, 0.0f, false);
             const float mu = (float)(s / (double)M);
             double v = 0;
-            for (int64_t n = 0; n < N; n++) {
-                const float *xr = xd + (n * C + c) * S;
-                float a = 0;
-                for (int64_t i = 0; i < S; i++) {
-                    float d = xr[i] - mu;
-                    a += d * d;
-                }
-                v += a;
-            }
+            for (int64_t n = 0; n < N; n++)
+                v += tn__lane_sum(xd + (n * C + c) * S, S, mu, true);
             md[c] = mu;
             vd[c] = (float)(v / (double)M);
             rd[c] = 1.0f / sqrtf(vd[c] + eps);

@@ -5,6 +5,26 @@
 
 #include "tensor_internal.h"
 
+/* 8 interleaved partial sums (lane j % 8) added pairwise at the end: independent adds that GCC
+ * vectorises without -ffast-math, where one running sum is a chain of dependent adds. PyTorch's
+ * CPU reductions also sum in vector lanes, so the rounding is no further from theirs than a serial
+ * sum's. */
+float tn__lane_sum(const float *x, int64_t n, float mu, bool sq)
+{
+    float acc[8] = {0};
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int k = 0; k < 8; k++) {
+            float d = x[j + k] - mu;
+            acc[k] += sq ? d * d : x[j + k];
+        }
+    for (int k = 0; j < n; j++, k++) {
+        float d = x[j] - mu;
+        acc[k] += sq ? d * d : x[j];
+    }
+    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
 /* node->ints[0] = bitmask of reduced dims; floats[0] = scale applied to the gradient. */
 
 /* out (contiguous, `shape`) = scale * g broadcast from its kept shape (reduced dims of size 1). */

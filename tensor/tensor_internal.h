@@ -115,6 +115,8 @@ int tn__wrap_dim(int dim, int ndim);
  * incompatible. */
 int tn__broadcast_shapes(const char *op, int na, const int64_t *a, int nb, const int64_t *b,
                          int *out_ndim, int64_t *out);
+/* sum(x[j]) or, if `sq`, sum((x[j] - mu)^2) over j < n, in 8 vector lanes (reduce.c). */
+float tn__lane_sum(const float *x, int64_t n, float mu, bool sq);
 /* Sums grad over broadcast dims so it has shape (ndim, shape): a new reference (grad itself,
  * retained, when nothing needs summing). */
 tn_tensor *tn__sum_to_shape(tn_tensor *grad, int ndim, const int64_t *shape);

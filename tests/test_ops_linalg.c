@@ -618,6 +618,25 @@ static void test_pool_grad(void **state)
     }
 }
 
+/* max_pool2d's backward sends each window's gradient where PyTorch's CPU kernel does: to the first
+ * maximum in row-major order, to the last NaN when the window holds NaNs, and to the first element
+ * of a window of -inf only. */
+static void test_pool_grad_ties(void **state)
+{
+    const float inf = INFINITY;
+    tn_tensor *x = from(GC_SHAPE(1, 1, 2, 6),
+                        (const float[]){1, 3, NAN, 1, -inf, -inf, 3, 2, 2, NAN, -inf, -inf});
+    assert_int_equal(tn_set_requires_grad(x, true), 0);
+    tn_tensor *y = tn_max_pool2d(x, 2, 2, 0);
+    assert_non_null(y);
+    tn_tensor *g = from(GC_SHAPE(1, 1, 1, 3), (const float[]){10, 20, 30});
+    assert_int_equal(tn_backward(y, g, false), 0);
+    expect_values("max_pool2d grad: first max, last NaN, first of -inf", tn_grad(x),
+                  GC_SHAPE(1, 1, 2, 6), (const float[]){0, 10, 0, 0, 30, 0, 0, 0, 0, 20, 0, 0});
+    tn_tensor *all[] = {x, y, g};
+    release_all(all, 3);
+}
+
 /* max_pool2d saves x only (no index buffer); avg_pool2d saves nothing. */
 static void test_pool_saved(void **state)
 {
@@ -705,7 +724,8 @@ int main(void)
         cmocka_unit_test(test_linear_grad),    cmocka_unit_test(test_linear_saved_memory),
         cmocka_unit_test(test_conv2d_forward), cmocka_unit_test(test_conv2d_grad),
         cmocka_unit_test(test_conv2d_memory),  cmocka_unit_test(test_pool_forward),
-        cmocka_unit_test(test_pool_grad),      cmocka_unit_test(test_pool_saved),
+        cmocka_unit_test(test_pool_grad),      cmocka_unit_test(test_pool_grad_ties),
+        cmocka_unit_test(test_pool_saved),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
