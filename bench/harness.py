@@ -61,12 +61,14 @@ def torch_ok():
         return False
 
 
-def timed(cmd, timeout=600):
-    """Runs cmd under /usr/bin/time; returns (wall s, max RSS bytes, stdout) or None on failure."""
+def timed(cmd, timeout=600, env=None):
+    """Runs cmd under /usr/bin/time (with `env` added to ENV); returns (wall s, max RSS bytes,
+    stdout) or None on failure."""
     tf = os.path.join(WORK, "time.out")
     t0 = time.monotonic()
     try:
-        p = subprocess.run(["/usr/bin/time", "-o", tf, "-f", "%M"] + cmd, env=ENV,
+        p = subprocess.run(["/usr/bin/time", "-o", tf, "-f", "%M"] + cmd,
+                           env=dict(ENV, **env) if env else ENV,
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=timeout,
                            cwd=WORK)
     except subprocess.TimeoutExpired:
@@ -392,6 +394,20 @@ def issue15_rows():
             rows.append(("`report` of a %s-event trace (%s)" % (br.get("events"), br["program"]),
                          fig, "time <= heaptrack_print's, RSS <= 1.5x its", ok,
                          shell(br["report_cmd"]), br["report_cmd"] if ok is False else None))
+    T = RESULTS.get("tensor", {})
+    for heap, how in (("default", "each process's own heap"),
+                      ("fixed", "both on the same fixed glibc thresholds (%s)" % ", ".join(
+                          "%s=%s" % e for e in FIXED_HEAP.items()))):
+        ratios = {k: (row if heap == "default" else row.get("fixed", {})).get("time_ratio")
+                  for k, row in T.items()}
+        ratios = {k: r for k, r in ratios.items() if r is not None}
+        if ratios:
+            worst = max(ratios, key=ratios.get)
+            over = ", ".join("%s %.2fx" % (k, r) for k, r in ratios.items() if r > 1.0)
+            rows.append(("tensor library vs PyTorch CPU, 1 thread, every model and mode, %s" % how,
+                         "worst %.2fx (%s); over 1.0x: %s" % (ratios[worst], worst, over or "none"),
+                         "<= 1.0x each", ratios[worst] <= 1.0,
+                         "(section 3: tensor_bench and torch_bench.py, MODEL MODE 20)", None))
     return rows
 
 
@@ -399,37 +415,51 @@ def kv(s):
     return {k: float(v) for k, v in re.findall(r"(\w+)=([\d.]+)", s)}
 
 
+# The tensor rows run twice: each process with glibc's malloc as it starts (its heap state: a C
+# program's heap is nearly empty, so glibc trims its top and unmaps large blocks after every step,
+# and the next step faults the pages in again; a Python process that imported torch has moved
+# the dynamic mmap threshold up and keeps objects above the tensors, so it does not), and both
+# with the same fixed thresholds, which compares the libraries' compute alone.
+FIXED_HEAP = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(128 << 20)}
+
+
 def tensors():
     have_torch = torch_ok()
     tb = os.path.join(BUILD, "bench", "tensor_bench")
     tp = os.path.join(ROOT, "bench", "torch_bench.py")
     cases = [(m, mo) for m in ("mlp", "cnn", "transformer")
-             for mo in ("grad", "no_grad", "inference_mode")] + [("mlp", "train")]
+             for mo in ("grad", "no_grad", "inference_mode", "train")]
+    iters = "2" if SMOKE else "20"
     res = {}
     for m, mo in cases:
         log("tensor vs torch:", m, mo)
-        cfgs = [("ours", [tb, m, mo, "2" if SMOKE else "20"], None)]
+        sides = [("ours", [tb, m, mo, iters])]
         if have_torch:
-            cfgs.append(("torch", [TORCH_PY, tp, m, mo, "2" if SMOKE else "20", THREADS], None))
-        out = {n: [] for n, _, _ in cfgs}
+            sides.append(("torch", [TORCH_PY, tp, m, mo, iters, THREADS]))
+        cfgs = [(heap, n, c) for heap in ("default", "fixed") for n, c in sides]
+        out = {(heap, n): [] for heap, n, _ in cfgs}
         for warm in [True] + [False] * RUNS:
-            for n, c, _ in cfgs:
-                r = timed(c)
+            for heap, n, c in cfgs:
+                r = timed(c, env=FIXED_HEAP if heap == "fixed" else None)
                 if r and not warm:
-                    out[n].append(kv(r[2]))
+                    out[heap, n].append(kv(r[2]))
         row = {}
-        for n, rs in out.items():
-            if rs:
-                row[n] = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
-        if not have_torch:
-            row["torch"] = "not available"
-        if "ours" in row and isinstance(row.get("torch"), dict):
-            row["time_ratio"] = row["ours"]["ms"] / row["torch"]["ms"]
-            row["hwm_ratio"] = (row["ours"]["hwm"] / row["torch"]["hwm"]
-                                if row["torch"]["hwm"] else None)
+        for heap in ("default", "fixed"):
+            h = row if heap == "default" else row.setdefault("fixed", {})
+            for n, _ in sides:
+                rs = out[heap, n]
+                if rs:
+                    h[n] = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+            if not have_torch:
+                h["torch"] = "not available"
+            if "ours" in h and isinstance(h.get("torch"), dict):
+                h["time_ratio"] = h["ours"]["ms"] / h["torch"]["ms"]
+                h["hwm_ratio"] = (h["ours"]["hwm"] / h["torch"]["hwm"]
+                                  if h["torch"]["hwm"] else None)
         res["%s/%s" % (m, mo)] = row
-        for c in cfgs:
-            COMMANDS.append(shell(c[1]))
+        for _, c in sides:
+            COMMANDS.append(shell(c))
+            COMMANDS.append(shell(["%s=%s" % e for e in FIXED_HEAP.items()] + c))
     return res
 
 
@@ -456,6 +486,7 @@ def main():
     t0 = time.monotonic()
     RESULTS["machine"] = machine()
     RESULTS["runs"] = RUNS
+    RESULTS["fixed_heap"] = FIXED_HEAP
     RESULTS["sections"] = sorted(SECTIONS)
     if SECTIONS & {"overhead", "overhead:storm", "overhead:torch"}:
         RESULTS["overhead"] = overhead()

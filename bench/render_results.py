@@ -187,23 +187,34 @@ def write_tensor(R, T, w):
       "Linear(1024,1024)+ReLU, input [64,1024]; **cnn** 2 x (Conv3x3 + BatchNorm2d + ReLU + "
       "MaxPool2) 3->32->64 + Linear(4096,10), input [32,3,32,32]; **transformer** one "
       "TransformerEncoderLayer(256, 4 heads, ff 1024, relu, post-norm, batch_first), eval, input "
-      "[8,64,256]; **train** one SGD step (zero_grad, forward, MSE loss, backward, step) of the "
-      "mlp. The previous output is kept until the next forward is made, as in an evaluation "
-      "loop.\n")
+      "[8,64,256]; **train** one SGD step (zero_grad, forward, MSE loss, backward, step). The "
+      "previous output is kept until the next forward is made, as in an evaluation loop.\n")
+    w("Each row runs twice: each process with glibc's malloc as it starts (**own heap**), and "
+      "both with the same fixed thresholds (**fixed heap**: %s). A C program's heap is nearly "
+      "empty, so glibc trims its top and unmaps large blocks after every step and the next step "
+      "faults the pages in again; a Python process that imported torch has moved glibc's "
+      "dynamic mmap threshold up and keeps objects above the tensors, so it does not. The fixed "
+      "heap compares the libraries' compute; the own heap is what each program gets as it "
+      "is.\n" % ", ".join("`%s=%s`" % e for e in R.get("fixed_heap", {}).items()))
     w("Memory, measured the same way on both sides: **hwm** = growth of VmHWM "
       "(/proc/self/status) over the first two forwards, from right after the model and input "
       "are built (VmHWM only grows, so it is taken before the warm-up; it includes one-time "
       "lazy allocations of each library: OpenBLAS/oneDNN buffers, allocator caches). Ours also "
       "has the exact figure: **counters** = libprof's peak_total over the timed loop minus "
       "what was live before it (lp_counters_get), i.e. the bytes the forward needs.\n")
-    w("| model / mode | ours ms | torch ms | time ours/torch | ours hwm | torch hwm | "
-      "hwm ours/torch | ours counters peak |\n|---|---|---|---|---|---|---|---|")
+    w("| model / mode | ours ms | torch ms | time ours/torch | fixed heap: ours ms | torch ms | "
+      "time ours/torch | ours hwm | torch hwm | hwm ours/torch | ours counters peak |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|")
     for k, row in T.items():
         o = row.get("ours", {})
         t = row.get("torch") if isinstance(row.get("torch"), dict) else {}
-        w("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        fx = row.get("fixed", {})
+        fo = fx.get("ours", {})
+        ft = fx.get("torch") if isinstance(fx.get("torch"), dict) else {}
+        w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             k, f(o.get("ms"), "%.2f"), f(t.get("ms"), "%.2f") if t else "not available",
-            f(row.get("time_ratio")), mib(o.get("hwm")), mib(t.get("hwm")) if t else "n/a",
+            f(row.get("time_ratio")), f(fo.get("ms"), "%.2f"), f(ft.get("ms"), "%.2f"),
+            f(fx.get("time_ratio")), mib(o.get("hwm")), mib(t.get("hwm")) if t else "n/a",
             f(row.get("hwm_ratio")), mib(o.get("peak"))))
     w("")
     w("**The no_grad effect** (grad on / no_grad and grad on / inference_mode, per side; the "
