@@ -280,14 +280,8 @@ fail:
 
 /* ---- batch_norm ----------------------------------------------------------------------------- */
 
-/* Backward of y = (x - mean_c) * rstd_c * w_c + b_c over x [N, C, S] with M = N*S values per
- * channel and xhat = (x - mean_c) * rstd_c. Training (batch statistics depend on x):
- *   dx = w_c * rstd_c * (g - sum(g)/M - xhat * sum(g*xhat)/M);
- * eval (running statistics are constants): dx = g * w_c * rstd_c. Both: dw_c = sum g*xhat,
- * db_c = sum g. */
 /* *sg = sum(g[j]) and *sgx = sum(g[j] * (x[j] - mu)) over j < n, in 8 lanes as tn__lane_sum. */
-static void lane_sums_gx(const float *g, const float *x, int64_t n, float mu, float *sg,
-                         float *sgx)
+static void lane_sums_gx(const float *g, const float *x, int64_t n, float mu, float *sg, float *sgx)
 {
     float a[8] = {0}, b[8] = {0};
     int64_t j = 0;
@@ -304,6 +298,11 @@ static void lane_sums_gx(const float *g, const float *x, int64_t n, float mu, fl
     *sgx = ((b[0] + b[4]) + (b[2] + b[6])) + ((b[1] + b[5]) + (b[3] + b[7]));
 }
 
+/* Backward of y = (x - mean_c) * rstd_c * w_c + b_c over x [N, C, S] with M = N*S values per
+ * channel and xhat = (x - mean_c) * rstd_c. Training (batch statistics depend on x):
+ *   dx = w_c * rstd_c * (g - sum(g)/M - xhat * sum(g*xhat)/M);
+ * eval (running statistics are constants): dx = g * w_c * rstd_c. Both: dw_c = sum g*xhat,
+ * db_c = sum g. */
 static int batch_norm_backward(tn_node *node, tn_tensor *g, tn_tensor **grad_inputs)
 {
     int w_in = (int)node->ints[NI_WIN], b_in = (int)node->ints[NI_BIN];

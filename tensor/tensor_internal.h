@@ -115,6 +115,41 @@ int tn__wrap_dim(int dim, int ndim);
  * incompatible. */
 int tn__broadcast_shapes(const char *op, int na, const int64_t *a, int nb, const int64_t *b,
                          int *out_ndim, int64_t *out);
+
+/*
+ * e^x within 2 ulp of expf, without a call or a branch, so that GCC vectorises a loop of it
+ * (softmax's exponentials; libm's expf is a call per element). Cody-Waite reduction x = n ln2 + r,
+ * |r| <= ln2/2 (ln2 in two parts, so that n ln2 is exact), e^r by Cephes' degree-6 polynomial for
+ * expf, 2^n written into the exponent bits. NaN gives NaN, x below -87.33 (where e^x leaves the
+ * normal floats) gives 0, and -inf 0; x is at most 88 (e^88 = 1.65e38): softmax's inputs are <= 0.
+ */
+static inline float tn__exp_lane(float x)
+{
+    const float lo = -87.33654f, hi = 88.0f;
+    /* Every comparison made unconditionally, then selects: GCC if-converts (vectorises) them. */
+    bool nan = x != x;
+    bool under = x < lo;
+    bool over = x > hi;
+    float xc = over ? hi : x;
+    xc = under | nan ? lo : xc;
+    /* n = round(x / ln2): adding 1.5 * 2^23 rounds to an integer in the default rounding mode. */
+    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float y = p * r * r + r + 1.0f;
+    union {
+        int32_t i;
+        float f;
+    } scale = {.i = ((int32_t)n + 127) << 23};
+    y *= scale.f;
+    return nan ? x : (under ? 0.0f : y);
+}
+
 /* sum(x[j]) or, if `sq`, sum((x[j] - mu)^2) over j < n, in 8 vector lanes (reduce.c). */
 float tn__lane_sum(const float *x, int64_t n, float mu, bool sq);
 /* Sums grad over broadcast dims so it has shape (ndim, shape): a new reference (grad itself,

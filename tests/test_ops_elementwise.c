@@ -16,6 +16,7 @@
 
 #include "gradcheck.h"
 #include "gradprof/tensor.h"
+#include "tensor_internal.h" /* tn__exp_lane */
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
@@ -364,6 +365,50 @@ static void test_binary_values(void **state)
     tn_release(p);
     tn_release(b);
     tn_release(a);
+}
+
+/* Softmax's exponential is within 1.5 ulp of e^x over the floats where e^x is normal (1M of them,
+ * evenly spread over the bit patterns), 0 below them and at -inf, NaN at NaN. */
+static void test_exp_lane(void **state)
+{
+    (void)state;
+    union {
+        float f;
+        uint32_t u;
+    } lo = {-87.33f}, hi = {88.0f}, zero = {0.0f};
+    double worst = 0;
+    /* Side 0: the negative floats, whose bit patterns grow away from 0; side 1: the positive. */
+    for (int side = 0; side < 2; side++) {
+        uint32_t first = side ? zero.u : zero.u | 0x80000000u, last = side ? hi.u : lo.u;
+        for (uint32_t u = first; u <= last; u += (last - first) / 500000 + 1) {
+            union {
+                uint32_t u;
+                float f;
+            } x = {u};
+            double want = exp((double)x.f), ulp = ldexp(1.0, ilogb(want) - 23);
+            double err = fabs((double)tn__exp_lane(x.f) - want) / ulp;
+            if (err > worst)
+                worst = err;
+            if (err > 1.5)
+                fail_msg("exp(%a): %a, want %a (%.2f ulp)", (double)x.f, (double)tn__exp_lane(x.f),
+                         want, err);
+        }
+    }
+    assert_true(worst > 0); /* the sweep ran */
+    assert_true(tn__exp_lane(0.0f) == 1.0f);
+    assert_true(tn__exp_lane(-INFINITY) == 0.0f);
+    assert_true(tn__exp_lane(-100.0f) == 0.0f);
+    assert_true(isnan(tn__exp_lane(NAN)));
+
+    /* A masked (-inf) position gets exactly 0, a row with NaN is NaN. */
+    tn_tensor *x = leaf(GC_SHAPE(2, 2), (const float[]){0, -INFINITY, NAN, 1}, false);
+    tn_tensor *sm = tn_softmax(x, -1);
+    assert_non_null(sm);
+    const float *y = tn_data_const(sm);
+    assert_true(y[0] == 1.0f && y[1] == 0.0f);
+    assert_true(isnan(y[2]) && isnan(y[3]));
+    tn_release(sm);
+    tn_release(x);
 }
 
 static void test_softmax_values(void **state)
@@ -763,6 +808,7 @@ int main(void)
         cmocka_unit_test(test_unary_values),
         cmocka_unit_test(test_unary_noncontiguous_values),
         cmocka_unit_test(test_binary_values),
+        cmocka_unit_test(test_exp_lane),
         cmocka_unit_test(test_softmax_values),
         cmocka_unit_test(test_unary_grad),
         cmocka_unit_test(test_unary_grad_transposed),

@@ -725,8 +725,7 @@ int main(void)
         cmocka_unit_test(test_conv2d_forward), cmocka_unit_test(test_conv2d_grad),
         cmocka_unit_test(test_conv2d_memory),  cmocka_unit_test(test_pool_forward),
         cmocka_unit_test(test_pool_grad),      cmocka_unit_test(test_pool_grad_ties),
-        cmocka_unit_test(test_pool_saved),
-        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_pool_saved),     cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
