@@ -176,11 +176,10 @@ int main(int argc, char **argv)
     model m = {0};
     build(&m, kind);
     set_train(&m, false);
-    tn_optimizer *opt = NULL;
+    tn_optimizer *opt = NULL, *opt_head = NULL; /* SGD over every parameter, as torch_bench's */
     if (train) {
-        /* the harness trains the mlp only; for the cnn this steps the features, not the head */
         opt = tn_sgd_new(m.net, 0.01f, 0.0f, 0.0f);
-        if (!opt)
+        if (!opt || (m.head && !(opt_head = tn_sgd_new(m.head, 0.01f, 0.0f, 0.0f))))
             die("optimizer");
     }
 
@@ -200,11 +199,11 @@ int main(int argc, char **argv)
         double t0 = now_ms();
         if (train) {
             tn_optimizer_zero_grad(opt);
-            if (m.head)
-                tn_module_zero_grad(m.head);
+            tn_optimizer_zero_grad(opt_head);
             tn_tensor *out = forward(&m);
             tn_tensor *loss = out ? tn_mse_loss(out, m.target) : NULL;
-            if (!loss || tn_backward(loss, NULL, false) != 0 || tn_optimizer_step(opt) != 0)
+            if (!loss || tn_backward(loss, NULL, false) != 0 || tn_optimizer_step(opt) != 0 ||
+                (opt_head && tn_optimizer_step(opt_head) != 0))
                 die("train step");
             tn_release(out);
             tn_release(loss);
@@ -228,6 +227,7 @@ int main(int argc, char **argv)
            tn_module_param_bytes(m.net) + (m.head ? tn_module_param_bytes(m.head) : 0));
     tn_release(y);
     tn_optimizer_free(opt);
+    tn_optimizer_free(opt_head);
     tn_release(m.x);
     tn_release(m.target);
     tn_module_free(m.net);
