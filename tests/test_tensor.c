@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -195,6 +196,47 @@ static void test_generator_is_deterministic(void **state)
     tn_release(u);
 }
 
+/* Whether the mapping holding p is marked for transparent huge pages ("VmFlags: ... hg"). */
+static bool mapping_has_hugepage_flag(const void *p)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    assert_non_null(f);
+    char line[512];
+    bool inside = false, flagged = false;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+            inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+        else if (inside && strncmp(line, "VmFlags:", 8) == 0)
+            flagged = strstr(line, " hg") != NULL;
+    }
+    fclose(f);
+    return flagged;
+}
+
+/* Buffers are 64-byte aligned; one of 2 MiB or more is aligned to 2 MiB, and where the kernel
+ * offers transparent huge pages on request its pages are marked for them. */
+static void test_buffer_alignment(void **state)
+{
+    tn_tensor *small = tn_zeros(SHAPE(1000), LP_CAT_INPUT);
+    tn_tensor *big = tn_zeros(SHAPE(3, 256, 1024), LP_CAT_INPUT); /* 3 MiB */
+    assert_non_null(small);
+    assert_non_null(big);
+    assert_int_equal((uintptr_t)tn_data(small) % 64, 0);
+    assert_int_equal((uintptr_t)tn_data(big) % (2 << 20), 0);
+    char mode[128] = "";
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (f) {
+        if (!fgets(mode, sizeof mode, f))
+            mode[0] = '\0';
+        fclose(f);
+    }
+    if (strstr(mode, "[madvise]"))
+        assert_true(mapping_has_hugepage_flag(tn_data(big)));
+    tn_release(small);
+    tn_release(big);
+}
+
 /* Fault injection: fail the n-th raw allocation. */
 static int alloc_countdown;
 static void *failing_alloc(size_t bytes, void *ctx)
@@ -288,6 +330,7 @@ int main(void)
         cmocka_unit_test(test_views_share_storage),
         cmocka_unit_test(test_inplace_ops_and_version),
         cmocka_unit_test(test_generator_is_deterministic),
+        cmocka_unit_test(test_buffer_alignment),
         cmocka_unit_test(test_out_of_memory_is_an_error),
         cmocka_unit_test(test_empty_tensors),
         cmocka_unit_test(test_sum_mean_values),
