@@ -294,8 +294,8 @@ static void lane_sums_gx(const float *g, const float *x, int64_t n, float mu, fl
         a[k] += g[j];
         b[k] += g[j] * (x[j] - mu);
     }
-    *sg = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
-    *sgx = ((b[0] + b[4]) + (b[2] + b[6])) + ((b[1] + b[5]) + (b[3] + b[7]));
+    *sg = tn__lanes_total(a);
+    *sgx = tn__lanes_total(b);
 }
 
 /* Backward of y = (x - mean_c) * rstd_c * w_c + b_c over x [N, C, S] with M = N*S values per

@@ -60,7 +60,7 @@ static float exp_sum(const float *x, int64_t n, float scale, float m)
             acc[j] += tn__exp_lane(x[k + j] * scale - m);
     for (int j = 0; k < n; k++, j++)
         acc[j] += tn__exp_lane(x[k] * scale - m);
-    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    return tn__lanes_total(acc);
 }
 
 /* Rows of n contiguous values: dst[o, :] = softmax (or log-softmax if `log`) of src[o, :] * scale.

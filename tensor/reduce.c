@@ -22,7 +22,7 @@ float tn__lane_sum(const float *x, int64_t n, float mu, bool sq)
         float d = x[j] - mu;
         acc[k] += sq ? d * d : x[j];
     }
-    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    return tn__lanes_total(acc);
 }
 
 /* node->ints[0] = bitmask of reduced dims; floats[0] = scale applied to the gradient. */

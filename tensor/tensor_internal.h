@@ -150,6 +150,13 @@ static inline float tn__exp_lane(float x)
     return nan ? x : (under ? 0.0f : y);
 }
 
+/* The total of 8 lanes' partial sums, added pairwise (lanes j and j + 4 first): the one order
+ * every lane sum of the library ends with. */
+static inline float tn__lanes_total(const float acc[8])
+{
+    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
 /* sum(x[j]) or, if `sq`, sum((x[j] - mu)^2) over j < n, in 8 vector lanes (reduce.c). */
 float tn__lane_sum(const float *x, int64_t n, float mu, bool sq);
 /* Sums grad over broadcast dims so it has shape (ndim, shape): a new reference (grad itself,
