@@ -74,10 +74,11 @@ typedef struct tn_allocator {
     void *ctx;
 } tn_allocator;
 
-/* Replaces the raw allocator; NULL restores the default (posix_memalign/free: 64-byte aligned, and
- * a buffer of 2 MiB or more 2 MiB-aligned with its whole 2 MiB pages offered to the kernel as
- * transparent huge pages). Only call it while no tensor, node or module exists, since buffers
- * must be freed by the allocator that made them. */
+/* Replaces the raw allocator; NULL restores the default (posix_memalign/free, 64-byte aligned; a
+ * buffer of 2 MiB or more has its whole 2 MiB pages offered to the kernel as transparent huge
+ * pages, and is 2 MiB-aligned as long as glibc maps such buffers on their own rather than from its
+ * heap: README, "Speed in a loop"). Only call it while no tensor, node or module exists, since
+ * buffers must be freed by the allocator that made them. */
 void tn_set_allocator(const tn_allocator *allocator);
 
 /* ---------------------------------------------------------------------------------------------
