@@ -201,21 +201,27 @@ def write_tensor(R, T, w):
       "are built (VmHWM only grows, so it is taken before the warm-up; it includes one-time "
       "lazy allocations of each library: OpenBLAS/oneDNN buffers, allocator caches). Ours also "
       "has the exact figure: **counters** = libprof's peak_total over the timed loop minus "
-      "what was live before it (lp_counters_get), i.e. the bytes the forward needs.\n")
+      "what was live before it (lp_counters_get), i.e. the bytes the forward needs. **run "
+      "rss** = growth of VmHWM over the whole run (warm-up and timed loop) from the same point, "
+      "own heap / fixed heap: what the loop holds resident at its worst, including what each "
+      "heap keeps or wastes.\n")
     w("| model / mode | ours ms | torch ms | time ours/torch | fixed heap: ours ms | torch ms | "
-      "time ours/torch | ours hwm | torch hwm | hwm ours/torch | ours counters peak |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|")
+      "time ours/torch | ours hwm | torch hwm | hwm ours/torch | ours counters peak | "
+      "ours run rss | torch run rss |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for k, row in T.items():
         o = row.get("ours", {})
         t = row.get("torch") if isinstance(row.get("torch"), dict) else {}
         fx = row.get("fixed", {})
         fo = fx.get("ours", {})
         ft = fx.get("torch") if isinstance(fx.get("torch"), dict) else {}
-        w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        rss = lambda side, fside: "%s / %s" % (mib(side.get("rss")), mib(fside.get("rss")))
+        w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             k, f(o.get("ms"), "%.2f"), f(t.get("ms"), "%.2f") if t else "not available",
             f(row.get("time_ratio")), f(fo.get("ms"), "%.2f"), f(ft.get("ms"), "%.2f"),
             f(fx.get("time_ratio")), mib(o.get("hwm")), mib(t.get("hwm")) if t else "n/a",
-            f(row.get("hwm_ratio")), mib(o.get("peak"))))
+            f(row.get("hwm_ratio")), mib(o.get("peak")), rss(o, fo),
+            rss(t, ft) if t else "n/a"))
     w("")
     w("**The no_grad effect** (grad on / no_grad and grad on / inference_mode, per side; the "
       "articles claim no_grad makes inference 1.5-3x faster and cuts memory):\n")

@@ -22,6 +22,8 @@
  *           the first output is still held), measured from right after setup, from
  *           /proc/self/status, in bytes — the same measure bench/torch_bench.py reports (VmHWM
  *           only grows, so it is taken before the warm-up)
+ *   rss     VmHWM growth over the whole run (warm-up and timed loop), from right after setup:
+ *           what the loop holds resident at its worst, including what the heap keeps or wastes
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -221,9 +223,10 @@ int main(int argc, char **argv)
             times[it] = now_ms() - t0;
     }
     lp_counters_get(LP_DEVICE_HOST, &after);
+    long long rss = vm_hwm() - hwm0;
     qsort(times, (size_t)iters, sizeof *times, cmp_double);
-    printf("ms=%.4f peak=%lld hwm=%lld params=%zu\n", times[iters / 2],
-           (long long)(after.peak_total - before.live_total), hwm,
+    printf("ms=%.4f peak=%lld hwm=%lld rss=%lld params=%zu\n", times[iters / 2],
+           (long long)(after.peak_total - before.live_total), hwm, rss,
            tn_module_param_bytes(m.net) + (m.head ? tn_module_param_bytes(m.head) : 0));
     tn_release(y);
     tn_optimizer_free(opt);

@@ -10,6 +10,7 @@ made) and output line as tensor_bench:
           tensors are invisible to tracemalloc, so peak = hwm here
     hwm   VmHWM (peak resident set) growth over the first two forwards (the second made while the
           first output is held), from right after setup, /proc/self/status, bytes
+    rss   VmHWM growth over the whole run (warm-up and timed loop), from right after setup, bytes
 THREADS (default 1) goes to torch.set_num_threads and set_num_interop_threads.
 """
 import statistics
@@ -91,8 +92,10 @@ def main():
                 y = net(x)
         if it >= 0:
             times.append((time.perf_counter() - t0) * 1e3)
+    rss = vm_hwm() - hwm0
     params = sum(p.numel() * 4 for p in net.parameters())
-    print("ms=%.4f peak=%d hwm=%d params=%d" % (statistics.median(times), hwm, hwm, params))
+    print("ms=%.4f peak=%d hwm=%d rss=%d params=%d" % (statistics.median(times), hwm, hwm, rss,
+                                                      params))
 
 
 if __name__ == "__main__":
