@@ -19,6 +19,7 @@
 
 #include "array.h"
 #include "hashmap.h"
+#include "keyed_sort.h"
 #include "occurrences.h"
 
 #define NONE GP_MAP_NONE
@@ -498,12 +499,6 @@ static void peak0(void *c, gp_profile *p, int32_t device, uint64_t seq)
 
 /* ---- between the runs: A's snapshot becomes the twin table ----------------------------------- */
 
-static int cmp_peak_seq(const void *x, const void *y)
-{
-    const peak_buf *a = x, *b = y;
-    return a->a.seq < b->a.seq ? -1 : a->a.seq > b->a.seq;
-}
-
 /* Collects A's buffers live at its peak into peak[], in birth order, with their labels at the
  * peak, and indexes them and the anchors by twin identity. Frees A's other records. */
 static void a_done(gp_align *al)
@@ -511,32 +506,35 @@ static void a_done(gp_align *al)
     struct gp__align_internal *in = al->internal;
     side *s = &in->s[0];
     size_t n = 0, cap = s->n_gone + s->n_live;
+    gp_keyed *by_seq = malloc(2 * (cap ? cap : 1) * sizeof *by_seq);
     in->peak = calloc(cap ? cap : 1, sizeof *in->peak);
-    if (!in->peak) {
+    if (!by_seq || !in->peak) {
+        free(by_seq);
         in->oom = true;
         return;
     }
-    for (size_t list = 0; list < 2; list++) {
-        size_t m = list == 0 ? s->n_recs : s->n_gone;
-        for (size_t k = 0; k < m; k++) {
-            uint32_t i = list == 0 ? (uint32_t)k : s->gone[k];
-            if (list == 0 && !(rec_live(&s->recs[i]) && s->recs[i].seq <= s->snap_seq))
-                continue;
-            rec *r = &in->peak[n++].a; /* the record, with its labels at the peak */
-            *r = s->recs[i];
-            lp_category cat;
-            rec_snap_labels(s, i, &cat, &r->op, &r->module);
-            r->cat = (uint8_t)cat;
-            r->frozen = 0;
-        }
+    for (size_t i = 0; i < s->n_recs; i++)
+        if (rec_live(&s->recs[i]) && s->recs[i].seq <= s->snap_seq)
+            by_seq[n++] = (gp_keyed){s->recs[i].seq, i};
+    for (size_t k = 0; k < s->n_gone; k++)
+        by_seq[n++] = (gp_keyed){s->recs[s->gone[k]].seq, s->gone[k]};
+    const gp_keyed *sorted = gp__sort_keyed(by_seq, by_seq + n, n);
+    for (size_t k = 0; k < n; k++) {
+        uint32_t i = (uint32_t)sorted[k].index;
+        rec *r = &in->peak[k].a; /* the record, with its labels at the peak */
+        *r = s->recs[i];
+        lp_category cat;
+        rec_snap_labels(s, i, &cat, &r->op, &r->module);
+        r->cat = (uint8_t)cat;
+        r->frozen = 0;
     }
-    qsort(in->peak, n, sizeof *in->peak, cmp_peak_seq);
+    free(by_seq);
     in->n_peak = n;
     size_t bits = 64;
     while (bits < 8 * (n + in->n_anchors))
         bits *= 2;
     in->twin_bits = calloc(bits / 64, sizeof *in->twin_bits);
-    if (!in->twin_bits)
+    if (!in->twin_bits || !gp__map_reserve(&in->twins, n + in->n_anchors))
         in->oom = true;
     in->twin_bits_mask = bits - 1;
     for (size_t i = 0; i < n && !in->oom; i++)
@@ -759,22 +757,6 @@ out:
     free(lb);
 }
 
-/* Sorts ix[0..n) (indexes into recs) by the records' birth numbers. */
-static const rec *sort_recs;
-
-static int cmp_rec_seq(const void *x, const void *y)
-{
-    uint64_t a = sort_recs[*(const uint32_t *)x].seq, b = sort_recs[*(const uint32_t *)y].seq;
-    return a < b ? -1 : a > b;
-}
-
-static void sort_recs_by_seq(const rec *recs, uint32_t *ix, size_t n)
-{
-    sort_recs = recs;
-    qsort(ix, n, sizeof *ix, cmp_rec_seq);
-    sort_recs = NULL;
-}
-
 /* Frees what only the classification needed: the records, maps and twins of both runs. */
 static void internal_free(struct gp__align_internal *in)
 {
@@ -832,7 +814,13 @@ int gp_align_finish(gp_align *al)
     for (size_t i = 0; i < in->n_anchors; i++)
         if (in->anchors[i].b_seq)
             order[n_order++] = in->anchors[i];
-    qsort(order, n_order, sizeof *order, cmp_anchor_a);
+    /* sorted already: peak[] is in birth order and the anchors, in theirs, were all born after
+     * A's peak (peak0 drops the ones before) */
+    for (size_t i = 1; i < n_order; i++)
+        if (order[i - 1].a_seq > order[i].a_seq) {
+            qsort(order, n_order, sizeof *order, cmp_anchor_a);
+            break;
+        }
     n_order = monotone_twins(order, n_order);
 
     size_t cap = 0;
@@ -896,19 +884,20 @@ int gp_align_finish(gp_align *al)
 
     /* B's snapshot: its live records born up to the instant and the gone list, in birth order
      * (the buffers' order, so the rows' labels, does not depend on a hash table's layout) */
-    size_t n_snap = 0;
-    uint32_t *snap = malloc((b->n_live + b->n_gone + 1) * sizeof *snap);
-    if (!snap)
+    size_t n_snap = 0, most = b->n_live + b->n_gone + 1;
+    gp_keyed *by_seq = malloc(2 * most * sizeof *by_seq);
+    if (!by_seq)
         return -1;
     for (size_t i = 0; i < b->n_recs; i++)
         if (rec_live(&b->recs[i]) && b->recs[i].seq <= bs)
-            snap[n_snap++] = (uint32_t)i;
+            by_seq[n_snap++] = (gp_keyed){b->recs[i].seq, i};
     for (size_t i = 0; i < b->n_gone; i++)
         if (b->recs[b->gone[i]].seq <= bs)
-            snap[n_snap++] = b->gone[i];
-    sort_recs_by_seq(b->recs, snap, n_snap);
+            by_seq[n_snap++] = (gp_keyed){b->recs[b->gone[i]].seq, b->gone[i]};
+    const gp_keyed *snap = gp__sort_keyed(by_seq, by_seq + most, n_snap);
     for (size_t i = 0; i < n_snap && !in->oom; i++) {
-        const rec *r = &b->recs[snap[i]];
+        uint32_t ri = (uint32_t)snap[i].index;
+        const rec *r = &b->recs[ri];
         al->b_bytes += r->size;
         if (r->twin != NONE)
             continue; /* paired: counted under its twin's labels */
@@ -917,10 +906,10 @@ int gp_align_finish(gp_align *al)
             break;
         *x = (gp_aligned){.state = GP_TWIN_B_MORE, .side = 1, .size = r->size,
                           .stack = r->stack};
-        rec_snap_labels(b, snap[i], &x->category, &x->op, &x->module);
+        rec_snap_labels(b, ri, &x->category, &x->op, &x->module);
         al->b_more_bytes += r->size;
     }
-    free(snap);
+    free(by_seq);
     if (in->oom)
         return -1;
     internal_free(in); /* buffers[] and the sums are the result: the rest goes before the diff */

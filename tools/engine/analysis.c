@@ -2155,6 +2155,20 @@ static void site_key_put(engine *e, site_key_slot *s, const char *const fn[4],
     e->n_site_keys++;
 }
 
+/* Appends text to the string of `used` bytes in buf[size] as snprintf(buf + used, size - used,
+ * "%s", text) would, cut short and terminated within size; returns used + strlen(text). A site
+ * key is made of several such pieces for each of 10^5 stacks, which snprintf parses formats for. */
+static size_t put_text(char *buf, size_t size, size_t used, const char *text)
+{
+    size_t len = strlen(text);
+    if (used < size) {
+        size_t k = len < size - used - 1 ? len : size - used - 1;
+        memcpy(buf + used, text, k);
+        buf[used + k] = '\0';
+    }
+    return used + len;
+}
+
 const char *gp_site_key(gp_profile *p, uint32_t stack)
 {
     if (!stack)
@@ -2183,7 +2197,7 @@ const char *gp_site_key(gp_profile *p, uint32_t stack)
     size_t used = 0, n = 0;
     for (size_t i = 0; i < nf; i++) {
         /* Unresolved frames carry an offset that is the same across runs of the same binary. */
-        used += (size_t)snprintf(key + used, sizeof key - used, "%s%s", n ? ";" : "", fn[i]);
+        used = put_text(key, sizeof key, put_text(key, sizeof key, used, n ? ";" : ""), fn[i]);
         if (used >= sizeof key)
             break; /* cut short; a first frame that long alone leaves no frame kept */
         n++;
@@ -2191,7 +2205,8 @@ const char *gp_site_key(gp_profile *p, uint32_t stack)
     /* Python programs: the program's own line too, so that the same native path from two lines
      * is two keys (file:line is as stable across runs as a function name). */
     if (used < sizeof key && py)
-        snprintf(key + used, sizeof key - used, "%s%s", n++ ? ";" : "", frame_label(p, py));
+        put_text(key, sizeof key, put_text(key, sizeof key, used, n++ ? ";" : ""),
+                 frame_label(p, py));
     const char *k = own(p, n ? key : "[no stack]");
     if (slot)
         site_key_put(e, slot, fn, py ? py->sym : NULL, k);
@@ -2274,16 +2289,20 @@ static size_t common_frames(const char *a, const char *b)
     }
 }
 
+/* A row whose label other rows share: its label's text as a number (the same for equal texts,
+ * as own() tells them: by two hashes and the length), its key, its index. */
 typedef struct label_ref {
-    const char *label, *key;
+    uint32_t label;
+    const char *key;
     size_t i;
 } label_ref;
 
 static int by_label_then_key(const void *pa, const void *pb)
 {
     const label_ref *a = pa, *b = pb;
-    int c = strcmp(a->label, b->label);
-    return c ? c : strcmp(a->key, b->key);
+    if (a->label != b->label)
+        return a->label < b->label ? -1 : 1;
+    return strcmp(a->key, b->key);
 }
 
 /* "LABEL via F" (F the frame of key after its first lcp frames) or "LABEL (outermost)". */
@@ -2294,13 +2313,51 @@ static char *label_via(const char *label, const char *key, size_t lcp)
         f = strchr(f, ';');
         f = f ? f + 1 : NULL;
     }
-    size_t flen = f ? strcspn(f, ";") : 0, len = strlen(label) + flen + 16;
-    char *s = malloc(len);
-    if (s && flen)
-        snprintf(s, len, "%s via %.*s", label, (int)flen, f);
-    else if (s)
-        snprintf(s, len, "%s (outermost)", label);
+    size_t flen = f ? strcspn(f, ";") : 0, llen = strlen(label);
+    static const char via[] = " via ", outermost[] = " (outermost)";
+    char *s = malloc(llen + (flen ? sizeof via - 1 + flen : sizeof outermost - 1) + 1);
+    if (!s)
+        return NULL;
+    memcpy(s, label, llen);
+    if (flen) {
+        memcpy(s + llen, via, sizeof via - 1);
+        memcpy(s + llen + sizeof via - 1, f, flen);
+        s[llen + sizeof via - 1 + flen] = '\0';
+    } else {
+        memcpy(s + llen, outermost, sizeof outermost);
+    }
     return s;
+}
+
+/* The rows whose label another row shares, into by[] (most rows of a table have a label of
+ * their own); their number, or -1 when out of memory. */
+static ptrdiff_t labels_shared(const char *const *labels, const char *const *keys, size_t n,
+                               label_ref *by)
+{
+    gp_map texts = {0}; /* a label's text (two hashes, length) -> its number */
+    uint32_t *text_of = malloc(n * sizeof *text_of), *rows = calloc(n, sizeof *rows);
+    ptrdiff_t m = -1;
+    if (!text_of || !rows || !gp__map_reserve(&texts, n))
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(labels[i]);
+        uint64_t h1, h2;
+        gp__hash_text(labels[i], len, &h1, &h2);
+        struct gp_map_slot *t = gp__map_find(&texts, h1, h2, len);
+        text_of[i] = t ? t->v : (uint32_t)texts.len;
+        if (!t && !gp__map_put(&texts, h1, h2, len, text_of[i]))
+            goto out;
+        rows[text_of[i]]++;
+    }
+    m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (rows[text_of[i]] > 1)
+            by[m++] = (label_ref){text_of[i], keys[i], i};
+out:
+    gp__map_free(&texts);
+    free(text_of);
+    free(rows);
+    return m;
 }
 
 /* Sorted by (label, key), rows with one label and key form a run, and the longest prefix a key
@@ -2312,24 +2369,26 @@ int gp_labels_distinct(const char *const *labels, const char *const *keys, size_
     if (n < 2)
         return 0;
     label_ref *by = malloc(n * sizeof *by);
-    if (!by)
+    ptrdiff_t shared = by ? labels_shared(labels, keys, n, by) : -1;
+    if (shared < 0) {
+        free(by);
         return -1;
-    for (size_t i = 0; i < n; i++)
-        by[i] = (label_ref){labels[i], keys[i], i};
-    qsort(by, n, sizeof *by, by_label_then_key);
+    }
+    size_t m = (size_t)shared;
+    qsort(by, m, sizeof *by, by_label_then_key);
     int rc = 0;
-    for (size_t a = 0, b; a < n && rc == 0; a = b) {
-        for (b = a + 1; b < n && by_label_then_key(&by[a], &by[b]) == 0; b++)
+    for (size_t a = 0, b; a < m && rc == 0; a = b) {
+        for (b = a + 1; b < m && by_label_then_key(&by[a], &by[b]) == 0; b++)
             ;
-        bool before = a > 0 && strcmp(by[a - 1].label, by[a].label) == 0;
-        bool after = b < n && strcmp(by[b].label, by[a].label) == 0;
+        bool before = a > 0 && by[a - 1].label == by[a].label;
+        bool after = b < m && by[b].label == by[a].label;
         if (!before && !after)
             continue; /* the only key with its label */
         size_t lcp = before ? common_frames(by[a - 1].key, by[a].key) : 0, c;
         if (after && (c = common_frames(by[b].key, by[a].key)) > lcp)
             lcp = c;
         for (size_t i = a; i < b && rc == 0; i++)
-            if (!(out[by[i].i] = label_via(by[i].label, by[i].key, lcp)))
+            if (!(out[by[i].i] = label_via(labels[by[i].i], by[i].key, lcp)))
                 rc = -1;
     }
     free(by);

@@ -102,6 +102,16 @@ static inline bool gp__map_grow(gp_map *m)
     return true;
 }
 
+/* Makes room for n entries in all, so that adding them rehashes nothing. Returns false when out
+ * of memory (then the map is unchanged but perhaps grown). */
+static inline bool gp__map_reserve(gp_map *m, size_t n)
+{
+    while ((n + 1) * 4 > m->cap * 3)
+        if (!gp__map_grow(m))
+            return false;
+    return true;
+}
+
 /* Adds (a, b, c) -> v; the key must not be present. Returns false when out of memory. */
 static inline bool gp__map_put(gp_map *m, uint64_t a, uint64_t b, uint64_t c, uint32_t v)
 {

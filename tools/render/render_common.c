@@ -5,6 +5,8 @@
  */
 #include "render_common.h"
 
+#include "keyed_sort.h"
+
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -518,9 +520,8 @@ out:
 }
 
 /* Sorts distinct (measure, total) pairs (the keys' index: the pair's number) by (measure desc,
- * total desc). When both fit in 64 bits together (the usual case), as one integer by an LSD
- * radix sort, 8 bits a pass, passes where every key has the same digit skipped; else by
- * sort_site_keys. */
+ * total desc). When both fit in 64 bits together (the usual case), as one integer by
+ * gp__sort_keyed; else by sort_site_keys. */
 static void sort_pairs(site_key *v, size_t n)
 {
     uint64_t max_m = 0, max_t = 0;
@@ -534,37 +535,20 @@ static void sort_pairs(site_key *v, size_t n)
     unsigned mb = 0;
     while (mb < 64 && max_m >> mb)
         mb++;
-    struct kv {
-        uint64_t key;
-        uint64_t index;
-    } *a = n > 1 && mb + tb <= 64 ? malloc(2 * n * sizeof *a) : NULL;
+    gp_keyed *a = n > 1 && mb + tb <= 64 ? malloc(2 * n * sizeof *a) : NULL;
     if (!a) {
         sort_site_keys(v, n);
         return;
     }
-    struct kv *b = a + n;
     for (size_t i = 0; i < n; i++) /* descending as ascending: the complement */
-        a[i] = (struct kv){~((tb < 64 ? v[i].measure << tb : 0) | v[i].total), v[i].index};
-    for (unsigned shift = 0; shift < 64; shift += 8) {
-        size_t count[257] = {0};
-        for (size_t i = 0; i < n; i++)
-            count[((a[i].key >> shift) & 0xFF) + 1]++;
-        if (count[((a[0].key >> shift) & 0xFF) + 1] == n)
-            continue; /* one digit for all: this pass would change nothing */
-        for (int d = 0; d < 256; d++)
-            count[d + 1] += count[d];
-        for (size_t i = 0; i < n; i++)
-            b[count[(a[i].key >> shift) & 0xFF]++] = a[i];
-        struct kv *t = a;
-        a = b;
-        b = t;
-    }
+        a[i] = (gp_keyed){~((tb < 64 ? v[i].measure << tb : 0) | v[i].total), v[i].index};
+    const gp_keyed *sorted = gp__sort_keyed(a, a + n, n);
     for (size_t i = 0; i < n; i++) {
-        uint64_t k = ~a[i].key;
+        uint64_t k = ~sorted[i].key;
         v[i] = (site_key){tb < 64 ? k >> tb : 0, tb < 64 ? k & ((1ull << tb) - 1) : k, 0,
-                          (uint32_t)a[i].index};
+                          (uint32_t)sorted[i].index};
     }
-    free(a < b ? a : b);
+    free(a);
 }
 
 /* The distinct (measure, total) pairs of the sites: an open-addressing map to their numbers. */

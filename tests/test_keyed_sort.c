@@ -1,0 +1,192 @@
+/* The analysers' large sorts: gp__sort_keyed (tools/engine/keyed_sort.h) against qsort, and the
+ * call-site labels that tell rows apart (gp_labels_distinct, analysis.h) against a reference that
+ * compares every pair of rows. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "analysis.h"
+#include "keyed_sort.h"
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint64_t rng(uint64_t n)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state % n;
+}
+
+static int cmp_keyed(const void *x, const void *y)
+{
+    const gp_keyed *a = x, *b = y;
+    if (a->key != b->key)
+        return a->key < b->key ? -1 : 1;
+    return (a->index > b->index) - (a->index < b->index); /* stable: input order */
+}
+
+/* Sorts n random keys of the given spread and checks order and stability against qsort. */
+static void check_sort(size_t n, uint64_t (*key)(void))
+{
+    gp_keyed *v = malloc(2 * (n ? n : 1) * sizeof *v), *want = malloc((n ? n : 1) * sizeof *want);
+    assert_non_null(v);
+    assert_non_null(want);
+    for (size_t i = 0; i < n; i++)
+        want[i] = v[i] = (gp_keyed){key(), i};
+    qsort(want, n, sizeof *want, cmp_keyed);
+    const gp_keyed *got = gp__sort_keyed(v, v + n, n);
+    assert_true(got == v || got == v + n);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(got[i].key, want[i].key);
+        assert_int_equal(got[i].index, want[i].index);
+    }
+    free(v);
+    free(want);
+}
+
+static uint64_t small_key(void) { return rng(50); }                 /* many ties, one pass */
+static uint64_t wide_key(void) { return rng_state ^= rng_state << 9; } /* all eight bytes */
+static uint64_t high_key(void) { return rng(4) << 56 | rng(3); }    /* only the outer bytes vary */
+static uint64_t same_key(void) { return 0x0102030405060708ull; }   /* every pass skipped */
+
+static void test_sort_keyed_like_qsort(void **state)
+{
+    (void)state;
+    size_t sizes[] = {0, 1, 2, 3, 255, 256, 257, 10000};
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+        check_sort(sizes[s], small_key);
+        check_sort(sizes[s], wide_key);
+        check_sort(sizes[s], high_key);
+        check_sort(sizes[s], same_key);
+    }
+}
+
+static size_t frames_in_common(const char *a, const char *b)
+{
+    size_t n = 0;
+    for (;;) {
+        size_t la = strcspn(a, ";"), lb = strcspn(b, ";");
+        if (la != lb || memcmp(a, b, la) != 0)
+            return n;
+        n++;
+        if (!a[la] || !b[lb])
+            return n;
+        a += la + 1;
+        b += lb + 1;
+    }
+}
+
+/* What gp_labels_distinct promises for row i, from every other row: NULL when no row with another
+ * key has its label; else "LABEL via F", F the first frame of its key past the most frames it
+ * shares with such a row, or "LABEL (outermost)" when its key has no frame there. */
+static char *reference_label(const char *const *labels, const char *const *keys, size_t n,
+                             size_t i)
+{
+    size_t lcp = 0;
+    int others = 0;
+    for (size_t j = 0; j < n; j++) {
+        if (j == i || strcmp(labels[j], labels[i]) != 0 || strcmp(keys[j], keys[i]) == 0)
+            continue;
+        others++;
+        size_t c = frames_in_common(keys[i], keys[j]);
+        lcp = c > lcp ? c : lcp;
+    }
+    if (!others)
+        return NULL;
+    const char *f = keys[i];
+    for (size_t k = 0; k < lcp && f; k++) {
+        f = strchr(f, ';');
+        f = f ? f + 1 : NULL;
+    }
+    char *out = malloc(strlen(labels[i]) + strlen(keys[i]) + 16);
+    assert_non_null(out);
+    size_t flen = f ? strcspn(f, ";") : 0;
+    if (flen)
+        sprintf(out, "%s via %.*s", labels[i], (int)flen, f);
+    else
+        sprintf(out, "%s (outermost)", labels[i]);
+    return out;
+}
+
+static void check_labels(const char *const *labels, const char *const *keys, size_t n)
+{
+    char **got = calloc(n ? n : 1, sizeof *got);
+    assert_non_null(got);
+    assert_int_equal(gp_labels_distinct(labels, keys, n, got), 0);
+    for (size_t i = 0; i < n; i++) {
+        char *want = reference_label(labels, keys, n, i);
+        if (n < 2 || !want)
+            assert_null(got[i]);
+        else
+            assert_string_equal(got[i], want);
+        free(want);
+        free(got[i]);
+    }
+    free(got);
+}
+
+static void test_labels_by_hand(void **state)
+{
+    (void)state;
+    /* equal texts at different addresses (two runs intern their own) are one label */
+    char f_a[] = "f", f_b[] = "f";
+    const char *labels[] = {f_a, "g", f_b, f_a, "h"};
+    const char *keys[] = {"f;main;start", "g;main", "f;run;start", "f", "h;x"};
+    char *got[5];
+    assert_int_equal(gp_labels_distinct(labels, keys, 5, got), 0);
+    assert_string_equal(got[0], "f via main");
+    assert_null(got[1]);
+    assert_string_equal(got[2], "f via run");
+    assert_string_equal(got[3], "f (outermost)");
+    assert_null(got[4]);
+    for (int i = 0; i < 5; i++)
+        free(got[i]);
+    check_labels(labels, keys, 5);
+}
+
+static void test_labels_random_against_reference(void **state)
+{
+    (void)state;
+    static const char *const frames[] = {"a", "b", "cc", "d", "main"};
+    for (int round = 0; round < 40; round++) {
+        size_t n = 1 + rng(60);
+        char **labels = calloc(n, sizeof *labels), **keys = calloc(n, sizeof *keys);
+        assert_non_null(labels);
+        assert_non_null(keys);
+        for (size_t i = 0; i < n; i++) {
+            labels[i] = malloc(8);
+            keys[i] = malloc(64);
+            assert_non_null(labels[i]);
+            assert_non_null(keys[i]);
+            snprintf(labels[i], 8, "L%d", (int)rng(6));
+            size_t depth = 1 + rng(4), used = 0;
+            keys[i][0] = '\0';
+            for (size_t k = 0; k < depth; k++)
+                used += (size_t)snprintf(keys[i] + used, 64 - used, "%s%s", k ? ";" : "",
+                                         frames[rng(5)]);
+        }
+        check_labels((const char *const *)labels, (const char *const *)keys, n);
+        for (size_t i = 0; i < n; i++) {
+            free(labels[i]);
+            free(keys[i]);
+        }
+        free(labels);
+        free(keys);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sort_keyed_like_qsort),
+        cmocka_unit_test(test_labels_by_hand),
+        cmocka_unit_test(test_labels_random_against_reference),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
