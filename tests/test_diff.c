@@ -462,8 +462,10 @@ static void test_errors(void **state)
            (const char *[]){"gradprof diff:", "nosuch.gptrace", NULL});
     expect(2, (const char *[]){"diff", "nosuch_a.gptrace", "mlp_grad.gptrace", NULL},
            (const char *[]){"nosuch_a.gptrace", NULL});
-    /* Not a trace at all. */
+    /* Not a trace at all, either of them (B is opened and scanned while A loads). */
     expect(2, (const char *[]){"diff", GRADPROF_BIN, "mlp_grad.gptrace", NULL},
+           (const char *[]){GRADPROF_BIN, NULL});
+    expect(2, (const char *[]){"diff", "mlp_grad.gptrace", GRADPROF_BIN, NULL},
            (const char *[]){GRADPROF_BIN, NULL});
     /* Usage. */
     expect(2, (const char *[]){"diff", NULL}, (const char *[]){"two traces", NULL});

@@ -98,6 +98,13 @@ void gp_trace_close(gp_trace *t); /* NULL is a no-op */
  * may use only one CPU), -1 when it is too late. */
 int gp_trace_readahead(gp_trace *t);
 
+/* Reads the whole file once to check it and index its chunks, as the first gp_trace_next() does
+ * otherwise: a caller may have it done early, on a thread of its own (no other call on the trace
+ * may run meanwhile), say while it works on another trace. Call gp_trace_readahead() before it if
+ * wanted. Returns 0 (also when scanned already), or -1 with the message gp_trace_next() would
+ * give. */
+int gp_trace_scan(gp_trace *t, char *err, size_t err_size);
+
 /* The next event in time order: 1 with *ev filled, 0 at the end (of the file or of the readable
  * part), -1 on an I/O error (message in err). */
 int gp_trace_next(gp_trace *t, gp_event *ev, char *err, size_t err_size);

@@ -1,13 +1,14 @@
 /*
  * gptrace: the trace reader (API: gradprof/trace.h, format: gradprof/trace_format.h).
  *
- * Two passes. The scan (at the first gp_trace_next) reads the file once from the start, up to its
- * size at gp_trace_open: it checks every chunk (header, size, CRC-32C, and every record, including
- * that each string and stack id is defined in its thread's earlier chunks) and stops at the first
- * bad one exactly as a decoding pass would, so the damage report is the same and nothing after the
- * damage is ever delivered. It keeps only an index entry per good chunk: its offset, its writer
- * and its key, the header's base time raised to the key of the writer's previous chunk (so that
- * a writer's chunks keep their file order, which is that thread's order).
+ * Two passes. The scan (at the first gp_trace_next, or before it: gp_trace_scan) reads the file
+ * once from the start, up to its size at gp_trace_open: it checks every chunk (header, size,
+ * CRC-32C, and every record, including that each string and stack id is defined in its thread's
+ * earlier chunks) and stops at the first bad one exactly as a decoding pass would, so the damage
+ * report is the same and nothing after the damage is ever delivered. It keeps only an index
+ * entry per good chunk: its offset, its writer and its key, the header's base time raised to the
+ * key of the writer's previous chunk (so that a writer's chunks keep their file order, which is
+ * that thread's order).
  *
  * The merge then opens chunks in (key, offset) order and emits events in time order: an event is
  * delivered only once every chunk whose key is at or before its time is open, and it is the least,
@@ -2133,6 +2134,19 @@ int gp_trace_readahead(gp_trace *t)
     return t->want_readahead ? 1 : 0;
 }
 
+int gp_trace_scan(gp_trace *t, char *err, size_t err_size)
+{
+    if (!t) {
+        set_err(err, err_size, "gp_trace_scan: no trace given");
+        return -1;
+    }
+    if (t->failed) {
+        set_err(err, err_size, "%s", t->fail_msg);
+        return -1;
+    }
+    return t->scanned ? 0 : scan(t, err, err_size);
+}
+
 int gp_trace_next(gp_trace *t, gp_event *ev, char *err, size_t err_size)
 {
     if (!t || !ev) {
@@ -2141,14 +2155,11 @@ int gp_trace_next(gp_trace *t, gp_event *ev, char *err, size_t err_size)
     }
     if (t->ra)
         return ra_next(t, ev, err, err_size);
-    if (t->failed) {
-        set_err(err, err_size, "%s", t->fail_msg);
+    if (gp_trace_scan(t, err, err_size) != 0)
         return -1;
-    }
-    if (!t->scanned) {
-        if (scan(t, err, err_size) != 0)
-            return -1;
-        if (t->want_readahead && ra_start(t) == 0)
+    if (t->want_readahead) { /* the first event: the merge's thread starts */
+        t->want_readahead = false;
+        if (ra_start(t) == 0)
             return ra_next(t, ev, err, err_size);
     }
     int r = produce(t, ev, err, err_size);

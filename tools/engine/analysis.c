@@ -1672,11 +1672,12 @@ static void drop_site_ids(gp_profile *p)
 int gp_profile_load(const char *path, const gp_analysis_options *opts, gp_profile **out,
                     char *err, size_t err_size)
 {
-    return gp__profile_load_with(path, opts, NULL, out, err, err_size);
+    return gp__profile_load_with(path, opts, NULL, NULL, out, err, err_size);
 }
 
 int gp__profile_load_with(const char *path, const gp_analysis_options *opts,
-                          gp_symbolizer *symbolizer, gp_profile **out, char *err, size_t err_size)
+                          gp_symbolizer *symbolizer, gp_trace *trace, gp_profile **out, char *err,
+                          size_t err_size)
 {
     *out = NULL;
     gp_profile *p = calloc(1, sizeof *p);
@@ -1684,10 +1685,12 @@ int gp__profile_load_with(const char *path, const gp_analysis_options *opts,
     if (!e) {
         free(p);
         gp_symbolizer_free(symbolizer);
+        gp_trace_close(trace);
         snprintf(err, err_size, "%s: out of memory", path);
         return -1;
     }
     p->symbolizer = symbolizer; /* owned from here on, freed with p */
+    p->trace = trace;           /* likewise */
     p->internal = e;
     if (opts)
         e->opts_copy = *opts;
@@ -1699,11 +1702,13 @@ int gp__profile_load_with(const char *path, const gp_analysis_options *opts,
     e->free_instance = NONE;
     p->primary_device = LP_DEVICE_HOST;
     p->path = own(p, path);
-    if (gp_trace_open(path, &p->trace, err, err_size) != 0) {
-        gp_profile_free(p);
-        return -1;
+    if (!p->trace) {
+        if (gp_trace_open(path, &p->trace, err, err_size) != 0) {
+            gp_profile_free(p);
+            return -1;
+        }
+        gp_trace_readahead(p->trace); /* the trace decodes while the replay works */
     }
-    gp_trace_readahead(p->trace); /* the trace decodes while the replay works */
     p->info = gp_trace_info_get(p->trace);
     e->cap_timeline = e->opts->timeline_points < 16 ? 16 : e->opts->timeline_points;
     p->timeline = calloc(e->cap_timeline, sizeof *p->timeline);

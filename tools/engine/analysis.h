@@ -306,11 +306,13 @@ int gp_profile_load(const char *path, const gp_analysis_options *opts, gp_profil
                     char *err, size_t err_size);
 void gp_profile_free(gp_profile *p);
 
-/* gp_profile_load with the symbolizer the profile is to use (NULL: a new one), which it owns
- * from the call on, freed with it even when the load fails: e.g. gp_symbolizer_share() of
- * another profile's, so that two traces of one program open and resolve their modules once. */
+/* gp_profile_load with the symbolizer the profile is to use (NULL: a new one): e.g.
+ * gp_symbolizer_share() of another profile's, so that two traces of one program open and resolve
+ * their modules once; and with `trace`, the file at `path` opened already (perhaps scanned too:
+ * gp_trace_scan), or NULL to open it here. The profile owns both from the call on, and frees them
+ * with it even when the load fails. */
 int gp__profile_load_with(const char *path, const gp_analysis_options *opts,
-                          gp_symbolizer *symbolizer, gp_profile **out, char *err,
+                          gp_symbolizer *symbolizer, gp_trace *trace, gp_profile **out, char *err,
                           size_t err_size);
 
 /* A short human label for a site: the first frame outside the allocator and libprof, with its

@@ -126,8 +126,9 @@ int gp_diff_compute(gp_profile *a, gp_profile *b, const gp_align *al, const char
                     const char *b_path, gp_diff **out, char *err, size_t err_size);
 
 /* Loads A and B with `opts` (its observer is replaced; B is loaded without_sites), aligns and
- * diffs them. Returns 0, or -1 with a message naming the file in err; on success the caller owns
- * *a, *b and *out. */
+ * diffs them; B's file is read and checked (gp_trace_scan) on a thread of its own while A loads.
+ * Returns 0, or -1 with a message naming the file in err (A's first when both fail); on success
+ * the caller owns *a, *b and *out. */
 int gp_diff_load(const char *a_path, const char *b_path, const gp_analysis_options *opts,
                  gp_profile **a, gp_profile **b, gp_diff **out, char *err, size_t err_size);
 void gp_diff_free(gp_diff *d);
