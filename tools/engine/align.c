@@ -97,11 +97,28 @@ struct gp__align_internal {
     anchor *anchors;  /* A's allocations after its peak, sampled every `stride` */
     size_t n_anchors, cap_anchors;
     uint64_t stride;
-    gp_map twins;     /* (key, occ) -> index: < n_peak into peak[], else n_peak + anchor index */
-    /* A bit per hash of the twins' (key, occ), 8 bits an entry: most of B's buffers have no twin
-     * there, and a clear bit says so without a probe of the big map (a cache miss). */
-    uint64_t *twin_bits;
-    uint64_t twin_bits_mask; /* bits - 1 */
+    /* The twins B may make (A's peak buffers and anchors), by instance key (gp_instance_key):
+     * each key's twins in order of occurrence, and a cursor that B's buffers of that key, which
+     * come in order of occurrence too, move along them. A buffer is a twin when its occurrence is
+     * the cursor's: one probe of a table of keys, whose slot holds the twin at the cursor, where
+     * a map of (key, occurrence) costs a probe of a table as large as A's peak. Without stacks a
+     * key has many twins and the table is small. */
+    struct twin_key {
+        uint64_t key;
+        uint64_t occ;       /* the twin at the cursor: its occurrence (UINT64_MAX: none left) */
+        uint32_t v;         /* and which (< n_peak: index into peak[]; else n_peak + anchor
+                             * index); NONE marks an empty slot */
+        uint32_t next, end; /* the key's twins after it: twins[next..end) */
+    } *twin_keys;
+    size_t twin_keys_mask; /* slots - 1 */
+    struct twin {
+        uint64_t occ;
+        uint32_t v;
+    } *twins; /* by (key, occurrence) */
+    /* A bit per hash of the keys, 8 bits a key: most of B's buffers have no twin (with stacks,
+     * 70%), and a clear bit says so without a probe of the table (a cache miss). */
+    uint64_t *key_bits;
+    uint64_t key_bits_mask; /* bits - 1 */
     uint64_t best_a_seq; /* B: the newest peak buffer whose twin B has made */
     bool oom;
 };
@@ -301,26 +318,26 @@ static void twin_kinds(gp_align *al, side *s, gp_profile *p, const gp_buffer_eve
     *loose = labels_key(who, b->size, op, module, sh->loose);
 }
 
-/* The filter bit of a twin (key, occ). */
-static uint64_t twin_bit(const struct gp__align_internal *in, uint64_t key, uint64_t occ)
+/* The twin of B's buffer (key, occ) (see gp__align_internal.twin_keys), or NONE. */
+static uint32_t twin_of(struct gp__align_internal *in, uint64_t key, uint64_t occ)
 {
-    return gp__mix64(key ^ gp__mix64(occ + 0x9E3779B97F4A7C15ull)) & in->twin_bits_mask;
-}
-
-/* Whether (key, occ) may be a twin in the map: false proves it is not. */
-static bool twin_may_be(const struct gp__align_internal *in, uint64_t key, uint64_t occ)
-{
-    uint64_t i = twin_bit(in, key, occ);
-    return in->twin_bits[i / 64] >> (i % 64) & 1;
-}
-
-/* Adds the twin (key, occ) -> v (see gp__align_internal.twins) and its filter bit. */
-static void twin_add(struct gp__align_internal *in, uint64_t key, uint64_t occ, uint32_t v)
-{
-    uint64_t i = twin_bit(in, key, occ);
-    in->twin_bits[i / 64] |= 1ull << (i % 64);
-    if (!gp__map_put(&in->twins, key, occ, 0, v))
-        in->oom = true;
+    uint64_t h = gp__mix64(key), bit = h & in->key_bits_mask;
+    if (!(in->key_bits[bit / 64] >> (bit % 64) & 1))
+        return NONE;
+    size_t i = h & in->twin_keys_mask;
+    while (in->twin_keys[i].v != NONE && in->twin_keys[i].key != key)
+        i = (i + 1) & in->twin_keys_mask;
+    struct twin_key *k = &in->twin_keys[i];
+    if (k->v == NONE)
+        return NONE;
+    uint32_t v = NONE;
+    while (k->occ <= occ) { /* equal, unless two instances' keys collide */
+        if (k->occ == occ)
+            v = k->v;
+        k->occ = k->next < k->end ? in->twins[k->next].occ : UINT64_MAX;
+        k->v = k->next < k->end ? in->twins[k->next++].v : k->v;
+    }
+    return v;
 }
 
 /* ---- A's anchors ----------------------------------------------------------------------------- */
@@ -388,18 +405,15 @@ static void on_alloc(gp_align *al, int which, gp_profile *p, const gp_buffer_eve
             anchor_note(al, r);
         return;
     }
-    uint64_t key = gp_instance_key(kind, r->ordinal);
-    if (!twin_may_be(in, key, r->occ))
+    uint32_t v = twin_of(in, gp_instance_key(kind, r->ordinal), r->occ);
+    if (v == NONE)
         return;
-    struct gp_map_slot *t = gp__map_find(&in->twins, key, r->occ, 0);
-    if (!t)
-        return;
-    if (t->v >= in->n_peak) {
-        in->anchors[t->v - in->n_peak].b_seq = b->seq;
+    if (v >= in->n_peak) {
+        in->anchors[v - in->n_peak].b_seq = b->seq;
         return;
     }
-    peak_buf *pb = &in->peak[t->v];
-    r->twin = t->v;
+    peak_buf *pb = &in->peak[v];
+    r->twin = v;
     pb->b_seq = b->seq;
     pb->b_alloc_ns = b->time_ns;
     if (pb->a.seq > in->best_a_seq) { /* a newer buffer of A's peak: the instant moves here */
@@ -499,6 +513,67 @@ static void peak0(void *c, gp_profile *p, int32_t device, uint64_t seq)
 
 /* ---- between the runs: A's snapshot becomes the twin table ----------------------------------- */
 
+/* Indexes A's peak buffers and anchors by instance key, each key's twins in order of occurrence
+ * (gp__align_internal.twin_keys): sorted by occurrence, then stably by key. */
+static void index_twins(struct gp__align_internal *in)
+{
+    size_t n = in->n_peak + in->n_anchors, keys = 0;
+    gp_keyed *v = malloc(2 * (n ? n : 1) * sizeof *v);
+    uint64_t *key = malloc((n ? n : 1) * sizeof *key);
+    struct twin *by_occ = malloc((n ? n : 1) * sizeof *by_occ);
+    in->twins = malloc((n ? n : 1) * sizeof *in->twins);
+    if (!v || !key || !by_occ || !in->twins) {
+        in->oom = true;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const anchor *a = i < in->n_peak ? NULL : &in->anchors[i - in->n_peak];
+        const rec *r = a ? NULL : &in->peak[i].a;
+        key[i] = a ? a->key : gp_instance_key(r->kind, r->ordinal);
+        v[i] = (gp_keyed){a ? a->occ : r->occ, i};
+    }
+    gp_keyed *sorted = gp__sort_keyed(v, v + n, n);
+    for (size_t i = 0; i < n; i++) {
+        by_occ[i] = (struct twin){sorted[i].key, (uint32_t)sorted[i].index};
+        sorted[i] = (gp_keyed){key[sorted[i].index], i};
+    }
+    const gp_keyed *by_key = gp__sort_keyed(sorted, sorted == v ? v + n : v, n);
+    for (size_t i = 0; i < n; i++) { /* by_key's index: the twin's place by occurrence */
+        in->twins[i] = by_occ[by_key[i].index];
+        keys += i == 0 || by_key[i].key != by_key[i - 1].key;
+    }
+    size_t slots = 64, bits = 64;
+    while (slots < keys + keys / 2)
+        slots *= 2;
+    while (bits < 8 * keys)
+        bits *= 2;
+    in->twin_keys = malloc(slots * sizeof *in->twin_keys);
+    in->key_bits = calloc(bits / 64, sizeof *in->key_bits);
+    if (!in->twin_keys || !in->key_bits) {
+        in->oom = true;
+        goto out;
+    }
+    in->twin_keys_mask = slots - 1;
+    in->key_bits_mask = bits - 1;
+    for (size_t i = 0; i < slots; i++)
+        in->twin_keys[i].v = NONE;
+    for (size_t i = 0, end; i < n; i = end) {
+        for (end = i + 1; end < n && by_key[end].key == by_key[i].key; end++)
+            ;
+        uint64_t h = gp__mix64(by_key[i].key), bit = h & in->key_bits_mask;
+        in->key_bits[bit / 64] |= 1ull << (bit % 64);
+        size_t at = h & in->twin_keys_mask;
+        while (in->twin_keys[at].v != NONE)
+            at = (at + 1) & in->twin_keys_mask;
+        in->twin_keys[at] = (struct twin_key){by_key[i].key, in->twins[i].occ, in->twins[i].v,
+                                              (uint32_t)i + 1, (uint32_t)end};
+    }
+out:
+    free(v);
+    free(key);
+    free(by_occ);
+}
+
 /* Collects A's buffers live at its peak into peak[], in birth order, with their labels at the
  * peak, and indexes them and the anchors by twin identity. Frees A's other records. */
 static void a_done(gp_align *al)
@@ -530,18 +605,7 @@ static void a_done(gp_align *al)
     }
     free(by_seq);
     in->n_peak = n;
-    size_t bits = 64;
-    while (bits < 8 * (n + in->n_anchors))
-        bits *= 2;
-    in->twin_bits = calloc(bits / 64, sizeof *in->twin_bits);
-    if (!in->twin_bits || !gp__map_reserve(&in->twins, n + in->n_anchors))
-        in->oom = true;
-    in->twin_bits_mask = bits - 1;
-    for (size_t i = 0; i < n && !in->oom; i++)
-        twin_add(in, gp_instance_key(in->peak[i].a.kind, in->peak[i].a.ordinal), in->peak[i].a.occ,
-                 (uint32_t)i);
-    for (size_t i = 0; i < in->n_anchors && !in->oom; i++)
-        twin_add(in, in->anchors[i].key, in->anchors[i].occ, (uint32_t)(n + i));
+    index_twins(in);
     al->a_peak_seq = s->snap_seq;
     al->a_peak_time_ns = s->snap_ns;
     al->a_allocs = s->allocs;
@@ -774,8 +838,9 @@ static void internal_free(struct gp__align_internal *in)
     if (in) {
         free(in->peak);
         free(in->anchors);
-        gp__map_free(&in->twins);
-        free(in->twin_bits);
+        free(in->twin_keys);
+        free(in->key_bits);
+        free(in->twins);
         free(in);
     }
 }
