@@ -109,12 +109,12 @@ struct gp__align_internal {
         uint32_t v;         /* and which (< n_peak: index into peak[]; else n_peak + anchor
                              * index); NONE marks an empty slot */
         uint32_t next, end; /* the key's twins after it: twins[next..end) */
-    } *twin_keys;
+    } * twin_keys;
     size_t twin_keys_mask; /* slots - 1 */
     struct twin {
         uint64_t occ;
         uint32_t v;
-    } *twins; /* by (key, occurrence) */
+    } * twins; /* by (key, occurrence) */
     /* A bit per hash of the keys, 8 bits a key: most of B's buffers have no twin (with stacks,
      * 70%), and a clear bit says so without a probe of the table (a cache miss). */
     uint64_t *key_bits;
