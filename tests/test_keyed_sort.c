@@ -50,22 +50,27 @@ static void check_sort(size_t n, uint64_t (*key)(void))
     free(want);
 }
 
+/* Keys with many ties (one pass), over all eight bytes, varying only in the outer bytes, and all
+ * equal (every pass skipped). */
 static uint64_t small_key(void)
 {
     return rng(50);
-} /* many ties, one pass */
+}
+
 static uint64_t wide_key(void)
 {
     return rng_state ^= rng_state << 9;
-} /* all eight bytes */
+}
+
 static uint64_t high_key(void)
 {
     return rng(4) << 56 | rng(3);
-} /* only the outer bytes vary */
+}
+
 static uint64_t same_key(void)
 {
     return 0x0102030405060708ull;
-} /* every pass skipped */
+}
 
 static void test_sort_keyed_like_qsort(void **state)
 {

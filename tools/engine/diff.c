@@ -628,13 +628,13 @@ typedef struct early_scan {
     gp_trace *trace; /* NULL when it could not be opened: B's load then opens it and says why */
     pthread_t thread;
     bool started;
-    char err[512]; /* the scan's message; its failure shows when B's load reads the trace */
 } early_scan;
 
+/* A failed scan is kept by the trace: B's load reads the same message from it. */
 static void *early_scan_main(void *arg)
 {
-    early_scan *es = arg;
-    gp_trace_scan(es->trace, es->err, sizeof es->err);
+    char err[512];
+    gp_trace_scan(((early_scan *)arg)->trace, err, sizeof err);
     return NULL;
 }
 
