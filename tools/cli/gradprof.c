@@ -77,8 +77,11 @@ int main(int argc, char **argv)
      * block) and freed when a load is done with them. A fixed threshold keeps every block of
      * 1 MiB or more in its own mapping: freed, it goes back to the system, and it grows by mremap.
      * glibc's adaptive threshold would rise to the largest block freed so far and put the next
-     * ones on the heap, where the holes they leave stay resident (60 MiB of a PyTorch diff). */
+     * ones on the heap, where the holes they leave stay resident (60 MiB of a PyTorch diff).
+     * The heap below them is never trimmed: a diff frees A's small blocks and makes as many for B,
+     * which would fault the same pages in again (3-4% of a diff where faults are dear). */
     mallopt(M_MMAP_THRESHOLD, 1 << 20);
+    mallopt(M_TRIM_THRESHOLD, -1);
 #endif
     if (argc < 2) {
         usage(stderr);

@@ -518,10 +518,10 @@ static void peak0(void *c, gp_profile *p, int32_t device, uint64_t seq)
 static void index_twins(struct gp__align_internal *in)
 {
     size_t n = in->n_peak + in->n_anchors, keys = 0;
-    gp_keyed *v = malloc(2 * (n ? n : 1) * sizeof *v);
-    uint64_t *key = malloc((n ? n : 1) * sizeof *key);
-    struct twin *by_occ = malloc((n ? n : 1) * sizeof *by_occ);
-    in->twins = malloc((n ? n : 1) * sizeof *in->twins);
+    gp_keyed *v = gp__malloc_big(2 * (n ? n : 1) * sizeof *v);
+    uint64_t *key = gp__malloc_big((n ? n : 1) * sizeof *key);
+    struct twin *by_occ = gp__malloc_big((n ? n : 1) * sizeof *by_occ);
+    in->twins = gp__malloc_big((n ? n : 1) * sizeof *in->twins);
     if (!v || !key || !by_occ || !in->twins) {
         in->oom = true;
         goto out;
@@ -547,8 +547,8 @@ static void index_twins(struct gp__align_internal *in)
         slots *= 2;
     while (bits < 8 * keys)
         bits *= 2;
-    in->twin_keys = malloc(slots * sizeof *in->twin_keys);
-    in->key_bits = calloc(bits / 64, sizeof *in->key_bits);
+    in->twin_keys = gp__malloc_big(slots * sizeof *in->twin_keys);
+    in->key_bits = gp__calloc_big(bits / 64, sizeof *in->key_bits);
     if (!in->twin_keys || !in->key_bits) {
         in->oom = true;
         goto out;
@@ -581,8 +581,8 @@ static void a_done(gp_align *al)
     struct gp__align_internal *in = al->internal;
     side *s = &in->s[0];
     size_t n = 0, cap = s->n_gone + s->n_live;
-    gp_keyed *by_seq = malloc(2 * (cap ? cap : 1) * sizeof *by_seq);
-    in->peak = calloc(cap ? cap : 1, sizeof *in->peak);
+    gp_keyed *by_seq = gp__malloc_big(2 * (cap ? cap : 1) * sizeof *by_seq);
+    in->peak = gp__calloc_big(cap ? cap : 1, sizeof *in->peak);
     if (!by_seq || !in->peak) {
         free(by_seq);
         in->oom = true;
@@ -870,7 +870,7 @@ int gp_align_finish(gp_align *al)
 
     /* twins ordered by A's birth number, on a chain where B's increase too */
     size_t n_order = 0;
-    anchor *order = malloc((in->n_peak + in->n_anchors + 1) * sizeof *order);
+    anchor *order = gp__malloc_big((in->n_peak + in->n_anchors + 1) * sizeof *order);
     if (!order)
         return -1;
     for (size_t i = 0; i < in->n_peak; i++)
@@ -950,7 +950,7 @@ int gp_align_finish(gp_align *al)
     /* B's snapshot: its live records born up to the instant and the gone list, in birth order
      * (the buffers' order, so the rows' labels, does not depend on a hash table's layout) */
     size_t n_snap = 0, most = b->n_live + b->n_gone + 1;
-    gp_keyed *by_seq = malloc(2 * most * sizeof *by_seq);
+    gp_keyed *by_seq = gp__malloc_big(2 * most * sizeof *by_seq);
     if (!by_seq)
         return -1;
     for (size_t i = 0; i < b->n_recs; i++)

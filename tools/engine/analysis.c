@@ -94,7 +94,7 @@ static bool live_put(live_map *m, uint64_t addr, int32_t device, uint32_t obj)
 {
     if ((m->len + 1) * 4 > m->cap * 3) {
         live_map n = {.cap = m->cap ? 2 * m->cap : 1024};
-        n.slots = malloc(n.cap * sizeof *n.slots);
+        n.slots = gp__malloc_big(n.cap * sizeof *n.slots);
         if (!n.slots)
             return false;
         for (size_t i = 0; i < n.cap; i++)

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
+
 #define GP_MAP_NONE UINT32_MAX
 
 /* A 64-bit finalizer (MurmurHash3's fmix64). */
@@ -82,7 +84,7 @@ static inline struct gp_map_slot *gp__map_find(const gp_map *m, uint64_t a, uint
 static inline bool gp__map_grow(gp_map *m)
 {
     size_t cap = m->cap ? 2 * m->cap : 256;
-    struct gp_map_slot *slots = malloc(cap * sizeof *slots);
+    struct gp_map_slot *slots = gp__malloc_big(cap * sizeof *slots);
     if (!slots)
         return false;
     for (size_t i = 0; i < cap; i++)

@@ -33,7 +33,7 @@ static bool u64map_put(gp_u64map *m, uint64_t key, uint64_t val)
 {
     if ((m->len + 1) * 4 > m->cap * 3) {
         gp_u64map n = {.cap = m->cap ? 2 * m->cap : 1024};
-        n.slots = calloc(n.cap, sizeof *n.slots);
+        n.slots = gp__calloc_big(n.cap, sizeof *n.slots);
         if (!n.slots)
             return false;
         for (size_t i = 0; i < m->cap; i++) {
