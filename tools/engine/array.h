@@ -15,13 +15,14 @@
  * before they are touched, and 2 MiB-aligned so that all their pages can be huge: one page fault
  * per 2 MiB instead of 512 where THP is `always` or `madvise`. Where faults are dear, as in a
  * virtual machine, a diff's 169 k faults were 1.2 s of its 4.2 s (bench/NOTES.md). A block that
- * becomes big moves to an aligned one; a big one grows by realloc (mremap: no copy, and the pages
- * keep the offer). A refusal (no THP) changes nothing; errno is kept. gp__push's arrays, filled an
- * element at a time, stay on small pages: a huge page would make the unfilled rest of their last
- * 2 MiB resident (2.4 MB more at a report's peak).
+ * becomes big moves to an aligned one; a big one grows by realloc (mremap: no copy, the pages keep
+ * the offer, the new block may not be aligned). A refusal (no THP) changes nothing; errno is
+ * kept. gp__push's arrays, filled an element at a time, stay on small pages: a huge page would
+ * make the unfilled rest of their last 2 MiB resident (2.4 MB more at a report's peak).
  */
 #define GP__BIG_BLOCK ((size_t)2 << 20)
 
+/* Offers the pages of [p, p + bytes) to the kernel as huge pages. */
 static inline void gp__offer_huge(void *p, size_t bytes)
 {
 #ifdef MADV_HUGEPAGE
