@@ -1,7 +1,7 @@
-/* The analysers' big blocks (tools/engine/array.h): contents survive every way a block grows
- * across the 2 MiB line, big blocks are 2 MiB-aligned, zeroed where asked, and offered as huge
- * pages (checked in /proc/self/smaps where the kernel reports THP advice), and the hash map built
- * on them keeps every entry through its rehashes. */
+/* The analysers' big blocks (tools/engine/array.h): contents survive every way a block or an
+ * array grows across the 2 MiB line, big blocks are 2 MiB-aligned, zeroed where asked, and offered
+ * as huge pages (checked in /proc/self/smaps where the kernel reports THP advice), and the hash map
+ * built on them keeps every entry through its rehashes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -136,6 +136,28 @@ static void test_grow_zeroed(void **state)
     free(v);
 }
 
+/* gp__push and gp__push_big past the line: every element kept, each new one zeroed. */
+static void test_push(void **state)
+{
+    (void)state;
+    for (int big = 0; big < 2; big++) {
+        uint64_t *v = NULL;
+        size_t n = 0, cap = 0, want = 3 * BIG / sizeof *v;
+        for (size_t i = 0; i < want; i++) {
+            uint64_t *e = big ? gp__push_big((void **)&v, &n, &cap, sizeof *v)
+                              : gp__push((void **)&v, &n, &cap, sizeof *v);
+            assert_non_null(e);
+            assert_int_equal(*e, 0);
+            *e = i * 7 + 1;
+        }
+        assert_int_equal(n, want);
+        for (size_t i = 0; i < want; i++)
+            if (v[i] != i * 7 + 1)
+                fail_msg("element %zu of %zu changed (gp__push%s)", i, want, big ? "_big" : "");
+        free(v);
+    }
+}
+
 /* A map grown far past 2 MiB of slots finds every key it was given, and none it was not. */
 static void test_map_on_big_blocks(void **state)
 {
@@ -161,6 +183,7 @@ int main(void)
         cmocka_unit_test(test_growth_across_the_line),
         cmocka_unit_test(test_big_blocks_aligned_zeroed_advised),
         cmocka_unit_test(test_grow_zeroed),
+        cmocka_unit_test(test_push),
         cmocka_unit_test(test_map_on_big_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

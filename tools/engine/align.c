@@ -132,7 +132,7 @@ static uint32_t rec_new(gp_align *al, side *s)
         s->free_rec = s->recs[i].next_free;
         return i;
     }
-    if (!gp__push((void **)&s->recs, &s->n_recs, &s->cap_recs, sizeof(rec))) {
+    if (!gp__push_big((void **)&s->recs, &s->n_recs, &s->cap_recs, sizeof(rec))) {
         al->internal->oom = true;
         return NONE;
     }
@@ -466,7 +466,7 @@ static void on_free(gp_align *al, int which, const gp_buffer_event *b)
         in->peak[r->twin].b_free_allocs = b->allocs;
     }
     if (r->seq <= s->snap_seq) { /* live at the instant: keep it in the snapshot */
-        uint32_t *g = gp__push((void **)&s->gone, &s->n_gone, &s->cap_gone, sizeof *g);
+        uint32_t *g = gp__push_big((void **)&s->gone, &s->n_gone, &s->cap_gone, sizeof *g);
         if (g) {
             *g = i;
             return;
@@ -847,7 +847,7 @@ static void internal_free(struct gp__align_internal *in)
 
 static gp_aligned *add_buffer(gp_align *al, size_t *cap)
 {
-    gp_aligned *x = gp__push((void **)&al->buffers, &al->n_buffers, cap, sizeof *x);
+    gp_aligned *x = gp__push_big((void **)&al->buffers, &al->n_buffers, cap, sizeof *x);
     if (!x)
         al->internal->oom = true;
     return x;

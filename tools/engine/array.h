@@ -18,7 +18,8 @@
  * becomes big moves to an aligned one; a big one grows by realloc (mremap: no copy, the pages keep
  * the offer, the new block may not be aligned). A refusal (no THP) changes nothing; errno is
  * kept. gp__push's arrays, filled an element at a time, stay on small pages: a huge page would
- * make the unfilled rest of their last 2 MiB resident (2.4 MB more at a report's peak).
+ * make the unfilled rest of their last 2 MiB resident (2.4 MB more at a report's peak); those
+ * only the diff makes grow on huge pages (gp__push_big).
  */
 #define GP__BIG_BLOCK ((size_t)2 << 20)
 
@@ -78,13 +79,12 @@ static inline void *gp__realloc_big(void *p, size_t old_bytes, size_t bytes)
     return q;
 }
 
-/* Grows *items (elements of `size` bytes, *n used of *cap) to hold one more, doubling; returns
- * the new element, zeroed, or NULL when out of memory (then nothing changed). */
-static inline void *gp__push(void **items, size_t *n, size_t *cap, size_t size)
+/* gp__push and gp__push_big: `big` grows the array as a big block. */
+static inline void *gp__push_as(void **items, size_t *n, size_t *cap, size_t size, bool big)
 {
     if (*n == *cap) {
         size_t c = *cap ? 2 * *cap : 16;
-        void *p = realloc(*items, c * size);
+        void *p = big ? gp__realloc_big(*items, *cap * size, c * size) : realloc(*items, c * size);
         if (!p)
             return NULL;
         *items = p;
@@ -93,6 +93,20 @@ static inline void *gp__push(void **items, size_t *n, size_t *cap, size_t size)
     void *e = (char *)*items + (*n)++ * size;
     memset(e, 0, size);
     return e;
+}
+
+/* Grows *items (elements of `size` bytes, *n used of *cap) to hold one more, doubling; returns
+ * the new element, zeroed, or NULL when out of memory (then nothing changed). */
+static inline void *gp__push(void **items, size_t *n, size_t *cap, size_t size)
+{
+    return gp__push_as(items, n, cap, size, false);
+}
+
+/* gp__push for an array only the diff makes (the alignment's records), whose faults cost more
+ * than the unfilled rest of its last huge page: it grows as a big block. */
+static inline void *gp__push_big(void **items, size_t *n, size_t *cap, size_t size)
+{
+    return gp__push_as(items, n, cap, size, true);
 }
 
 /* Grows *items (elements of `size` bytes, *n of them) to `want` (> *n), the new ones zeroed: an
