@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -18,9 +19,11 @@
 #define BIG GP__BIG_BLOCK
 
 /* Whether the mapping holding p is marked for huge pages ("hg" in smaps' VmFlags); -1 when the
- * kernel says nothing of it (no smaps, or no VmFlags line). */
+ * kernel cannot say (built without transparent huge pages, no smaps, no VmFlags line). */
 static int advised_huge(const void *p)
 {
+    if (access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) != 0)
+        return -1;
     FILE *f = fopen("/proc/self/smaps", "r");
     if (!f)
         return -1;
