@@ -318,24 +318,35 @@ static void twin_kinds(gp_align *al, side *s, gp_profile *p, const gp_buffer_eve
     *loose = labels_key(who, b->size, op, module, sh->loose);
 }
 
+/* The slot of key (hash h = gp__mix64(key)) in twin_keys: its own, or the empty one where it
+ * would go. */
+static struct twin_key *twin_key_slot(struct gp__align_internal *in, uint64_t h, uint64_t key)
+{
+    size_t i = h & in->twin_keys_mask;
+    while (in->twin_keys[i].v != NONE && in->twin_keys[i].key != key)
+        i = (i + 1) & in->twin_keys_mask;
+    return &in->twin_keys[i];
+}
+
 /* The twin of B's buffer (key, occ) (see gp__align_internal.twin_keys), or NONE. */
 static uint32_t twin_of(struct gp__align_internal *in, uint64_t key, uint64_t occ)
 {
     uint64_t h = gp__mix64(key), bit = h & in->key_bits_mask;
     if (!(in->key_bits[bit / 64] >> (bit % 64) & 1))
         return NONE;
-    size_t i = h & in->twin_keys_mask;
-    while (in->twin_keys[i].v != NONE && in->twin_keys[i].key != key)
-        i = (i + 1) & in->twin_keys_mask;
-    struct twin_key *k = &in->twin_keys[i];
+    struct twin_key *k = twin_key_slot(in, h, key);
     if (k->v == NONE)
         return NONE;
     uint32_t v = NONE;
     while (k->occ <= occ) { /* equal, unless two instances' keys collide */
         if (k->occ == occ)
             v = k->v;
-        k->occ = k->next < k->end ? in->twins[k->next].occ : UINT64_MAX;
-        k->v = k->next < k->end ? in->twins[k->next++].v : k->v;
+        if (k->next < k->end) { /* the cursor moves to the key's next twin */
+            k->occ = in->twins[k->next].occ;
+            k->v = in->twins[k->next++].v;
+        } else {
+            k->occ = UINT64_MAX;
+        }
     }
     return v;
 }
@@ -562,11 +573,8 @@ static void index_twins(struct gp__align_internal *in)
             ;
         uint64_t h = gp__mix64(by_key[i].key), bit = h & in->key_bits_mask;
         in->key_bits[bit / 64] |= 1ull << (bit % 64);
-        size_t at = h & in->twin_keys_mask;
-        while (in->twin_keys[at].v != NONE)
-            at = (at + 1) & in->twin_keys_mask;
-        in->twin_keys[at] = (struct twin_key){by_key[i].key, in->twins[i].occ, in->twins[i].v,
-                                              (uint32_t)i + 1, (uint32_t)end};
+        *twin_key_slot(in, h, by_key[i].key) = (struct twin_key){
+            by_key[i].key, in->twins[i].occ, in->twins[i].v, (uint32_t)i + 1, (uint32_t)end};
     }
 out:
     free(v);
