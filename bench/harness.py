@@ -415,11 +415,12 @@ def kv(s):
     return {k: float(v) for k, v in re.findall(r"(\w+)=([\d.]+)", s)}
 
 
-# The tensor rows run twice: each process with glibc's malloc as it starts (its heap state: a C
-# program's heap is nearly empty, so glibc trims its top and unmaps large blocks after every step,
-# and the next step faults the pages in again; a Python process that imported torch has moved
-# the dynamic mmap threshold up and keeps objects above the tensors, so it does not), and both
-# with the same fixed thresholds, which compares the libraries' compute alone.
+# The tensor rows run twice: each process with glibc's malloc as it starts (its heap state: the
+# tensor library keeps its freed buffers in its cache for the next step, README "Speed in a
+# loop"; PyTorch's CPU allocator gives them to malloc, and a Python process that imported torch
+# has moved glibc's dynamic mmap threshold up and keeps objects above the tensors, so its heap is
+# not trimmed), and both with the same fixed thresholds, which compares the libraries' compute
+# alone.
 FIXED_HEAP = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(128 << 20)}
 
 

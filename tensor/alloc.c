@@ -1,8 +1,10 @@
 /*
  * The tagged allocator: every buffer the tensor library owns is made and freed here and reported to
- * libprof with its category, op, module path and grad mode.
+ * libprof with its category, op, module path and grad mode; below it, the default allocator and its
+ * buffer cache.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <malloc.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -53,8 +55,7 @@ static _Atomic bool tn__align_big = true;
  * The two are told apart by mallinfo2's mapped bytes around the call (a big buffer costs far more
  * than that walk of glibc's free lists; another thread's munmap in between may end the alignment
  * early, which costs speed only). Where they are unknown, as under another malloc, nothing is
- * aligned beyond 64 bytes. Every buffer is freed when its tensor goes: what gradprof records does
- * not change.
+ * aligned beyond 64 bytes.
  */
 static void *tn__default_alloc(size_t bytes, void *ctx)
 {
@@ -75,8 +76,218 @@ static void tn__default_free(void *ptr, void *ctx) { free(ptr); }
 
 static tn_allocator tn__allocator = {tn__default_alloc, tn__default_free, NULL};
 
+/* ---- The buffer cache ---------------------------------------------------------------------- */
+
+/*
+ * A buffer of TN__CACHE_MIN bytes or more that goes while gradprof is not recording is kept for
+ * the next request of exactly its size instead of going back to malloc, as inference runtimes keep
+ * an arena: the next step of a loop reuses the pages the last one faulted in, where glibc would
+ * have trimmed its heap or unmapped the block and the step would fault them in again. Only the
+ * default allocator's buffers are kept (a replaced allocator sees every request). The idle bytes
+ * are bounded by the limit, by default the peak of the bytes of such buffers in use (so they at
+ * most double the tensors' peak); past it the least recently freed go back to malloc. While
+ * gradprof records, the cache is emptied and bypassed: a trace shows every buffer made and freed
+ * by malloc with its tensor, as without a cache.
+ *
+ * An idle buffer holds its own links. Each size has a list of its idle buffers, newest first, in
+ * an open-addressed table of sizes; one list orders all of them by age. One lock guards it all.
+ */
+#define TN__CACHE_MIN ((size_t)256)
+
+typedef struct tn__idle {
+    struct tn__idle *next_same, *prev_same; /* this size's list, newest first */
+    struct tn__idle *newer, *older;         /* every idle buffer, by age */
+    size_t bytes;
+} tn__idle;
+
+typedef struct tn__size_slot {
+    size_t bytes; /* 0: empty */
+    tn__idle *newest;
+} tn__size_slot;
+
+static struct {
+    pthread_mutex_t lock;
+    tn__size_slot *slots; /* a power of two of them, at most half used */
+    size_t capacity, used;
+    tn__idle *newest, *oldest;
+    size_t idle_bytes;
+    size_t busy_bytes, busy_peak; /* the default allocator's buffers in use */
+    size_t limit;                 /* TN_CACHE_LIMIT_PEAK: busy_peak */
+} tn__cache = {.lock = PTHREAD_MUTEX_INITIALIZER, .limit = TN_CACHE_LIMIT_PEAK};
+
+/* The slot of `bytes` in `slots`: its own, or the empty one where it would go. */
+static tn__size_slot *tn__slot_find(tn__size_slot *slots, size_t capacity, size_t bytes)
+{
+    size_t i = (size_t)(bytes * 0x9E3779B97F4A7C15ull >> 32) & (capacity - 1);
+    while (slots[i].bytes && slots[i].bytes != bytes)
+        i = (i + 1) & (capacity - 1);
+    return &slots[i];
+}
+
+/* The slot for `bytes`, made if new; NULL if the table cannot grow. A rebuilt table keeps only the
+ * sizes that have idle buffers, so it follows the sizes in the cache, not every size ever freed. */
+static tn__size_slot *tn__slot_for(size_t bytes)
+{
+    if (tn__cache.slots) {
+        tn__size_slot *s = tn__slot_find(tn__cache.slots, tn__cache.capacity, bytes);
+        if (s->bytes || 2 * (tn__cache.used + 1) <= tn__cache.capacity) {
+            tn__cache.used += !s->bytes;
+            s->bytes = bytes;
+            return s;
+        }
+    }
+    size_t kept = 0;
+    for (size_t i = 0; i < tn__cache.capacity; i++)
+        kept += tn__cache.slots[i].newest != NULL;
+    size_t capacity = 64;
+    while (capacity < 4 * (kept + 1))
+        capacity *= 2;
+    tn__size_slot *slots = calloc(capacity, sizeof *slots);
+    if (!slots)
+        return NULL;
+    for (size_t i = 0; i < tn__cache.capacity; i++)
+        if (tn__cache.slots[i].newest)
+            *tn__slot_find(slots, capacity, tn__cache.slots[i].bytes) = tn__cache.slots[i];
+    free(tn__cache.slots);
+    tn__cache.slots = slots;
+    tn__cache.capacity = capacity;
+    tn__cache.used = kept + 1;
+    tn__size_slot *s = tn__slot_find(slots, capacity, bytes);
+    s->bytes = bytes;
+    return s;
+}
+
+/* Takes an idle buffer out of the cache. Caller holds the lock. */
+static void tn__idle_unlink(tn__idle *b)
+{
+    if (b->prev_same)
+        b->prev_same->next_same = b->next_same;
+    else
+        tn__slot_find(tn__cache.slots, tn__cache.capacity, b->bytes)->newest = b->next_same;
+    if (b->next_same)
+        b->next_same->prev_same = b->prev_same;
+    *(b->newer ? &b->newer->older : &tn__cache.newest) = b->older;
+    *(b->older ? &b->older->newer : &tn__cache.oldest) = b->newer;
+    tn__cache.idle_bytes -= b->bytes;
+}
+
+/* Gives the oldest idle buffers back to malloc until at most `keep` bytes are idle. Caller holds
+ * the lock. */
+static void tn__cache_trim(size_t keep)
+{
+    while (tn__cache.idle_bytes > keep) {
+        tn__idle *b = tn__cache.oldest;
+        tn__idle_unlink(b);
+        free(b);
+    }
+}
+
+/* Counts a buffer of `bytes` as in use and returns an idle one of that size, or NULL (the caller
+ * makes it; none idle, or gradprof records, which empties the cache). */
+static void *tn__cache_take(size_t bytes)
+{
+    tn__idle *b = NULL;
+    pthread_mutex_lock(&tn__cache.lock);
+    tn__cache.busy_bytes += bytes;
+    if (tn__cache.busy_bytes > tn__cache.busy_peak)
+        tn__cache.busy_peak = tn__cache.busy_bytes;
+    if (lp_is_recording()) {
+        tn__cache_trim(0);
+    } else if (tn__cache.idle_bytes) {
+        b = tn__slot_find(tn__cache.slots, tn__cache.capacity, bytes)->newest;
+        if (b)
+            tn__idle_unlink(b);
+    }
+    pthread_mutex_unlock(&tn__cache.lock);
+    return b;
+}
+
+/* Counts a buffer of `bytes` as no longer in use, and keeps it if the cache may; false if the
+ * caller must free it. */
+static bool tn__cache_keep(void *p, size_t bytes)
+{
+    pthread_mutex_lock(&tn__cache.lock);
+    tn__cache.busy_bytes -= bytes;
+    size_t limit = tn__cache.limit == TN_CACHE_LIMIT_PEAK ? tn__cache.busy_peak : tn__cache.limit;
+    if (lp_is_recording())
+        limit = 0;
+    tn__size_slot *s = NULL;
+    if (bytes < TN__CACHE_MIN || bytes > limit || !(s = tn__slot_for(bytes))) {
+        tn__cache_trim(limit);
+        pthread_mutex_unlock(&tn__cache.lock);
+        return false;
+    }
+    tn__cache_trim(limit - bytes);
+    tn__idle *b = p;
+    *b = (tn__idle){.next_same = s->newest, .older = tn__cache.newest, .bytes = bytes};
+    if (s->newest)
+        s->newest->prev_same = b;
+    s->newest = b;
+    *(tn__cache.newest ? &tn__cache.newest->newer : &tn__cache.oldest) = b;
+    tn__cache.newest = b;
+    tn__cache.idle_bytes += bytes;
+    pthread_mutex_unlock(&tn__cache.lock);
+    return true;
+}
+
+size_t tn_cache_set_limit(size_t bytes)
+{
+    pthread_mutex_lock(&tn__cache.lock);
+    size_t before = tn__cache.limit;
+    tn__cache.limit = bytes;
+    if (bytes != TN_CACHE_LIMIT_PEAK)
+        tn__cache_trim(bytes);
+    pthread_mutex_unlock(&tn__cache.lock);
+    return before;
+}
+
+void tn_cache_release(void)
+{
+    pthread_mutex_lock(&tn__cache.lock);
+    tn__cache_trim(0);
+    pthread_mutex_unlock(&tn__cache.lock);
+}
+
+size_t tn_cache_idle_bytes(void)
+{
+    pthread_mutex_lock(&tn__cache.lock);
+    size_t idle = tn__cache.idle_bytes;
+    pthread_mutex_unlock(&tn__cache.lock);
+    return idle;
+}
+
+/* A buffer for tn__alloc: from the cache where the default allocator is in use; a failed request
+ * is tried once more after the cache gave its idle buffers back. Nothing on the way to the default
+ * allocator depends on the size, so that the stacks a recording interposer sees do not either. */
+static void *tn__raw_alloc(size_t bytes)
+{
+    if (tn__allocator.alloc != tn__default_alloc)
+        return tn__allocator.alloc(bytes, tn__allocator.ctx);
+    void *p = tn__cache_take(bytes);
+    for (int attempt = 0; !p && attempt < 2; attempt++) {
+        if (attempt)
+            tn_cache_release();
+        p = tn__default_alloc(bytes, NULL);
+    }
+    if (!p) {
+        pthread_mutex_lock(&tn__cache.lock);
+        tn__cache.busy_bytes -= bytes;
+        pthread_mutex_unlock(&tn__cache.lock);
+    }
+    return p;
+}
+
+static void tn__raw_free(void *ptr, size_t bytes)
+{
+    if (tn__allocator.free != tn__default_free)
+        tn__allocator.free(ptr, tn__allocator.ctx);
+    else if (!tn__cache_keep(ptr, bytes))
+        free(ptr);
+}
+
 void tn_set_allocator(const tn_allocator *allocator)
 {
+    tn_cache_release(); /* its buffers are the default allocator's */
     if (allocator)
         tn__allocator = *allocator;
     else
@@ -96,7 +307,7 @@ lp_category tn__effective_category(lp_category category)
 
 void *tn__alloc(size_t bytes, lp_category category, const char *op, const char *detail)
 {
-    void *p = tn__allocator.alloc(bytes, tn__allocator.ctx);
+    void *p = tn__raw_alloc(bytes);
     if (!p) {
         tn__error(TN_ENOMEM, "%s: out of memory allocating %zu bytes", op, bytes);
         return NULL;
@@ -118,5 +329,5 @@ void tn__free(void *ptr, size_t bytes, lp_category category)
     if (!ptr)
         return;
     lp_free(ptr, bytes, LP_DEVICE_HOST, category);
-    tn__allocator.free(ptr, tn__allocator.ctx);
+    tn__raw_free(ptr, bytes);
 }
