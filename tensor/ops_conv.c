@@ -504,6 +504,32 @@ static void pool_row(const geom *g, const float *xp, int64_t oh, int64_t lo, int
             o[i] *= inv;
 }
 
+/* The take rule of pool_row and window_argmax: v replaces the best so far when greater, or NaN. */
+static inline bool pool_takes(float v, float best) { return (v > best) | (v != v); }
+
+/* Whether a max pool is 2x2 with stride 2, unpadded, over rows of unit stride: the CNNs' pool, whose
+ * windows tile the input; max_pool_2x2_row and max_pool_2x2_row_backward do it without the
+ * general path's per-row setup (rows are short there: 8 to 32 outputs). */
+static bool max_pool_is_2x2(const geom *g)
+{
+    return g->kh == 2 && g->kw == 2 && g->stride == 2 && g->pad == 0 && g->sw == 1;
+}
+
+/* Output row of a 2x2 pool from input rows x0 and x1: the same values as pool_row (each window
+ * visited row by row, left to right, by the same rule). */
+static void max_pool_2x2_row(const float *restrict x0, const float *restrict x1, int64_t wo,
+                             float *restrict o)
+{
+    for (int64_t i = 0; i < wo; i++) {
+        float best = x0[2 * i], v = x0[2 * i + 1];
+        best = pool_takes(v, best) ? v : best;
+        v = x1[2 * i];
+        best = pool_takes(v, best) ? v : best;
+        v = x1[2 * i + 1];
+        o[i] = pool_takes(v, best) ? v : best;
+    }
+}
+
 static tn_tensor *pool_forward(const tn_node_kind *kind, tn_tensor *x, int kernel, int stride,
                                int padding)
 {
@@ -529,6 +555,11 @@ static tn_tensor *pool_forward(const tn_node_kind *kind, tn_tensor *x, int kerne
             const float *xp = xd + n * x->strides[0] + c * g.sc;
             float *orow = od + (n * g.C + c) * g.Ho * g.Wo;
             for (int64_t oh = 0; oh < g.Ho; oh++, orow += g.Wo) {
+                if (is_max && max_pool_is_2x2(&g)) {
+                    const float *x0 = xp + 2 * oh * g.sh;
+                    max_pool_2x2_row(x0, x0 + g.sh, g.Wo, orow);
+                    continue;
+                }
                 for (int64_t ow = 0; ow < lo; ow++)
                     orow[ow] = pool_one(&g, xp, oh, ow, is_max, inv);
                 pool_row(&g, xp, oh, lo, hi, is_max, inv, orow);
@@ -619,6 +650,32 @@ static void max_pool_row_backward(const geom *g, const float *xp, int64_t oh, in
     }
 }
 
+/* Input rows g0 and g1 of the gradient of a 2x2 pool whose windows cover the input (H and W even):
+ * each window's gradient grow[i] at its argmax as window_argmax picks it, 0 at its other three
+ * elements; every element is written, so g0 and g1 need not be zeroed first. 0 + g, as the
+ * general path adds g to a zeroed gradient (-0 becomes +0). */
+static void max_pool_2x2_row_backward(const float *restrict x0, const float *restrict x1,
+                                      int64_t wo, const float *restrict grow, float *restrict g0,
+                                      float *restrict g1)
+{
+    for (int64_t i = 0; i < wo; i++) {
+        float a = x0[2 * i], b = x0[2 * i + 1], c = x1[2 * i], g = 0.0f + grow[i];
+        bool take_b = pool_takes(b, a);
+        float best = take_b ? b : a;
+        bool take_c = pool_takes(c, best);
+        best = take_c ? c : best;
+        bool take_d = pool_takes(x1[2 * i + 1], best);
+        /* The last element taken gets g: from d back to a, each keeps g from the ones before. */
+        g1[2 * i + 1] = take_d ? g : 0.0f;
+        g = take_d ? 0.0f : g;
+        g1[2 * i] = take_c ? g : 0.0f;
+        g = take_c ? 0.0f : g;
+        g0[2 * i + 1] = take_b ? g : 0.0f;
+        g0[2 * i] = take_b ? 0.0f : g;
+    }
+}
+
+
 /* Output (oh, ow)'s gradient `grad` added at its window's argmax in gxp (contiguous [H, W]). */
 static void max_pool_one_backward(const geom *g, const float *xp, int64_t oh, int64_t ow,
                                   float grad, float *gxp)
@@ -635,14 +692,16 @@ static int max_pool2d_backward(tn_node *node, tn_tensor *grad_out, tn_tensor **g
     tn_tensor *x = tn__saved(node, (int)node->ints[POOL_SLOT_X]);
     if (!x)
         return tn__pending_error();
-    tn_tensor *gx = zeros_output(ix->ndim, ix->shape, "max_pool2d");
+    geom g;
+    int64_t k = node->ints[POOL_KERNEL];
+    geom_init(&g, x->shape, x->strides, k, k, node->ints[POOL_STRIDE], node->ints[POOL_PAD]);
+    bool tiled = max_pool_is_2x2(&g) && g.H % 2 == 0 && g.W % 2 == 0; /* every element written */
+    tn_tensor *gx = tiled ? tn__new_output(ix->ndim, ix->shape, "max_pool2d")
+                          : zeros_output(ix->ndim, ix->shape, "max_pool2d");
     if (!gx) {
         tn_release(x);
         return tn__pending_error();
     }
-    geom g;
-    int64_t k = node->ints[POOL_KERNEL];
-    geom_init(&g, x->shape, x->strides, k, k, node->ints[POOL_STRIDE], node->ints[POOL_PAD]);
     const float *xd = tn_data_const(x), *gd = tn_data_const(grad_out);
     float *gxd = tn_data(gx);
     int64_t lo, hi;
@@ -655,6 +714,12 @@ static int max_pool2d_backward(tn_node *node, tn_tensor *grad_out, tn_tensor **g
             const float *gp = gd + (n * g.C + c) * g.Ho * g.Wo;
             float *gxp = gxd + (n * g.C + c) * g.H * g.W;
             for (int64_t oh = 0; oh < g.Ho; oh++, gp += g.Wo) {
+                if (tiled) {
+                    const float *x0 = xp + 2 * oh * g.sh;
+                    float *g0 = gxp + 2 * oh * g.W;
+                    max_pool_2x2_row_backward(x0, x0 + g.sh, g.Wo, gp, g0, g0 + g.W);
+                    continue;
+                }
                 for (int64_t ow = 0; ow < lo; ow++)
                     max_pool_one_backward(&g, xp, oh, ow, gp[ow], gxp);
                 max_pool_row_backward(&g, xp, oh, lo, hi, gp, gxp);

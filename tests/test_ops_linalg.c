@@ -637,6 +637,52 @@ static void test_pool_grad_ties(void **state)
     release_all(all, 3);
 }
 
+/* The 2x2, stride-2 max pool over rows of unit stride (its own loops) gives the same bits as the
+ * general path, which a transposed view of the same values takes: forward and gradient, with
+ * ties, NaNs, infinities and signed zeros in the windows and in the incoming gradient, for even
+ * sizes (the gradient written without zeroing) and odd ones (the last row and column left out). */
+static void test_max_pool_2x2_matches_general_path(void **state)
+{
+    const float specials[] = {0.0f, -0.0f, 1.0f, 1.0f, -INFINITY, INFINITY, NAN, -1.0f};
+    const int64_t shapes[][4] = {{2, 3, 6, 8}, {1, 2, 5, 7}, {1, 1, 2, 2}};
+    uint32_t seed = 12345;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int64_t *sh = shapes[s];
+        int64_t swapped[4] = {sh[0], sh[1], sh[3], sh[2]};
+        tn_tensor *a = tn_empty(4, sh, LP_CAT_INPUT), *b = tn_empty(4, swapped, LP_CAT_INPUT);
+        float *av = tn_data(a), *bv = tn_data(b);
+        for (int64_t n = 0; n < sh[0] * sh[1]; n++)
+            for (int64_t h = 0; h < sh[2]; h++)
+                for (int64_t w = 0; w < sh[3]; w++) {
+                    seed = seed * 1103515245u + 12345u;
+                    float v = specials[(seed >> 16) % 8];
+                    av[(n * sh[2] + h) * sh[3] + w] = bv[(n * sh[3] + w) * sh[2] + h] = v;
+                }
+        assert_int_equal(tn_set_requires_grad(a, true), 0);
+        assert_int_equal(tn_set_requires_grad(b, true), 0);
+        tn_tensor *bt = tn_transpose(b, 2, 3); /* a's values, rows of stride H */
+        tn_tensor *ya = tn_max_pool2d(a, 2, 2, 0), *yb = tn_max_pool2d(bt, 2, 2, 0);
+        assert_non_null(ya);
+        assert_non_null(yb);
+        int64_t m = tn_numel(ya);
+        assert_int_equal(m, tn_numel(yb));
+        assert_memory_equal(tn_data(ya), tn_data(yb), (size_t)m * sizeof(float));
+        tn_tensor *g = tn_empty(4, tn_shape(ya), LP_CAT_INPUT);
+        for (int64_t i = 0; i < m; i++)
+            tn_data(g)[i] = specials[(i * 3) % 8] * (float)(1 + i % 3); /* -0 stays -0 */
+        assert_int_equal(tn_backward(ya, g, false), 0);
+        assert_int_equal(tn_backward(yb, g, false), 0);
+        const float *ga = tn_data(tn_grad(a)), *gb = tn_data(tn_grad(b));
+        for (int64_t n = 0; n < sh[0] * sh[1]; n++)
+            for (int64_t h = 0; h < sh[2]; h++)
+                for (int64_t w = 0; w < sh[3]; w++)
+                    assert_memory_equal(&ga[(n * sh[2] + h) * sh[3] + w],
+                                        &gb[(n * sh[3] + w) * sh[2] + h], sizeof(float));
+        tn_tensor *all[] = {a, b, bt, ya, yb, g};
+        release_all(all, 6);
+    }
+}
+
 /* max_pool2d saves x only (no index buffer); avg_pool2d saves nothing. */
 static void test_pool_saved(void **state)
 {
@@ -725,6 +771,7 @@ int main(void)
         cmocka_unit_test(test_conv2d_forward), cmocka_unit_test(test_conv2d_grad),
         cmocka_unit_test(test_conv2d_memory),  cmocka_unit_test(test_pool_forward),
         cmocka_unit_test(test_pool_grad),      cmocka_unit_test(test_pool_grad_ties),
+        cmocka_unit_test(test_max_pool_2x2_matches_general_path),
         cmocka_unit_test(test_pool_saved),     cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
