@@ -550,12 +550,13 @@ static tn_tensor *pool_forward(const tn_node_kind *kind, tn_tensor *x, int kerne
     float inv = 1.0f / ((float)kernel * (float)kernel);
     int64_t lo, hi;
     pool_interior(&g, &lo, &hi);
+    bool max_2x2 = is_max && max_pool_is_2x2(&g);
     for (int64_t n = 0; n < N; n++) {
         for (int64_t c = 0; c < g.C; c++) {
             const float *xp = xd + n * x->strides[0] + c * g.sc;
             float *orow = od + (n * g.C + c) * g.Ho * g.Wo;
             for (int64_t oh = 0; oh < g.Ho; oh++, orow += g.Wo) {
-                if (is_max && max_pool_is_2x2(&g)) {
+                if (max_2x2) {
                     const float *x0 = xp + 2 * oh * g.sh;
                     max_pool_2x2_row(x0, x0 + g.sh, g.Wo, orow);
                     continue;
@@ -674,7 +675,6 @@ static void max_pool_2x2_row_backward(const float *restrict x0, const float *res
         g0[2 * i] = take_b ? 0.0f : g;
     }
 }
-
 
 /* Output (oh, ow)'s gradient `grad` added at its window's argmax in gxp (contiguous [H, W]). */
 static void max_pool_one_backward(const geom *g, const float *xp, int64_t oh, int64_t ow,
