@@ -115,6 +115,15 @@ static struct {
     size_t limit;                 /* TN_CACHE_LIMIT_PEAK: busy_peak */
 } tn__cache = {.lock = PTHREAD_MUTEX_INITIALIZER, .limit = TN_CACHE_LIMIT_PEAK};
 
+/* A fork while another thread holds the lock would leave it held in the child for good: the
+ * forking thread takes it first and both sides let it go. */
+static void tn__cache_lock(void) { pthread_mutex_lock(&tn__cache.lock); }
+static void tn__cache_unlock(void) { pthread_mutex_unlock(&tn__cache.lock); }
+__attribute__((constructor)) static void tn__cache_at_fork(void)
+{
+    pthread_atfork(tn__cache_lock, tn__cache_unlock, tn__cache_unlock);
+}
+
 /* The slot of `bytes` in `slots`: its own, or the empty one where it would go. */
 static tn__size_slot *tn__slot_find(tn__size_slot *slots, size_t capacity, size_t bytes)
 {
@@ -187,7 +196,7 @@ static void tn__cache_trim(size_t keep)
 static void *tn__cache_take(size_t bytes)
 {
     tn__idle *b = NULL;
-    pthread_mutex_lock(&tn__cache.lock);
+    tn__cache_lock();
     tn__cache.busy_bytes += bytes;
     if (tn__cache.busy_bytes > tn__cache.busy_peak)
         tn__cache.busy_peak = tn__cache.busy_bytes;
@@ -198,7 +207,7 @@ static void *tn__cache_take(size_t bytes)
         if (b)
             tn__idle_unlink(b);
     }
-    pthread_mutex_unlock(&tn__cache.lock);
+    tn__cache_unlock();
     return b;
 }
 
@@ -206,7 +215,7 @@ static void *tn__cache_take(size_t bytes)
  * caller must free it. */
 static bool tn__cache_keep(void *p, size_t bytes)
 {
-    pthread_mutex_lock(&tn__cache.lock);
+    tn__cache_lock();
     tn__cache.busy_bytes -= bytes;
     size_t limit = tn__cache.limit == TN_CACHE_LIMIT_PEAK ? tn__cache.busy_peak : tn__cache.limit;
     if (lp_is_recording())
@@ -214,7 +223,7 @@ static bool tn__cache_keep(void *p, size_t bytes)
     tn__size_slot *s = NULL;
     if (bytes < TN__CACHE_MIN || bytes > limit || !(s = tn__slot_for(bytes))) {
         tn__cache_trim(limit);
-        pthread_mutex_unlock(&tn__cache.lock);
+        tn__cache_unlock();
         return false;
     }
     tn__cache_trim(limit - bytes);
@@ -226,33 +235,33 @@ static bool tn__cache_keep(void *p, size_t bytes)
     *(tn__cache.newest ? &tn__cache.newest->newer : &tn__cache.oldest) = b;
     tn__cache.newest = b;
     tn__cache.idle_bytes += bytes;
-    pthread_mutex_unlock(&tn__cache.lock);
+    tn__cache_unlock();
     return true;
 }
 
 size_t tn_cache_set_limit(size_t bytes)
 {
-    pthread_mutex_lock(&tn__cache.lock);
+    tn__cache_lock();
     size_t before = tn__cache.limit;
     tn__cache.limit = bytes;
     if (bytes != TN_CACHE_LIMIT_PEAK)
         tn__cache_trim(bytes);
-    pthread_mutex_unlock(&tn__cache.lock);
+    tn__cache_unlock();
     return before;
 }
 
 void tn_cache_release(void)
 {
-    pthread_mutex_lock(&tn__cache.lock);
+    tn__cache_lock();
     tn__cache_trim(0);
-    pthread_mutex_unlock(&tn__cache.lock);
+    tn__cache_unlock();
 }
 
 size_t tn_cache_idle_bytes(void)
 {
-    pthread_mutex_lock(&tn__cache.lock);
+    tn__cache_lock();
     size_t idle = tn__cache.idle_bytes;
-    pthread_mutex_unlock(&tn__cache.lock);
+    tn__cache_unlock();
     return idle;
 }
 
@@ -270,9 +279,9 @@ static void *tn__raw_alloc(size_t bytes)
         p = tn__default_alloc(bytes, NULL);
     }
     if (!p) {
-        pthread_mutex_lock(&tn__cache.lock);
+        tn__cache_lock();
         tn__cache.busy_bytes -= bytes;
-        pthread_mutex_unlock(&tn__cache.lock);
+        tn__cache_unlock();
     }
     return p;
 }

@@ -1,6 +1,7 @@
-/* The default allocator's buffer cache: reuse by exact size, the limit and its eviction order, the
- * bypass while gradprof records, a replaced allocator, contents, and threads. The tests run in this
- * order: the first one sees the process's first buffers (the default limit follows their peak). */
+/* The default allocator's buffer cache: reuse by exact size, the limit and its eviction order,
+ * the bypass while gradprof records, a replaced allocator, contents, threads and fork. The tests
+ * run in this order: the first one sees the process's first buffers (the default limit follows
+ * their peak). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -8,9 +9,11 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "gradprof/tensor.h"
@@ -209,6 +212,39 @@ static void test_threads_share_the_cache(void **state)
     assert_int_equal(tn_cache_idle_bytes(), 0);
 }
 
+static atomic_bool churning;
+static void *churn_until_told(void *arg)
+{
+    while (atomic_load(&churning))
+        tn_release(floats(1024));
+    return NULL;
+}
+
+/* A child forked while another thread uses the cache can use it too: the lock is not left held
+ * in the child (a child that hangs is killed by its alarm and the test fails). */
+static void test_fork_while_another_thread_allocates(void **state)
+{
+    pthread_t th;
+    atomic_store(&churning, true);
+    assert_int_equal(pthread_create(&th, NULL, churn_until_told, NULL), 0);
+    for (int i = 0; i < 50; i++) {
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            alarm(10);
+            tn_release(floats(1024));
+            tn_release(floats(512));
+            _exit(0);
+        }
+        int status = 0;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    atomic_store(&churning, false);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    tn_cache_release();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -219,6 +255,7 @@ int main(void)
         cmocka_unit_test(test_bypassed_while_recording),
         cmocka_unit_test(test_replaced_allocator_sees_every_request),
         cmocka_unit_test(test_threads_share_the_cache),
+        cmocka_unit_test(test_fork_while_another_thread_allocates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
