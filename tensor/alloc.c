@@ -84,7 +84,7 @@ static tn_allocator tn__allocator = {tn__default_alloc, tn__default_free, NULL};
  * an arena: the next step of a loop reuses the pages the last one faulted in, where glibc would
  * have trimmed its heap or unmapped the block and the step would fault them in again. Only the
  * default allocator's buffers are kept (a replaced allocator sees every request). The idle bytes
- * are bounded by the limit, by default the peak of the bytes of such buffers in use (so they at
+ * are bounded by the limit, by default the peak of the bytes of its buffers in use (so they at
  * most double the tensors' peak); past it the least recently freed go back to malloc. While
  * gradprof records, the cache is emptied and bypassed: a trace shows every buffer made and freed
  * by malloc with its tensor, as without a cache.

@@ -86,7 +86,7 @@ void tn_set_allocator(const tn_allocator *allocator);
  * so that a loop's next step reuses its pages instead of faulting them in again; while gradprof
  * records, the cache is emptied and bypassed, and a trace shows every buffer made and freed with
  * its tensor. The idle bytes are bounded by a limit: TN_CACHE_LIMIT_PEAK (the default) is the peak
- * of the bytes of such buffers in use so far; 0 turns the cache off. Past the limit, the least
+ * of the bytes of the default allocator's buffers in use so far; 0 turns the cache off. Past the limit, the least
  * recently freed go back to malloc. tn_cache_set_limit returns the previous limit. */
 #define TN_CACHE_LIMIT_PEAK ((size_t)-1)
 size_t tn_cache_set_limit(size_t bytes);
