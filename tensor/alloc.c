@@ -79,15 +79,16 @@ static tn_allocator tn__allocator = {tn__default_alloc, tn__default_free, NULL};
 /* ---- The buffer cache ---------------------------------------------------------------------- */
 
 /*
- * A buffer of TN__CACHE_MIN bytes or more that goes while gradprof is not recording is kept for
- * the next request of exactly its size instead of going back to malloc, as inference runtimes keep
- * an arena: the next step of a loop reuses the pages the last one faulted in, where glibc would
- * have trimmed its heap or unmapped the block and the step would fault them in again. Only the
- * default allocator's buffers are kept (a replaced allocator sees every request). The idle bytes
- * are bounded by the limit, by default the peak of the bytes of its buffers in use (so they at
- * most double the tensors' peak); past it the least recently freed go back to malloc. While
- * gradprof records, the cache is emptied and bypassed: a trace shows every buffer made and freed
- * by malloc with its tensor, as without a cache.
+ * A buffer of TN__CACHE_MIN bytes or more that a step made (not a parameter or optimizer state)
+ * and that goes while gradprof is not recording is kept for the next request of exactly its size
+ * instead of going back to malloc, as inference runtimes keep an arena: the next step of a loop
+ * reuses the pages the last one faulted in, where glibc would have trimmed its heap or unmapped the
+ * block and the step would fault them in again. Only the default allocator's buffers are kept (a
+ * replaced allocator sees every request). The idle bytes are bounded by the limit, by default the
+ * peak of the bytes of its buffers in use (so they at most double the tensors' peak); past it the
+ * least recently freed go back to malloc. While gradprof records, the cache is emptied and
+ * bypassed: a trace shows every buffer made and freed by malloc with its tensor, as without a
+ * cache.
  *
  * An idle buffer holds its own links. Each size has a list of its idle buffers, newest first, in
  * an open-addressed table of sizes; one list orders all of them by age. One lock guards it all.
@@ -211,9 +212,9 @@ static void *tn__cache_take(size_t bytes)
     return b;
 }
 
-/* Counts a buffer of `bytes` as no longer in use, and keeps it if the cache may; false if the
- * caller must free it. */
-static bool tn__cache_keep(void *p, size_t bytes)
+/* Counts a buffer of `bytes` as no longer in use, and keeps it if `wanted` and the cache may;
+ * false if the caller must free it. */
+static bool tn__cache_keep(void *p, size_t bytes, bool wanted)
 {
     tn__cache_lock();
     tn__cache.busy_bytes -= bytes;
@@ -221,7 +222,7 @@ static bool tn__cache_keep(void *p, size_t bytes)
     if (lp_is_recording())
         limit = 0;
     tn__size_slot *s = NULL;
-    if (bytes < TN__CACHE_MIN || bytes > limit || !(s = tn__slot_for(bytes))) {
+    if (!wanted || bytes < TN__CACHE_MIN || bytes > limit || !(s = tn__slot_for(bytes))) {
         tn__cache_trim(limit);
         tn__cache_unlock();
         return false;
@@ -286,11 +287,15 @@ static void *tn__raw_alloc(size_t bytes)
     return p;
 }
 
-static void tn__raw_free(void *ptr, size_t bytes)
+/* Frees a buffer of tn__raw_alloc whose category is `category`: parameters and optimizer state,
+ * made once and freed with their model or optimizer, go back to malloc; what a step makes and frees
+ * (activations, gradients, inputs, scratch, graph nodes) may be kept for the next step. */
+static void tn__raw_free(void *ptr, size_t bytes, lp_category category)
 {
+    bool per_step = category != LP_CAT_PARAMETER && category != LP_CAT_OPTIMIZER_STATE;
     if (tn__allocator.free != tn__default_free)
         tn__allocator.free(ptr, tn__allocator.ctx);
-    else if (!tn__cache_keep(ptr, bytes))
+    else if (!tn__cache_keep(ptr, bytes, per_step))
         free(ptr);
 }
 
@@ -338,5 +343,5 @@ void tn__free(void *ptr, size_t bytes, lp_category category)
     if (!ptr)
         return;
     lp_free(ptr, bytes, LP_DEVICE_HOST, category);
-    tn__raw_free(ptr, bytes);
+    tn__raw_free(ptr, bytes, category);
 }

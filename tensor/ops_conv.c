@@ -507,8 +507,8 @@ static void pool_row(const geom *g, const float *xp, int64_t oh, int64_t lo, int
 /* The take rule of pool_row and window_argmax: v replaces the best so far when greater, or NaN. */
 static inline bool pool_takes(float v, float best) { return (v > best) | (v != v); }
 
-/* Whether a max pool is 2x2 with stride 2, unpadded, over rows of unit stride: the CNNs' pool, whose
- * windows tile the input; max_pool_2x2_row and max_pool_2x2_row_backward do it without the
+/* Whether a max pool is 2x2 with stride 2, unpadded, over rows of unit stride: the CNNs' pool,
+ * whose windows tile the input; max_pool_2x2_row and max_pool_2x2_row_backward do it without the
  * general path's per-row setup (rows are short there: 8 to 32 outputs). */
 static bool max_pool_is_2x2(const geom *g)
 {

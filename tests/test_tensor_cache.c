@@ -1,7 +1,7 @@
 /* The default allocator's buffer cache: reuse by exact size, the limit and its eviction order,
- * the bypass while gradprof records, a replaced allocator, contents, threads and fork. The tests
- * run in this order: the first one sees the process's first buffers (the default limit follows
- * their peak). */
+ * parameters left out, the bypass while gradprof records, a replaced allocator, contents, threads
+ * and fork. The tests run in this order: the first one sees the process's first buffers (the
+ * default limit follows their peak). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -65,6 +65,24 @@ static void test_reuse_by_exact_size(void **state)
     tn_release(other);
     tn_release(c);
     tn_release(d);
+    tn_cache_release();
+}
+
+/* Parameters and optimizer state, made once and freed with their model or optimizer, go back to
+ * malloc; a step's buffers of every other category are kept. */
+static void test_parameters_go_back_to_malloc(void **state)
+{
+    const lp_category kept[] = {LP_CAT_INPUT, LP_CAT_ACTIVATION, LP_CAT_GRADIENT, LP_CAT_TEMPORARY};
+    tn_tensor *t[4];
+    for (int i = 0; i < 4; i++)
+        t[i] = tn_empty(1, (const int64_t[]){1024}, kept[i]);
+    for (int i = 0; i < 4; i++)
+        tn_release(t[i]);
+    assert_int_equal(tn_cache_idle_bytes(), 4 * 4096);
+    tn_release(tn_empty(1, (const int64_t[]){1024}, LP_CAT_PARAMETER));
+    tn_release(tn_empty(1, (const int64_t[]){2048}, LP_CAT_PARAMETER));
+    tn_release(tn_empty(1, (const int64_t[]){2048}, LP_CAT_OPTIMIZER_STATE));
+    assert_int_equal(tn_cache_idle_bytes(), 3 * 4096); /* one was taken, none came back */
     tn_cache_release();
 }
 
@@ -250,6 +268,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_default_limit_is_the_peak_in_use),
         cmocka_unit_test(test_reuse_by_exact_size),
+        cmocka_unit_test(test_parameters_go_back_to_malloc),
         cmocka_unit_test(test_limit_evicts_the_oldest),
         cmocka_unit_test(test_reused_buffers_are_initialised),
         cmocka_unit_test(test_bypassed_while_recording),

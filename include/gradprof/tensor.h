@@ -82,12 +82,14 @@ typedef struct tn_allocator {
 void tn_set_allocator(const tn_allocator *allocator);
 
 /* The buffer cache of the default allocator (README, "Speed in a loop"). A buffer of 256 bytes or
- * more that goes while gradprof is not recording is kept for the next request of exactly its size,
- * so that a loop's next step reuses its pages instead of faulting them in again; while gradprof
- * records, the cache is emptied and bypassed, and a trace shows every buffer made and freed with
- * its tensor. The idle bytes are bounded by a limit: TN_CACHE_LIMIT_PEAK (the default) is the peak
- * of the bytes of the default allocator's buffers in use so far; 0 turns the cache off. Past the limit, the least
- * recently freed go back to malloc. tn_cache_set_limit returns the previous limit. */
+ * more that goes while gradprof is not recording, other than a parameter or optimizer state, is
+ * kept for the next request of exactly its size, so that a loop's next step reuses its pages
+ * instead of faulting them in again (parameters and optimizer state go back to malloc when their
+ * model or optimizer goes). While gradprof records, the cache is emptied and bypassed, and a trace
+ * shows every buffer made and freed with its tensor. The idle bytes are bounded by a limit:
+ * TN_CACHE_LIMIT_PEAK (the default) is the peak of the bytes of the default allocator's buffers in
+ * use so far; 0 turns the cache off. Past the limit, the least recently freed go back to malloc.
+ * tn_cache_set_limit returns the previous limit. */
 #define TN_CACHE_LIMIT_PEAK ((size_t)-1)
 size_t tn_cache_set_limit(size_t bytes);
 /* Gives every idle buffer back to malloc (as torch.cuda.empty_cache() does). */
