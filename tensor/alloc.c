@@ -101,6 +101,8 @@ typedef struct tn__idle {
     size_t bytes;
 } tn__idle;
 
+_Static_assert(TN__CACHE_MIN >= sizeof(tn__idle), "an idle buffer holds its own links");
+
 typedef struct tn__size_slot {
     size_t bytes; /* 0: empty */
     tn__idle *newest;
