@@ -412,6 +412,10 @@ static float window_max(const geom *g, const float *xp, int64_t h0, int64_t h1, 
     return nan ? NAN : best;
 }
 
+/* The max pools' rule, in every path: v replaces the best so far when greater, or NaN (so a window
+ * gives its first maximum, or its last NaN). */
+static inline bool pool_takes(float v, float best) { return (v > best) | (v != v); }
+
 /* The position (h * W + w) of the window's maximum, as PyTorch's CPU kernel picks it: the first
  * maximum in row-major order, or the last NaN. One pass, without branches on the values (a later
  * element is taken when it is greater, or NaN): comparisons on activations are unpredictable. */
@@ -424,7 +428,7 @@ static int64_t window_argmax(const geom *g, const float *xp, int64_t h0, int64_t
         const float *row = xp + h * g->sh;
         for (int64_t w = h == h0 ? w0 + 1 : w0; w < w1; w++) {
             float v = row[w * g->sw];
-            bool take = (v > best) | (v != v);
+            bool take = pool_takes(v, best);
             best = take ? v : best;
             best_at = take ? h * g->W + w : best_at;
         }
@@ -466,7 +470,7 @@ static inline void pool_accumulate(float *restrict o, const float *restrict x, i
     if (is_max) {
         for (int64_t i = 0; i < n; i++) {
             float v = x[i * step];
-            o[i] = (v > o[i]) | (v != v) ? v : o[i];
+            o[i] = pool_takes(v, o[i]) ? v : o[i];
         }
     } else {
         for (int64_t i = 0; i < n; i++)
@@ -503,9 +507,6 @@ static void pool_row(const geom *g, const float *xp, int64_t oh, int64_t lo, int
         for (int64_t i = 0; i < n; i++)
             o[i] *= inv;
 }
-
-/* The take rule of pool_row and window_argmax: v replaces the best so far when greater, or NaN. */
-static inline bool pool_takes(float v, float best) { return (v > best) | (v != v); }
 
 /* Whether a max pool is 2x2 with stride 2, unpadded, over rows of unit stride: the CNNs' pool,
  * whose windows tile the input; max_pool_2x2_row and max_pool_2x2_row_backward do it without the
@@ -608,7 +609,7 @@ static inline void argmax_accumulate(float *restrict best, int32_t *restrict at,
 {
     for (int64_t i = 0; i < n; i++) {
         float v = x[i * step];
-        bool take = (v > best[i]) | (v != v);
+        bool take = pool_takes(v, best[i]);
         best[i] = take ? v : best[i];
         at[i] = take ? base + (int32_t)i * stride : at[i];
     }

@@ -102,8 +102,9 @@ static inline void *gp__push(void **items, size_t *n, size_t *cap, size_t size)
     return gp__push_as(items, n, cap, size, false);
 }
 
-/* gp__push for an array only the diff makes (the alignment's records), whose faults cost more
- * than the unfilled rest of its last huge page: it grows as a big block. */
+/* gp__push for an array only the diff makes (the alignment's records, its gone list, the union
+ * of buffers), whose faults cost more than the unfilled rest of its last huge page: it grows as a
+ * big block. */
 static inline void *gp__push_big(void **items, size_t *n, size_t *cap, size_t size)
 {
     return gp__push_as(items, n, cap, size, true);
