@@ -56,14 +56,14 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "support.h"
 
 /* Caps on values that size the reader's tables: far above what a real program writes, low enough
  * that a damaged or hostile file cannot make the reader allocate without bound. */
@@ -93,23 +93,6 @@ static int grow(void **p, size_t *cap, size_t need, size_t size)
     *p = q;
     *cap = n;
     return 0;
-}
-
-/* A block for a big table that is accessed at random: 2 MiB-aligned and marked for transparent
- * huge pages when it is that large (fewer TLB misses); freed with free(). NULL when out of
- * memory. */
-static void *huge_alloc(size_t bytes)
-{
-    const size_t huge = (size_t)2 << 20;
-    if (bytes < huge)
-        return malloc(bytes);
-    void *p = NULL;
-    if (posix_memalign(&p, huge, bytes) != 0)
-        return NULL;
-#ifdef MADV_HUGEPAGE
-    madvise(p, bytes, MADV_HUGEPAGE);
-#endif
-    return p;
 }
 
 static uint64_t mix64(uint64_t x)
@@ -1074,15 +1057,15 @@ static int stack_table_build(gp_trace *t, size_t nodes)
     size_t ns = 256;
     while (ns / 4 * 3 < nodes)
         ns *= 2;
-    t->stacks = huge_alloc(nodes * sizeof *t->stacks);
-    t->stack_kids = huge_alloc(nodes * sizeof *t->stack_kids);
+    t->stacks = gp__malloc_big(nodes * sizeof *t->stacks);
+    t->stack_kids = gp__malloc_big(nodes * sizeof *t->stack_kids);
     t->frames =
         malloc(nodes * sizeof *t->frames); /* what is touched: as many frames as there are */
     t->nframe_slots = 1024;
     t->frame_slots = calloc(t->nframe_slots, sizeof *t->frame_slots);
     /* Written before it is read (a calloc'd mapping faults every page twice: read, then write),
      * on huge pages where the system allows it: the probes land anywhere in it. */
-    t->stack_slots = huge_alloc(ns * sizeof *t->stack_slots);
+    t->stack_slots = gp__malloc_big(ns * sizeof *t->stack_slots);
     if (!t->stacks || !t->stack_kids || !t->frames || !t->frame_slots || !t->stack_slots)
         return -1;
     memset(t->stack_slots, 0, ns * sizeof *t->stack_slots);
@@ -1914,12 +1897,7 @@ static int ra_start(gp_trace *t)
     pthread_cond_init(&ra->to_merge, NULL);
     pthread_cond_init(&ra->to_reader, NULL);
     t->ra = ra;
-    sigset_t all, old; /* the caller's signals stay the caller's */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int r = pthread_create(&ra->thread, NULL, ra_main, t);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (r != 0) {
+    if (gp__start_quiet_thread(&ra->thread, ra_main, t) != 0) {
         t->ra = NULL;
         pthread_cond_destroy(&ra->to_reader);
         pthread_cond_destroy(&ra->to_merge);

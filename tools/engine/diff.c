@@ -9,7 +9,6 @@
 #include "diff.h"
 
 #include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 
 #include "array.h"
@@ -645,11 +644,7 @@ static void early_scan_start(early_scan *es, const char *path)
     if (gp_trace_open(path, &es->trace, err, sizeof err) != 0)
         return;
     gp_trace_readahead(es->trace);
-    sigset_t all, old; /* the caller's signals stay the caller's */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    es->started = pthread_create(&es->thread, NULL, early_scan_main, es) == 0;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    es->started = gp__start_quiet_thread(&es->thread, early_scan_main, es) == 0;
 }
 
 /* Waits for the scan; the trace is the caller's from here on. */
