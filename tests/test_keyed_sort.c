@@ -13,14 +13,12 @@
 
 #include "analysis.h"
 #include "keyed_sort.h"
+#include "xorshift.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 static uint64_t rng(uint64_t n)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state % n;
+    return xorshift64(&rng_state) % n;
 }
 
 static int cmp_keyed(const void *x, const void *y)

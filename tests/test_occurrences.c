@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "occurrences.h"
+#include "xorshift.h"
 
 /* Counts `n` buffers of one kind in one instance; asserts their indexes are base, base+1, ... */
 static void count_n(gp_occurrences *o, uint64_t kind, bool scoped, uint64_t ordinal, uint64_t n,
@@ -78,10 +79,7 @@ static void test_nested_instances(void **state)
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 static uint64_t rng(uint64_t n)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state % n;
+    return xorshift64(&rng_state) % n;
 }
 
 #define KINDS 6

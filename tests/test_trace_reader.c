@@ -27,6 +27,7 @@
 
 #include "gradprof/trace.h"
 #include "gradprof/trace_format.h"
+#include "xorshift.h"
 
 /* ---- a scratch directory --------------------------------------------------------------------- */
 
@@ -1428,7 +1429,7 @@ static void test_damage_fuzz(void **state)
         size_t c = offs[iter % 4];
         uint32_t n = gp_get_u32(m.data + c + 4);
         for (int k = 0; k < flips; k++) {
-            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            xorshift64(&x);
             size_t at = c + 12 + (x >> 8) % (GP_CHUNK_HEADER_BYTES - 12 + n);
             m.data[at] = (uint8_t)x;
         }
@@ -1791,14 +1792,6 @@ static void test_times_never_go_back(void **state)
     fb_free(&f);
 }
 
-static uint64_t rnd(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
 /* Random traces: W threads with random event times (many equal across threads), cut into random
  * chunks, laid out in the file in random orders that keep each thread's own order (some chunks
  * very late), thread-0 chunks anywhere. Every layout must give the same stream, sorted by (time,
@@ -1818,14 +1811,14 @@ static void test_exact_any_layout(void **state)
             uint64_t tm = 1000 + w; /* distinct first times: thread w is thread index w */
             for (size_t i = 0; i < PER; i++) {
                 times[w][i] = tm;
-                uint64_t r = rnd(&seed) % 8;
-                tm += r < 3 ? 0 : (r < 6 ? 10 - (tm % 10) : rnd(&seed) % 200);
+                uint64_t r = xorshift64(&seed) % 8;
+                tm += r < 3 ? 0 : (r < 6 ? 10 - (tm % 10) : xorshift64(&seed) % 200);
             }
             ncut[w] = 0;
             cut[w][ncut[w]++] = 0;
             size_t at = 0;
             while (at < PER && ncut[w] < MAXCH) {
-                at += 1 + rnd(&seed) % (2 * PER / MAXCH * 4);
+                at += 1 + xorshift64(&seed) % (2 * PER / MAXCH * 4);
                 cut[w][ncut[w]++] = at < PER ? at : PER;
             }
             cut[w][ncut[w] - 1] = PER;
@@ -1846,7 +1839,7 @@ static void test_exact_any_layout(void **state)
                         cand[nc++] = w;
                 if (nc == 0)
                     break;
-                uint32_t w = cand[layout == 0 ? 0 : rnd(&seed) % nc];
+                uint32_t w = cand[layout == 0 ? 0 : xorshift64(&seed) % nc];
                 size_t k = next[w]++;
                 uint64_t base = times[w][cut[w][k]];
                 e_begin(&e, base);
@@ -1858,7 +1851,7 @@ static void test_exact_any_layout(void **state)
                         r_alloc(&e, times[w][i], addr, 8, 0, LP_DEVICE_HOST, false);
                 }
                 fb_chunk(&f, w, base, times[w][cut[w][k + 1] - 1], &e);
-                if (!meta_done && rnd(&seed) % 16 == 0) {
+                if (!meta_done && xorshift64(&seed) % 16 == 0) {
                     e_begin(&e, 0);
                     r_meta(&e, "start_monotonic_ns", "0");
                     fb_chunk(&f, 0, 0, 0, &e);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cancel_alloc.h"
+#include "../xorshift.h"
 
 typedef struct counts {
     volatile uint64_t allocs, frees;
@@ -54,9 +55,7 @@ int main(void)
             return 1;
     }
     while (cancelled < CA_THREADS) {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
+        xorshift64(&rng);
         struct timespec nap = {0, (long)(rng % 2000000)}; /* 0..2 ms */
         nanosleep(&nap, NULL);
         int k = (int)(rng >> 40) % CA_AT_ONCE;

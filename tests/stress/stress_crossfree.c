@@ -24,6 +24,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../xorshift.h"
+
 #define MAX_THREADS 256
 #define RING 32
 #define MAILBOX 512
@@ -39,15 +41,6 @@ static int nthreads;
 static uint64_t per_thread;
 static pthread_barrier_t sent_all;
 static uint64_t freed[MAX_THREADS];
-
-static uint64_t xorshift(uint64_t *s)
-{
-    uint64_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *s = x;
-}
 
 /* Frees everything in thread i's mailbox (blocks other threads allocated). */
 static void drain(int i)
@@ -69,7 +62,7 @@ static void *worker(void *arg)
     uint64_t seed = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1) + 1;
     void *ring[RING] = {0};
     for (uint64_t k = 0; k < per_thread; k++) {
-        uint64_t r = xorshift(&seed);
+        uint64_t r = xorshift64(&seed);
         /* Sixteen size classes of 16..256 bytes, and now and then anything up to 4096. */
         size_t size =
             (r & 15) == 0 ? 1 + (size_t)((r >> 4) % 4096) : 16 * (1 + (size_t)((r >> 4) & 15));

@@ -34,6 +34,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../xorshift.h"
+
 static atomic_bool stop;
 static volatile sig_atomic_t handler_runs;
 
@@ -210,9 +212,7 @@ static int do_cancel(long rounds)
         for (int i = 0; i < 4; i++)
             if (pthread_create(&th[i], NULL, cancel_worker, &counts[i]) != 0)
                 return 1;
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
+        xorshift64(&rng);
         struct timespec nap = {0, (long)(rng % 2000000)};
         nanosleep(&nap, NULL);
         for (int i = 0; i < 4; i++) {

@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../xorshift.h"
+
 #define MAX_THREADS 64
 #define RING 64
 #define MAILBOX 4096
@@ -33,15 +35,6 @@ static uint64_t per_thread;
 static pthread_barrier_t sent_all;
 static uint64_t checksum[MAX_THREADS];
 static uint64_t freed[MAX_THREADS];
-
-static uint64_t xorshift(uint64_t *s)
-{
-    uint64_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *s = x;
-}
 
 /* Frees everything in thread i's mailbox. */
 static void drain(int i)
@@ -69,7 +62,7 @@ static void *worker(void *arg)
     int next = (i + 1) % nthreads;
     uint64_t sum = 0;
     for (uint64_t k = 0; k < per_thread; k++) {
-        uint64_t r = xorshift(&seed);
+        uint64_t r = xorshift64(&seed);
         size_t size = 1 + (size_t)(r % 4096);
         unsigned char *p = malloc(size);
         if (!p)
