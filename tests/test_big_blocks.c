@@ -1,7 +1,7 @@
-/* The analysers' big blocks (tools/engine/array.h): contents survive every way a block or an
- * array grows across the 2 MiB line, big blocks are 2 MiB-aligned, zeroed where asked, and offered
- * as huge pages (checked in /proc/self/smaps where the kernel reports THP advice), and the hash map
- * built on them keeps every entry through its rehashes. */
+/* The analysers' big blocks (libprof/format/support.h) and arrays (tools/engine/array.h): contents
+ * survive every way a block or an array grows across the 2 MiB line, big blocks are 2 MiB-aligned,
+ * zeroed where asked, and offered as huge pages (checked in /proc/self/smaps where the kernel
+ * reports THP advice), and the hash map built on them keeps every entry through its rehashes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
