@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "gradprof/tensor.h"
+#include "xorshift.h"
 
 static tn_tensor *floats(int64_t n)
 {
@@ -190,11 +191,11 @@ static void test_replaced_allocator_sees_every_request(void **state)
  * wrote: no buffer is handed out twice (run under TSan by scripts/test.sh). */
 static void *churn(void *arg)
 {
-    unsigned seed = (unsigned)(uintptr_t)arg;
+    uint64_t seed = (uintptr_t)arg; /* 1 to 4 */
     tn_tensor *held[8] = {0};
     for (int i = 0; i < 20000; i++) {
-        seed = seed * 1103515245u + 12345u;
-        int slot = (int)(seed >> 16) % 8;
+        xorshift64(&seed);
+        int slot = (int)((seed >> 16) % 8);
         if (held[slot]) {
             const float *d = tn_data(held[slot]);
             int64_t n = tn_numel(held[slot]);
@@ -204,7 +205,7 @@ static void *churn(void *arg)
             tn_release(held[slot]);
             held[slot] = NULL;
         } else {
-            int64_t n = 64 << (seed >> 24) % 6;
+            int64_t n = 64 << (seed >> 24) % 6; /* 64 to 2048 floats */
             held[slot] = tn_full(1, &n, (float)(uintptr_t)arg, LP_CAT_ACTIVATION);
             if (!held[slot])
                 return "out of memory";

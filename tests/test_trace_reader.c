@@ -501,11 +501,9 @@ static void test_crc32c(void **state)
         assert_int_equal(gp_crc32c(gp_crc32c(0, check, k), &check[k], 9 - k), 0xE3069283u);
     /* Every table, length and alignment against the bitwise definition. */
     uint8_t buf[300];
-    uint32_t x = 12345;
-    for (size_t i = 0; i < sizeof buf; i++) {
-        x = x * 1103515245u + 12345u;
-        buf[i] = (uint8_t)(x >> 16);
-    }
+    uint64_t x = 12345;
+    for (size_t i = 0; i < sizeof buf; i++)
+        buf[i] = (uint8_t)(xorshift64(&x) >> 16);
     for (size_t start = 0; start < 9; start++)
         for (size_t n = 0; n + start <= sizeof buf; n += 7) {
             assert_int_equal(gp_crc32c(0, buf + start, n), crc_bitwise(0, buf + start, n));
