@@ -4,8 +4,8 @@
  * buffer cache.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
