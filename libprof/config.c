@@ -21,6 +21,7 @@ void lp_options_default(lp_options *o)
     o->enabled = true;
     o->frame_pointers = true;
     o->cfi = true;
+    o->tsc = true;
 }
 
 /* Warns about variable `name` (index `key`) once: "gradprof: GRADPROF_X='v' <why>; using <dflt>". */
@@ -119,4 +120,7 @@ void lp_options_from_env(lp_options *o)
     v = o->cfi;
     if (lp__env_uint(7, "GRADPROF_CFI", 0, 1, &v) == 0)
         o->cfi = v != 0;
+    v = o->tsc;
+    if (lp__env_uint(8, "GRADPROF_TSC", 0, 1, &v) == 0)
+        o->tsc = v != 0;
 }

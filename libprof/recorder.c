@@ -36,6 +36,8 @@
  * previous one gets the previous time + 1 ns). A free is stamped before the block is given back
  * to the allocator and an allocation after the allocator returned it, so across threads too the
  * free of an address comes before any allocation that reuses it (trace_format.h, "Ordering").
+ * While one thread alone records, its stamps come from the TSC without waiting for earlier
+ * instructions, never later than the instants they stand for (lp__event_time).
  *
  * Memory. Everything here comes from mmap: the recorder never calls malloc, so it neither recurses
  * into the interposer nor shows up in the program's heap. Tables grow by doubling.
@@ -72,6 +74,15 @@
 
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/prctl.h>
+#include <x86intrin.h>
+#define LP__HAVE_TSC 1
+#else
+#define LP__HAVE_TSC 0
+#endif
 
 #include "cfi.h"
 #include "gradprof/trace_format.h"
@@ -304,6 +315,12 @@ static struct {
     char path_template[4096];
     uint64_t start_ns;
     atomic_uint_fast64_t generation; /* bumped by each start and in a forked child */
+    /* The clock (lp__event_time): true while every stamp must be an ordered read (more than one
+     * thread has recorded since the start, no usable TSC, or the TSC ran ahead of the clock). */
+    atomic_bool ordered_clock;
+    atomic_uint writers; /* threads that have recorded since the start (or the fork) */
+    atomic_bool tsc_used; /* some stamp came from the TSC ("clock" metadata) */
+    atomic_int tsc_stop;  /* why the TSC stamps ended early: 0 none, else an LP__TSC_* reason */
 
     pthread_mutex_t lock; /* thread list, module map, process-wide records, file creation */
     lp__thread *threads;
@@ -350,6 +367,12 @@ struct lp__thread {
      * across the OS threads that use the state in turn: times per thread index only increase);
      * first_time: when the buffer's oldest record was made (the flush-by-age clock). */
     uint64_t base_time, last_time, last_addr, first_time;
+    /* The clock's anchor (lp__clock_anchor): an ordered read and the TSC just after it; the
+     * thread's first one, which the rate is calibrated from; the rate (ns a tick, 32.32 fixed
+     * point, 0 until calibrated), the ticks an interpolation may span, and the stamps
+     * interpolated since the anchor. */
+    uint64_t ns_at, tsc_at, ns_first, tsc_first, ns_per_tick, tsc_span;
+    uint32_t tsc_uses;
     lp__map strings;  /* (hash1, hash2) -> string id */
     lp__idmap frames; /* (hash of the frame keys down to a node) -> stack id */
     lp__map ip_cache; /* (ip, 1) -> module id << 48 | offset */
@@ -428,6 +451,158 @@ static uint64_t lp__now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * Event times. Every timed record carries a CLOCK_MONOTONIC time, and lp__now reads it in order:
+ * after every earlier instruction. In a program that runs between its allocations (an interpreter
+ * importing a library) that wait costs as much as the rest of the event path (bench/NOTES.md).
+ * While a single thread records, its stamps are read from the TSC without the wait instead (x86-64
+ * with an invariant TSC; GRADPROF_TSC=0 turns it off): interpolated from the thread's anchor (an
+ * ordered read and the TSC just after it, taken again every LP__TSC_RUN stamps or LP__TSC_SPAN_NS)
+ * at a rate calibrated a little low, so that a stamp is never later than the instant it stands
+ * for, and times still strictly increase per thread (lp__begin). The trace's ordering contract
+ * (trace_format.h) needs nothing more while no other thread records. The first time a second
+ * thread records (lp__count_writer), every stamp is an ordered read again: that thread registers
+ * before anything it does, and on x86 a thread that sees memory another one released also sees
+ * what that one stored before, its registration included. A TSC that goes back or runs ahead of
+ * the clock at an anchor (a move to a CPU whose counter differs, a changed rate) ends the TSC
+ * stamps for the rest of the recording.
+ */
+#define LP__TSC_RUN 64                   /* interpolated stamps between two anchors */
+#define LP__TSC_SPAN_NS 100000ull        /* nor further than this from the anchor */
+#define LP__TSC_CALIBRATE_NS 4000000ull  /* the rate is measured over at least this */
+#define LP__TSC_PAIR_NS 1000ull          /* an anchor's two clock reads at most this apart */
+
+/* Whether this process may stamp from the TSC: the option, an invariant TSC, and a TSC the
+ * process may read (prctl PR_SET_TSC can make RDTSC fault). */
+static bool lp__tsc_usable(void)
+{
+#if LP__HAVE_TSC
+    unsigned a, b, c, d;
+    if (!R.opts.tsc || !__get_cpuid(0x80000000u, &a, &b, &c, &d) || a < 0x80000007u)
+        return false;
+    if (!__get_cpuid(0x80000007u, &a, &b, &c, &d) || !(d & (1u << 8)))
+        return false;
+#ifdef PR_GET_TSC
+    int mode = 0;
+    if (prctl(PR_GET_TSC, &mode, 0, 0, 0) == 0 && mode != PR_TSC_ENABLE)
+        return false;
+#endif
+    return true;
+#else
+    return false;
+#endif
+}
+
+/* A new recording (start, fork): no thread has recorded yet. Under R.lock, before the generation
+ * is bumped. */
+static void lp__clock_reset(void)
+{
+    atomic_store(&R.writers, 0);
+    atomic_store(&R.tsc_used, false);
+    atomic_store(&R.tsc_stop, 0);
+    atomic_store(&R.ordered_clock, !lp__tsc_usable());
+}
+
+enum { LP__TSC_BACK = 1, LP__TSC_AHEAD };
+
+/* The "clock" metadata: how the stamps were read. */
+static const char *lp__clock_kind(void)
+{
+    if (!atomic_load(&R.tsc_used))
+        return "monotonic";
+    switch (atomic_load(&R.tsc_stop)) {
+    case LP__TSC_BACK:
+        return "monotonic+tsc (the TSC went back: monotonic from then on)";
+    case LP__TSC_AHEAD:
+        return "monotonic+tsc (the TSC ran ahead of the clock: monotonic from then on)";
+    default:
+        return "monotonic+tsc";
+    }
+}
+
+/* Counts the calling thread as one that records, before its first stamp. */
+static void lp__count_writer(void)
+{
+    if (atomic_fetch_add(&R.writers, 1) > 0)
+        atomic_store(&R.ordered_clock, true);
+}
+
+#if LP__HAVE_TSC
+/* Ends the TSC stamps for the rest of the recording, for `why`. */
+static void lp__tsc_stop(int why)
+{
+    atomic_store(&R.tsc_stop, why);
+    atomic_store(&R.ordered_clock, true);
+}
+
+/* An ordered read that becomes th's anchor: the clock, the TSC after it (LFENCE: not before the
+ * clock was read), the clock again; the anchor is taken only if the two reads are close, so the
+ * TSC reading lies between them. Checks the interpolation since the last anchor against it and
+ * calibrates the rate. Returns the first clock read. */
+static uint64_t lp__clock_anchor(lp__thread *th)
+{
+    uint64_t ns = lp__now();
+    _mm_lfence();
+    uint64_t tsc = __rdtsc(), after = lp__now();
+    if (after - ns > LP__TSC_PAIR_NS)
+        return ns; /* interrupted in between: no anchor this time */
+    if (th->ns_per_tick) {
+        uint64_t ticks = tsc - th->tsc_at;
+        if ((int64_t)ticks < 0) {
+            lp__tsc_stop(LP__TSC_BACK);
+            return ns;
+        }
+        if (ticks < th->tsc_span && th->ns_at + (ticks * th->ns_per_tick >> 32) > after) {
+            lp__tsc_stop(LP__TSC_AHEAD);
+            return ns;
+        }
+    }
+    if (!th->ns_first) {
+        th->ns_first = ns;
+        th->tsc_first = tsc;
+    } else if (ns - th->ns_first >= LP__TSC_CALIBRATE_NS && tsc > th->tsc_first) {
+        /* both anchors' TSC readings lie within LP__TSC_PAIR_NS after their clock reads: the
+         * measured rate is within 2 * 1 us / 4 ms of the true one, and 1/256 below it is lower */
+        double rate = (double)(ns - th->ns_first) / (double)(tsc - th->tsc_first) *
+                      (1.0 - 1.0 / 256) * 4294967296.0;
+        th->ns_per_tick = (uint64_t)rate;
+        th->tsc_span = (uint64_t)((double)LP__TSC_SPAN_NS * 4294967296.0 / rate);
+        if (!atomic_load_explicit(&R.tsc_used, memory_order_relaxed))
+            atomic_store_explicit(&R.tsc_used, true, memory_order_relaxed);
+    }
+    /* tsc_at before ns_at, read in the other order by lp__event_time: a signal handler that
+     * stamps in between makes its stamp earlier, never later */
+    th->tsc_at = tsc;
+    atomic_signal_fence(memory_order_seq_cst);
+    th->ns_at = ns;
+    th->tsc_uses = 0;
+    return ns;
+}
+#endif
+
+/* The time of an event th records now (see above). */
+static inline uint64_t lp__event_time(lp__thread *th)
+{
+#if LP__HAVE_TSC
+    if (atomic_load_explicit(&R.ordered_clock, memory_order_relaxed))
+        return lp__now();
+    uint64_t rate = th->ns_per_tick;
+    if (rate && th->tsc_uses < LP__TSC_RUN) {
+        uint64_t ns_at = th->ns_at;
+        atomic_signal_fence(memory_order_seq_cst);
+        uint64_t ticks = __rdtsc() - th->tsc_at;
+        if (ticks < th->tsc_span) {
+            th->tsc_uses++;
+            return ns_at + (ticks * rate >> 32);
+        }
+    }
+    return lp__clock_anchor(th);
+#else
+    (void)th;
+    return lp__now();
+#endif
 }
 
 static int lp__cancel_off(void);
@@ -1155,6 +1330,7 @@ static void lp__thread_reset(lp__thread *th)
     memset(th->py_memo, 0, sizeof th->py_memo);
     th->next_string_id = 1;
     th->next_stack_id = 1;
+    th->ns_first = th->ns_per_tick = 0;
     th->len = 0;
     th->generation = atomic_load(&R.generation);
     th->modules_generation = atomic_load(&R.modules_generation);
@@ -1207,6 +1383,7 @@ static lp__thread *lp__thread_get(void)
     if (th && th->generation == atomic_load_explicit(&R.generation, memory_order_relaxed))
         return th;
     if (th) { /* a new recording (or a forked child): start the thread's tables afresh */
+        lp__count_writer();
         lp__own(th);
         lp__thread_reset(th);
         lp__give_back(th);
@@ -1263,6 +1440,7 @@ static lp__thread *lp__thread_get(void)
         atomic_store(&th->exited, false);
         lp__give_back(th);
     }
+    lp__count_writer();
     int saved_errno = errno;
     th->tid = (pid_t)syscall(SYS_gettid);
     th->rng = lp__mix((uint64_t)th->tid ^ lp__now()) | 1;
@@ -1927,7 +2105,8 @@ uint64_t lp__stamp(void)
 {
     if (!lp__recording())
         return 0;
-    return lp__thread_get() ? lp__now() : 0;
+    lp__thread *th = lp__thread_get();
+    return th ? lp__event_time(th) : 0;
 }
 
 void lp__record_alloc(const void *addr, size_t size, lp_device device)
@@ -1939,7 +2118,7 @@ void lp__record_alloc(const void *addr, size_t size, lp_device device)
     if (!th)
         return;
     uint32_t stack = lp__want_stack(th, size) ? lp__capture_stack(th) : 0;
-    uint64_t now = lp__now();
+    uint64_t now = lp__event_time(th);
     uint8_t *type_at;
     uint8_t *p = lp__begin(th, GP_REC_ALLOC, now, LP__MAX_RECORD, &type_at);
     p = lp__put_addr(th, p, type_at, (uintptr_t)addr, device);
@@ -1957,7 +2136,7 @@ LP__HOT void lp__free_at(const void *addr, lp_device device, uint64_t when)
     lp__thread *th = lp__acquire(&cancel);
     if (!th)
         return;
-    uint64_t now = when ? when : lp__now();
+    uint64_t now = when ? when : lp__event_time(th);
     uint8_t *type_at;
     uint8_t *p = lp__begin(th, GP_REC_FREE, now, LP__MAX_RECORD, &type_at);
     p = lp__put_addr(th, p, type_at, (uintptr_t)addr, device);
@@ -1987,7 +2166,7 @@ void lp__record_tag(const void *addr, size_t size, lp_device device, const lp_ta
                                                                          : 0;
     uint32_t op = lp__intern(th, tag->op), module = lp__intern(th, tag->module),
              detail = lp__intern(th, tag->detail);
-    uint64_t now = lp__now();
+    uint64_t now = lp__event_time(th);
     uint8_t *type_at;
     uint8_t *p = lp__begin(th, GP_REC_TAG, now, LP__MAX_RECORD, &type_at);
     if (tag->grad_enabled)
@@ -2014,7 +2193,7 @@ static void lp__record_simple(uint8_t type, uint8_t flags, const char *name, boo
     if (!th)
         return;
     uint32_t sid = has_name ? lp__intern(th, name) : 0;
-    uint64_t now = lp__now();
+    uint64_t now = lp__event_time(th);
     uint8_t *type_at;
     uint8_t *p = lp__begin(th, type, now, LP__MAX_RECORD, &type_at);
     *type_at |= flags;
@@ -2071,7 +2250,7 @@ void lp__record_note(const char *key, const char *value)
     }
     size_t n = keep + strlen(cut), need = n + 32;
     uint32_t kid = lp__intern(th, key);
-    uint64_t now = lp__now();
+    uint64_t now = lp__event_time(th);
     uint8_t *big = NULL, *type_at, *p;
     if (need <= LP__BUF_BYTES) {
         p = lp__begin(th, GP_REC_NOTE, now, need, &type_at);
@@ -2227,6 +2406,7 @@ static void lp__on_fatal_signal(int sig)
         reason[n++] = (char)('0' + sig % 10);
         reason[n] = '\0';
         lp__write_meta_unlocked("end_reason", reason);
+        lp__write_meta_unlocked("clock", lp__clock_kind());
     }
     lp__flush_from_signal();
     signal(sig, SIG_DFL);
@@ -2307,6 +2487,7 @@ static void lp__atfork_child(void)
     atomic_store(&R.modules, NULL);
     R.next_module_id = 0;
     lp__py_modules_reset();
+    lp__clock_reset();
     atomic_fetch_add(&R.generation, 1);
     R.start_ns = lp__now();
     lp__start_flusher();
@@ -2375,6 +2556,7 @@ int lp_start(const lp_options *o)
     R.fd_pending = false;
     atomic_store(&R.disabled, false);
     R.start_ns = lp__now();
+    lp__clock_reset();
     atomic_fetch_add(&R.generation, 1);
     lp__py_modules_reset();
     lp__write_metadata();
@@ -2397,11 +2579,13 @@ out:
     return rc;
 }
 
-/* Writes why the recording ended ("end_reason" metadata: "exit", "exec", "signal N"). */
+/* Writes why the recording ended ("end_reason" metadata: "exit", "exec", "signal N") and how
+ * its times were read ("clock"). */
 static void lp__end_reason(const char *reason)
 {
     int cancel = lp__cancel_off();
     lp__write_meta_unlocked("end_reason", reason);
+    lp__write_meta_unlocked("clock", lp__clock_kind());
     lp__cancel_restore(cancel);
 }
 

@@ -3,7 +3,7 @@
  * a real trace file with exact fields; deterministic stacks through a test unwinder; threads; the
  * tensor library's tags; fork; file creation rules; damage recovery on a real trace; the trace's
  * descriptor out of the way and surviving the program's descriptor games; strictly increasing
- * times.
+ * times, and stamps from the TSC that never run ahead of the clock.
  */
 #define _GNU_SOURCE
 #include <stdarg.h>
@@ -22,7 +22,12 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <stdatomic.h>
+#include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #include "gradprof/libprof.h"
 #include "gradprof/tensor.h"
@@ -748,6 +753,137 @@ static void test_times_strictly_increase(void **state)
     gp_trace_close(t);
 }
 
+static uint64_t monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* What the "clock" metadata should say when one thread records for long enough. */
+static const char *expected_clock(bool tsc_option)
+{
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    if (tsc_option && __get_cpuid(0x80000000u, &a, &b, &c, &d) && a >= 0x80000007u &&
+        __get_cpuid(0x80000007u, &a, &b, &c, &d) && (d & (1u << 8)))
+        return "monotonic+tsc";
+#endif
+    (void)tsc_option;
+    return "monotonic";
+}
+
+static struct {
+    _Atomic(char *) handed; /* a block the first thread made, for the second to free */
+    atomic_bool done;
+} relay;
+
+static void *free_what_is_handed(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        char *p = atomic_exchange(&relay.handed, NULL);
+        if (p) {
+            lp_free(p, 16, LP_DEVICE_HOST, LP_CAT_TEMPORARY);
+            continue;
+        }
+        if (atomic_load(&relay.done))
+            return NULL;
+    }
+}
+
+/*
+ * Stamps while one thread records (read from the TSC where it is invariant, lp__event_time):
+ * never later than the instant they stand for and at most a few microseconds before it. Then a
+ * second thread frees blocks the first makes, one at a time: every free comes after its
+ * allocation in the trace. With GRADPROF_TSC=0 (o.tsc) every stamp is an ordered read.
+ */
+static void check_stamps(bool tsc)
+{
+    enum { N = 200000, HANDED = 20000 };
+    lp_options o;
+    lp_options_default(&o);
+    snprintf(o.output, sizeof o.output, "%s/clock_%d.gptrace", tmpdir, (int)tsc);
+    o.tsc = tsc;
+    assert_int_equal(lp_start(&o), 0);
+    uint64_t *before = malloc(N * sizeof *before), *after = malloc(N * sizeof *after);
+    char *region = aligned_alloc(16, (size_t)(N + HANDED) * 16);
+    assert_non_null(before);
+    assert_non_null(after);
+    assert_non_null(region);
+    lp_tag tag = {LP_CAT_TEMPORARY, "clocked", "", NULL, false};
+    for (int i = 0; i < N; i++) {
+        before[i] = monotonic_ns();
+        lp_alloc(region + 16 * (size_t)i, 16, LP_DEVICE_HOST, &tag);
+        after[i] = monotonic_ns();
+    }
+    atomic_store(&relay.done, false);
+    pthread_t other;
+    assert_int_equal(pthread_create(&other, NULL, free_what_is_handed, NULL), 0);
+    lp_tag handed_tag = {LP_CAT_TEMPORARY, "handed", "", NULL, false};
+    for (int i = 0; i < HANDED; i++) {
+        char *p = region + 16 * (size_t)(N + i);
+        lp_alloc(p, 16, LP_DEVICE_HOST, &handed_tag);
+        char *expected = NULL;
+        while (!atomic_compare_exchange_weak(&relay.handed, &expected, p))
+            expected = NULL;
+    }
+    atomic_store(&relay.done, true);
+    pthread_join(other, NULL);
+
+    char path[4096];
+    gp_trace *t = stop_and_open(path, sizeof path);
+    gp_event ev;
+    int i = 0, frees = 0;
+    uint64_t *stamp = malloc(N * sizeof *stamp); /* since the start, known once it is read */
+    char *live = calloc(HANDED, 1);
+    assert_non_null(stamp);
+    assert_non_null(live);
+    while (next(t, &ev) == 1) {
+        if (ev.kind == GP_EV_TAG && !strcmp(ev.op, "clocked")) {
+            assert_true(i < N);
+            stamp[i++] = ev.time_ns;
+        } else if (ev.kind == GP_EV_TAG && !strcmp(ev.op, "handed")) {
+            live[(ev.addr - (uintptr_t)region) / 16 - N] = 1;
+        } else if (ev.kind == GP_EV_FREE) {
+            size_t k = (ev.addr - (uintptr_t)region) / 16 - N;
+            assert_true(k < HANDED);
+            if (!live[k])
+                fail_msg("block %zu freed before its allocation", k);
+            live[k] = 0;
+            frees++;
+        }
+    }
+    assert_int_equal(i, N);
+    assert_int_equal(frees, HANDED);
+    /* metadata is applied as the events are read: the end's "clock" is known now */
+    const char *start_ns = gp_trace_meta(t, "start_monotonic_ns"), *clock = gp_trace_meta(t, "clock");
+    assert_non_null(start_ns);
+    assert_non_null(clock);
+    assert_string_equal(clock, expected_clock(tsc));
+    uint64_t origin = strtoull(start_ns, NULL, 10), worst_lag = 0;
+    for (i = 0; i < N; i++) {
+        uint64_t when = origin + stamp[i];
+        if (when > after[i])
+            fail_msg("event %d stamped %llu ns after the clock read that followed it", i,
+                     (unsigned long long)(when - after[i]));
+        if (when < before[i] && before[i] - when > worst_lag)
+            worst_lag = before[i] - when;
+    }
+    if (worst_lag > 5000)
+        fail_msg("a stamp %llu ns before the clock read that preceded it",
+                 (unsigned long long)worst_lag);
+    free(stamp);
+    gp_trace_close(t);
+    free(live);
+    free(before);
+    free(after);
+    free(region);
+}
+
+static void test_stamps_follow_the_clock(void **state) { check_stamps(true); }
+static void test_stamps_without_the_tsc(void **state) { check_stamps(false); }
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -765,6 +901,8 @@ int main(void)
         cmocka_unit_test(test_descriptor_is_out_of_the_way),
         cmocka_unit_test(test_descriptor_closed_then_taken),
         cmocka_unit_test(test_times_strictly_increase),
+        cmocka_unit_test(test_stamps_follow_the_clock),
+        cmocka_unit_test(test_stamps_without_the_tsc),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

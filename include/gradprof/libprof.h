@@ -166,6 +166,7 @@ typedef struct lp_options {
     bool enabled;
     bool frame_pointers; /* GRADPROF_FRAME_POINTERS */
     bool cfi;            /* GRADPROF_CFI */
+    bool tsc;            /* GRADPROF_TSC */
 } lp_options;
 
 void lp_options_default(lp_options *o);

@@ -22,7 +22,10 @@
  * threads interleave but are never torn unless the process dies inside write(). A reader keeps
  * every chunk up to the first one that is short or fails its checksum, and says what it lost.
  *
- * Ordering. Every timed record carries a CLOCK_MONOTONIC time. Records inside a chunk, and the
+ * Ordering. Every timed record carries a CLOCK_MONOTONIC time: read in order, or, while a single
+ * thread records, interpolated from the TSC at a rate set a little low, so that it is never later
+ * than the instant it stands for and at most a few microseconds earlier ("clock" metadata:
+ * "monotonic" or "monotonic+tsc"). Records inside a chunk, and the
  * chunks of one thread (in file order), are in that thread's order, and their times strictly
  * increase, also across the OS threads that use one thread index in turn (libprof stamps a
  * record that would not be later than its thread's previous one with that time + 1 ns); a
