@@ -53,6 +53,7 @@
 #include "preload/vfork_exec.h"
 #include "analysis.h"
 #include "symbolize.h"
+#include "tsc_clock.h"
 
 #define RUN_TIMEOUT_S 120
 static int run_timeout_s = RUN_TIMEOUT_S; /* a test that looks for hangs sets it lower */
@@ -324,6 +325,7 @@ typedef struct summary {
     uint64_t tracked_frees;   /* FREEs of blocks of the tracked sizes */
     uint64_t not_increasing;  /* events whose time is not after their thread's previous one */
     char end_reason[32];      /* META "end_reason" */
+    char clock[96];           /* META "clock" */
     size_t command_len;       /* length of META "command" */
     bool command_truncated;   /* META "command_truncated" present */
     size_stat sizes[32];
@@ -409,6 +411,8 @@ static void summarize(const char *path, const uint64_t *sizes, int n, summary *s
     snprintf(s->pid, sizeof s->pid, "%s", v ? v : "");
     v = gp_trace_meta(t, "end_reason");
     snprintf(s->end_reason, sizeof s->end_reason, "%s", v ? v : "");
+    v = gp_trace_meta(t, "clock");
+    snprintf(s->clock, sizeof s->clock, "%s", v ? v : "");
     v = gp_trace_meta(t, "command");
     s->command_len = v ? strlen(v) : 0;
     s->command_truncated = gp_trace_meta(t, "command_truncated") != NULL;
@@ -1163,6 +1167,7 @@ static void test_realloc_free_comes_first(void **state)
                  "was stamped after the allocation that reused its address",
                  (unsigned long long)s.double_allocs, (unsigned long long)s.unmatched_frees);
     assert_int_equal(s.not_increasing, 0);
+    assert_true(!strcmp(s.clock, "monotonic") || !strncmp(s.clock, "monotonic+tsc", 13));
     expect_size(&s, RR_SMALL, 2 * RR_ROUNDS, 2 * RR_ROUNDS); /* RR_OTHER == RR_SMALL */
     expect_size(&s, RR_BIG, RR_ROUNDS, RR_ROUNDS);
     remove_dir(dir);
@@ -1415,6 +1420,8 @@ static void test_python_frames(void **state)
     }
     if (strstr(r.err, "gradprof:"))
         fail_msg("python3 under the preload said: %s", r.err);
+    /* one thread recorded the interpreter's start-up, long enough for the TSC stamps */
+    assert_string_equal(s.clock, expected_clock(true));
     for (int i = 0; i < 3; i++) {
         expect_size(&s, sizes[i], 1, 1);
         assert_int_not_equal(s.sizes[i].stack, 0);

@@ -25,14 +25,12 @@
 #include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
 
 #include "gradprof/libprof.h"
 #include "gradprof/tensor.h"
 #include "gradprof/trace.h"
 #include "analysis.h"
+#include "tsc_clock.h"
 
 static char tmpdir[256];
 
@@ -758,19 +756,6 @@ static uint64_t monotonic_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/* What the "clock" metadata should say when one thread records for long enough. */
-static const char *expected_clock(bool tsc_option)
-{
-#if defined(__x86_64__)
-    unsigned a, b, c, d;
-    if (tsc_option && __get_cpuid(0x80000000u, &a, &b, &c, &d) && a >= 0x80000007u &&
-        __get_cpuid(0x80000007u, &a, &b, &c, &d) && (d & (1u << 8)))
-        return "monotonic+tsc";
-#endif
-    (void)tsc_option;
-    return "monotonic";
 }
 
 static struct {
