@@ -369,8 +369,8 @@ struct lp__thread {
     uint64_t base_time, last_time, last_addr, first_time;
     /* The clock's anchor (lp__clock_anchor): an ordered read and the TSC just after it; the
      * thread's first one, which the rate is calibrated from; the rate (ns a tick, 32.32 fixed
-     * point, 0 until calibrated), the ticks an interpolation may span, and the stamps
-     * interpolated since the anchor. */
+     * point, 0 until calibrated), the ticks an interpolation may span, and the stamps taken
+     * since the anchor. */
     uint64_t ns_at, tsc_at, ns_first, tsc_first, ns_per_tick, tsc_span;
     uint32_t tsc_uses;
     lp__map strings;  /* (hash1, hash2) -> string id */
@@ -588,15 +588,16 @@ static inline uint64_t lp__event_time(lp__thread *th)
 #if LP__HAVE_TSC
     if (atomic_load_explicit(&R.ordered_clock, memory_order_relaxed))
         return lp__now();
-    uint64_t rate = th->ns_per_tick;
-    if (rate && th->tsc_uses < LP__TSC_RUN) {
+    if (th->tsc_uses < LP__TSC_RUN) {
+        th->tsc_uses++;
+        uint64_t rate = th->ns_per_tick;
+        if (!rate) /* calibrating: an ordered read, an anchor every LP__TSC_RUN of them */
+            return lp__now();
         uint64_t ns_at = th->ns_at;
         atomic_signal_fence(memory_order_seq_cst);
         uint64_t ticks = __rdtsc() - th->tsc_at;
-        if (ticks < th->tsc_span) {
-            th->tsc_uses++;
+        if (ticks < th->tsc_span)
             return ns_at + (ticks * rate >> 32);
-        }
     }
     return lp__clock_anchor(th);
 #else
