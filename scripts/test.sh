@@ -27,7 +27,7 @@ tsan="$root/build-tsan"
 cmake -S "$root" -B "$tsan" -DCMAKE_BUILD_TYPE=Debug -DGRADPROF_CUPTI=OFF -DGRADPROF_BUILD_BENCH=OFF \
     -DCMAKE_C_FLAGS=-fsanitize=thread -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread \
     -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread >/dev/null
-tsan_tests=(test_libprof test_tensor_cache test_grad_mode test_trace_reader test_analysis test_memory test_diff)
+tsan_tests=(test_libprof test_recorder test_tensor_cache test_grad_mode test_trace_reader test_analysis test_memory test_diff)
 cmake --build "$tsan" -j"$jobs" --target "${tsan_tests[@]}"
 for t in "${tsan_tests[@]}"; do
     TSAN_OPTIONS=halt_on_error=1 "$tsan/tests/$t" >/dev/null

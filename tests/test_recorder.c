@@ -479,6 +479,11 @@ static void test_unwritable_output_is_refused(void **state)
 
 static void test_fork_child_writes_its_own_trace(void **state)
 {
+#if defined(__SANITIZE_THREAD__)
+    /* TSan cannot follow this: the child starts its own flusher thread after a fork of a
+     * threaded process, which TSan refuses ("dup thread with used id"). The other builds run it. */
+    skip();
+#endif
     lp_options o;
     lp_options_default(&o);
     snprintf(o.output, sizeof o.output, "%s/fork.%%p.gptrace", tmpdir);
