@@ -544,6 +544,75 @@ static void test_site_ties_by_label(void **state)
     free(doc);
 }
 
+/* A trace without stacks (Python is recorded so by default) lists its leaks by tag, where every
+ * site would read "[no stack]": 3 x 4096 B saved by net.1's relu, a 10000 B parameter of net.0
+ * and 2 x 100 B untagged stay live (a third 100 B buffer and a fourth saved one are freed):
+ * 22,488 B in 6 allocations. */
+static void test_leaks_by_tag_without_stacks(void **state)
+{
+    (void)state;
+    char trace[512];
+    snprintf(trace, sizeof trace, "%s/nostacks.gptrace", tmpdir);
+    tb *b = tb_open(trace, "python3 leak.py");
+    assert_non_null(b);
+    tb_thread(b, 1, "main");
+    uint64_t t = 1000;
+    tb_at(b, t += 100);
+    tb_alloc(b, 0x10000, 10000, 0);
+    tb_tag(b, 0x10000, 10000, LP_CAT_PARAMETER, "parameter", "net.0", "[2500]", true, 0);
+    for (uint64_t i = 0; i < 4; i++) {
+        tb_at(b, t += 100);
+        tb_alloc(b, 0x20000 + i * 0x1000, 4096, 0);
+        tb_tag(b, 0x20000 + i * 0x1000, 4096, LP_CAT_SAVED, "aten::relu", "net.1", "[1024]", true,
+               0);
+    }
+    for (uint64_t i = 0; i < 3; i++) {
+        tb_at(b, t += 100);
+        tb_alloc(b, 0x30000 + i * 0x100, 100, 0);
+    }
+    tb_at(b, t += 100);
+    tb_free(b, 0x23000);
+    tb_free(b, 0x30200);
+    tb_end(b);
+    assert_int_equal(tb_close(b), 0);
+
+    assert_int_equal(run("'%s' report '%s' --top 2", GRADPROF_BIN, trace), 0);
+    char *text = e2e_slurp(out_path, NULL);
+    assert_non_null(text);
+    const char *leaks = strstr(text, "\nLive at exit (leaks): 21.96 KiB (22,488 B) in 6 allocations\n"
+                                     "  by tag: the trace has no call stacks");
+    assert_non_null(leaks);
+    const char *first = strstr(leaks, "\n  1. 12.00 KiB (12,288 B) in 3 allocations, saved, "
+                                      "op aten::relu, module net.1\n"
+                                      "  2. 9.77 KiB (10,000 B) in 1 allocation, parameter, "
+                                      "op parameter, module net.0\n"
+                                      "  (1 more; --top 0 shows all)\n");
+    assert_non_null(first);
+    assert_null(strstr(leaks, "[no stack]"));
+    free(text);
+
+    assert_int_equal(run("'%s' report '%s' --top 0", GRADPROF_BIN, trace), 0);
+    text = e2e_slurp(out_path, NULL);
+    assert_non_null(text);
+    assert_non_null(strstr(text, "\n  3. 200 B in 2 allocations, other, op -, module -\n"));
+    free(text);
+
+    /* The HTML page's leaks too: by tag, the saved buffers first. */
+    assert_int_equal(run("'%s' report '%s' --format html", GRADPROF_BIN, trace), 0);
+    text = e2e_slurp(out_path, NULL);
+    assert_non_null(text);
+    const char *html = strstr(text, "<section id=\"leaks\">");
+    assert_non_null(html);
+    assert_non_null(strstr(html, "by tag (the trace has no call stacks"));
+    const char *saved = strstr(html, "<td>aten::relu</td><td>net.1</td>");
+    const char *param = strstr(html, "<td>parameter</td><td>net.0</td>");
+    assert_non_null(saved);
+    assert_non_null(param);
+    assert_true(saved < param);
+    assert_null(strstr(html, "[no stack]"));
+    free(text);
+}
+
 /* ---- errors ---------------------------------------------------------------------------------- */
 
 static void test_unwritable_output(void **state)
@@ -721,6 +790,7 @@ int main(void)
         cmocka_unit_test(test_json_schema_python),
         cmocka_unit_test(test_odd_strings),
         cmocka_unit_test(test_site_ties_by_label),
+        cmocka_unit_test(test_leaks_by_tag_without_stacks),
         cmocka_unit_test(test_unwritable_output),
         cmocka_unit_test(test_usage_errors),
         cmocka_unit_test(test_bad_traces),

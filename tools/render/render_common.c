@@ -711,6 +711,14 @@ static int cmp_tag_keys(const void *pa, const void *pb)
     return c;
 }
 
+bool gp__leaks_have_stacks(const gp_profile *p)
+{
+    for (size_t i = 0; i < p->n_sites; i++)
+        if (p->sites[i].stack && p->sites[i].stats.live_bytes)
+            return true;
+    return false;
+}
+
 size_t *gp__sorted_tag_keys(const gp_profile *p, gp__measure m, size_t *n)
 {
     size_t *ix = index_array(p->n_tag_keys);

@@ -91,6 +91,9 @@ size_t *gp__sorted_sites(gp_profile *p, gp__measure m, size_t want, size_t *n);
  * binary search, not a pass over every site. */
 size_t gp__sites_nonzero(const gp_profile *p, const size_t *ix, size_t n, gp__measure m);
 size_t *gp__sorted_tag_keys(const gp_profile *p, gp__measure m, size_t *n);
+/* True when some memory live at the end has a call stack; else (a trace without stacks, as
+ * Python is recorded by default) the reports list leaks by tag key, not by site. */
+bool gp__leaks_have_stacks(const gp_profile *p);
 size_t *gp__sorted_saved(const gp_profile *p, size_t *n);
 size_t *gp__sorted_regions(const gp_profile *p, size_t *n);
 size_t *gp__sorted_modules(const gp_profile *p, gp__measure m, size_t *n);

@@ -212,6 +212,51 @@ static int report_sites(FILE *out, gp_profile *p, const gp_render_options *o, gp
     return rc;
 }
 
+/* The tag keys (category, op, module) by measure m, like report_sites. */
+static int report_tags(FILE *out, gp_profile *p, const gp_render_options *o, gp__measure m,
+                       const char *id, const char *title, const char *note)
+{
+    size_t n = 0;
+    size_t *idx = gp__sorted_tag_keys(p, m, &n);
+    int rc = idx == NULL && p->n_tag_keys > 0 ? -1 : 0;
+    size_t nz = 0;
+    for (size_t i = 0; idx && i < n; i++)
+        nz += gp__stats_measure(&p->tag_keys[idx[i]].stats, m) != 0;
+    fprintf(out, "<section id=\"%s\">\n<h2>%s</h2>\n<p class=\"note\">%s</p>\n", id, title, note);
+    if (nz == 0) {
+        fputs("<p class=\"note\">None.</p>\n</section>\n", out);
+        free(idx);
+        return rc;
+    }
+    static const char *const cols[] = {"#",        "category",   "op",           "module",
+                                       "#at peak", "#allocated", "#allocations", "#live at end"};
+    gp__html_table_begin(out, "sortable", cols, 8);
+    size_t shown = gp__html_limit_rows(nz, o), row = 0;
+    for (size_t i = 0; i < n && row < shown; i++) {
+        const gp_tag_key *k = &p->tag_keys[idx[i]];
+        if (!gp__stats_measure(&k->stats, m))
+            continue;
+        row++;
+        fprintf(out, "<tr><td class=\"num\" data-v=\"%zu\">%zu</td>", row, row);
+        gp__html_td_category(out, k->category);
+        fputs("<td>", out);
+        gp__html_escape(out, k->op);
+        fputs("</td><td>", out);
+        gp__html_escape(out, k->module);
+        fputs("</td>", out);
+        gp__html_td_bytes_bar(out, k->stats.peak_bytes, p->peak_bytes,
+                              gp__html_cat_color[k->category % LP_CAT_COUNT]);
+        gp__html_td_bytes(out, k->stats.total_bytes);
+        gp__html_td_count(out, k->stats.count);
+        gp__html_td_bytes(out, k->stats.live_bytes);
+        fputs("</tr>\n", out);
+    }
+    gp__html_table_end(out, shown, nz);
+    fputs("</section>\n", out);
+    free(idx);
+    return rc;
+}
+
 static int report_saved(FILE *out, gp_profile *p, const gp_render_options *o)
 {
     fputs("<section id=\"saved\">\n<h2>Tensors saved for backward</h2>\n", out);
@@ -379,13 +424,21 @@ int gp_render_html(FILE *out, gp_profile *p, const gp_render_options *o)
         return -1;
     report_findings(out, p, o);
     report_categories(out, p);
-    int rc = report_sites(out, p, o, GP__MEASURE_PEAK, "sites", "Top sites at peak",
-                          "Call sites by bytes live at the peak; open a site for its frames.");
+    int rc = report_tags(out, p, o, GP__MEASURE_PEAK, "tags", "Top tags at peak",
+                         "What the buffers live at the peak were (category, op, module), by "
+                         "bytes.");
+    rc |= report_sites(out, p, o, GP__MEASURE_PEAK, "sites", "Top sites at peak",
+                       "Call sites by bytes live at the peak; open a site for its frames.");
     rc |= report_saved(out, p, o);
     rc |= report_regions(out, p, o);
     report_iterations(out, p);
-    rc |= report_sites(out, p, o, GP__MEASURE_LEAKED, "leaks", "Live at end",
-                       "Call sites whose memory was still live when the trace ended.");
+    if (gp__leaks_have_stacks(p))
+        rc |= report_sites(out, p, o, GP__MEASURE_LEAKED, "leaks", "Live at end",
+                           "Call sites whose memory was still live when the trace ended.");
+    else
+        rc |= report_tags(out, p, o, GP__MEASURE_LEAKED, "leaks", "Live at end",
+                          "Memory still live when the trace ended, by tag (the trace has no "
+                          "call stacks: <code>gradprof run --stack-depth N</code> records them).");
     rc |= gp__html_page_end(out);
     return rc ? -1 : 0;
 }

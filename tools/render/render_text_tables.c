@@ -248,6 +248,45 @@ void gp__text_temporaries(gp__text_ctx *c)
     free(ix);
 }
 
+/* The leaks of a trace without stacks: one row per tag key (category, op, module). */
+static void text_leaks_by_tag(gp__text_ctx *c)
+{
+    gp_profile *p = c->p;
+    size_t n = 0, total = 0;
+    size_t *ix = gp__sorted_tag_keys(p, GP__MEASURE_LEAKED, &n);
+    if (n && !ix) {
+        c->oom = true;
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        total += p->tag_keys[ix[i]].stats.live_bytes != 0;
+    if (!total) {
+        fprintf(c->out, GP__TEXT_INDENT "none\n");
+        free(ix);
+        return;
+    }
+    fprintf(c->out, GP__TEXT_INDENT "by tag: the trace has no call stacks (gradprof run "
+                    "--stack-depth N records them)\n");
+    size_t shown = 0;
+    for (size_t i = 0; i < n && shown < c->top; i++) {
+        const gp_tag_key *k = &p->tag_keys[ix[i]];
+        if (!k->stats.live_bytes)
+            continue;
+        char x1[64], n1[32], dev[16];
+        gp__text_put(c, GP__TEXT_INDENT "%zu. %s in %s allocation%s, %s, op %s, module %s",
+                     ++shown, gp__format_bytes_exact(k->stats.live_bytes, x1, sizeof x1),
+                     gp__format_count(k->stats.live_count, n1, sizeof n1),
+                     k->stats.live_count == 1 ? "" : "s", lp_category_name(k->category),
+                     gp__text_dash(k->op), gp__text_dash(k->module));
+        if (p->n_devices > 1)
+            fprintf(c->out, ", %s", gp__device_name(k->device, dev, sizeof dev));
+        fputc('\n', c->out);
+    }
+    if (total > shown)
+        fprintf(c->out, GP__TEXT_INDENT "(%zu more; --top 0 shows all)\n", total - shown);
+    free(ix);
+}
+
 void gp__text_leaks(gp__text_ctx *c)
 {
     gp_profile *p = c->p;
@@ -264,6 +303,10 @@ void gp__text_leaks(gp__text_ctx *c)
                        gp__format_bytes_exact(p->leaked_bytes, x1, sizeof x1),
                        gp__format_count(p->leaked_count, n1, sizeof n1),
                        p->leaked_count == 1 ? "" : "s");
+    if (!gp__leaks_have_stacks(p)) {
+        text_leaks_by_tag(c);
+        return;
+    }
     size_t n = 0, total = 0;
     size_t *ix = site_table_order(c, GP__MEASURE_LEAKED, &n, &total);
     if (!ix)
