@@ -711,12 +711,17 @@ static int cmp_tag_keys(const void *pa, const void *pb)
     return c;
 }
 
-bool gp__leaks_have_stacks(const gp_profile *p)
+bool gp__sites_lack_stacks(const gp_profile *p, gp__measure m)
 {
-    for (size_t i = 0; i < p->n_sites; i++)
-        if (p->sites[i].stack && p->sites[i].stats.live_bytes)
-            return true;
-    return false;
+    bool any = false;
+    for (size_t i = 0; i < p->n_sites; i++) {
+        if (!gp__stats_measure(&p->sites[i].stats, m))
+            continue;
+        if (p->sites[i].stack)
+            return false;
+        any = true;
+    }
+    return any;
 }
 
 size_t *gp__sorted_tag_keys(const gp_profile *p, gp__measure m, size_t *n)

@@ -175,8 +175,9 @@ static int report_sites(FILE *out, gp_profile *p, const gp_render_options *o, gp
         n = 0;
     size_t nz = idx ? gp__sites_nonzero(p, idx, n, m) : 0; /* rows with a non-zero value */
     fprintf(out, "<section id=\"%s\">\n<h2>%s</h2>\n<p class=\"note\">%s</p>\n", id, title, note);
-    if (nz == 0) {
-        fputs("<p class=\"note\">None.</p>\n</section>\n", out);
+    if (nz == 0 || gp__sites_lack_stacks(p, m)) {
+        fprintf(out, "<p class=\"note\">None%s.</p>\n</section>\n",
+                nz ? ": " GP__NO_STACKS_NOTE : "");
         free(idx);
         return rc;
     }
@@ -432,13 +433,13 @@ int gp_render_html(FILE *out, gp_profile *p, const gp_render_options *o)
     rc |= report_saved(out, p, o);
     rc |= report_regions(out, p, o);
     report_iterations(out, p);
-    if (gp__leaks_have_stacks(p))
+    if (!gp__sites_lack_stacks(p, GP__MEASURE_LEAKED))
         rc |= report_sites(out, p, o, GP__MEASURE_LEAKED, "leaks", "Live at end",
                            "Call sites whose memory was still live when the trace ended.");
     else
         rc |= report_tags(out, p, o, GP__MEASURE_LEAKED, "leaks", "Live at end",
-                          "Memory still live when the trace ended, by tag (the trace has no "
-                          "call stacks: <code>gradprof run --stack-depth N</code> records them).");
+                          "Memory still live when the trace ended, by tag: " GP__NO_STACKS_NOTE
+                          ".");
     rc |= gp__html_page_end(out);
     return rc ? -1 : 0;
 }

@@ -40,11 +40,15 @@ static const char *measure_title(gp__measure m)
 }
 
 /* The sites ordered by m, for a site table under its title (already written): NULL when there is
- * nothing to show (after writing "none") or no memory (c->oom set); else *n sites in order, *total
- * of them with m not 0. The caller frees the array. */
+ * nothing to show (after writing "none", or why there are no stacks) or no memory (c->oom set);
+ * else *n sites in order, *total of them with m not 0. The caller frees the array. */
 static size_t *site_table_order(gp__text_ctx *c, gp__measure m, size_t *n, size_t *total)
 {
     gp_profile *p = c->p;
+    if (gp__sites_lack_stacks(p, m)) {
+        fprintf(c->out, GP__TEXT_INDENT "none: " GP__NO_STACKS_NOTE "\n");
+        return NULL;
+    }
     size_t *ix = gp__sorted_sites(p, m, c->top, n);
     if (*n && !ix) {
         c->oom = true;
@@ -265,8 +269,7 @@ static void text_leaks_by_tag(gp__text_ctx *c)
         free(ix);
         return;
     }
-    fprintf(c->out, GP__TEXT_INDENT "by tag: the trace has no call stacks (gradprof run "
-                    "--stack-depth N records them)\n");
+    fprintf(c->out, GP__TEXT_INDENT "by tag: " GP__NO_STACKS_NOTE "\n");
     size_t shown = 0;
     for (size_t i = 0; i < n && shown < c->top; i++) {
         const gp_tag_key *k = &p->tag_keys[ix[i]];
@@ -303,7 +306,7 @@ void gp__text_leaks(gp__text_ctx *c)
                        gp__format_bytes_exact(p->leaked_bytes, x1, sizeof x1),
                        gp__format_count(p->leaked_count, n1, sizeof n1),
                        p->leaked_count == 1 ? "" : "s");
-    if (!gp__leaks_have_stacks(p)) {
+    if (gp__sites_lack_stacks(p, GP__MEASURE_LEAKED)) {
         text_leaks_by_tag(c);
         return;
     }
