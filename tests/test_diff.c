@@ -23,6 +23,7 @@
 #include "diff.h"
 
 #include "e2e.h"
+#include "traces/trace_builder.h"
 
 #ifndef GRADPROF_BIN
 #error "GRADPROF_BIN (the gradprof executable) must be defined"
@@ -525,6 +526,67 @@ static void test_other_program(void **state)
     tmp_remove(&t);
 }
 
+/* One run of a program recorded without stacks: a 1000 B parameter, a 4096 B relu output that A
+ * saves for backward and B frees at once, then a 512 B output. */
+static void write_stackless_run(const char *path, bool grad)
+{
+    tb *b = tb_open(path, "python3 m.py");
+    assert_non_null(b);
+    tb_thread(b, 1, "main");
+    tb_at(b, 1000);
+    tb_alloc(b, 0x10000, 1000, 0);
+    tb_tag(b, 0x10000, 1000, LP_CAT_PARAMETER, "parameter", "net.0", "[250]", true, 0);
+    tb_at(b, 2000);
+    tb_alloc(b, 0x20000, 4096, 0);
+    tb_tag(b, 0x20000, 4096, LP_CAT_ACTIVATION, "aten::relu", "net.1", "[1024]", grad, 0);
+    tb_at(b, 3000);
+    if (grad)
+        tb_tag(b, 0x20000, 4096, LP_CAT_SAVED, "aten::relu", "net.1", "[1024]", true, 0);
+    else
+        tb_free(b, 0x20000);
+    tb_at(b, 4000);
+    tb_alloc(b, 0x30000, 512, 0);
+    tb_tag(b, 0x30000, 512, LP_CAT_ACTIVATION, "aten::linear", "net.2", "[128]", grad, 0);
+    tb_end(b);
+    assert_int_equal(tb_close(b), 0);
+}
+
+/* Without stacks the call-site table would be one "[no stack]" row: the diff says why instead,
+ * and its numbers are unchanged (A's relu output, 4096 B, held by graph construction). */
+static void test_without_stacks(void **state)
+{
+    (void)state;
+    tmp t;
+    tmp_make(&t);
+    char a[64] = "/tmp/gp_test_diff_aXXXXXX", b[64] = "/tmp/gp_test_diff_bXXXXXX";
+    int fa = mkstemp(a), fb = mkstemp(b);
+    assert_true(fa >= 0 && fb >= 0);
+    close(fa);
+    close(fb);
+    write_stackless_run(a, true);
+    write_stackless_run(b, false);
+    const char *args[] = {"diff", a, b, NULL};
+    assert_int_equal(run(t.out, t.err, args), 0);
+    char *out = e2e_slurp(t.out, NULL);
+    assert_non_null(out);
+    assert_non_null(strstr(out, "4.00 KiB held by graph construction"));
+    assert_non_null(strstr(out, "\nHeld by graph construction, by call site: none: no call stacks "
+                                "were recorded (gradprof run --stack-depth N records them)\n"));
+    assert_null(strstr(out, "[no stack]"));
+    free(out);
+    const char *html[] = {"diff", "--format", "html", "-o", t.file, a, b, NULL};
+    assert_int_equal(run(t.out, t.err, html), 0);
+    out = e2e_slurp(t.file, NULL);
+    assert_non_null(out);
+    assert_non_null(strstr(out, "<section id=\"sites\">\n<h2>Per call site</h2>\n<p "
+                                "class=\"note\">None: no call stacks were recorded"));
+    assert_null(strstr(out, "[no stack]"));
+    free(out);
+    unlink(a);
+    unlink(b);
+    tmp_remove(&t);
+}
+
 static void test_damaged(void **state)
 {
     (void)state;
@@ -564,6 +626,7 @@ int main(void)
         cmocka_unit_test(test_html),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_other_program),
+        cmocka_unit_test(test_without_stacks),
         cmocka_unit_test(test_damaged),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

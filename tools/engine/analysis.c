@@ -2084,14 +2084,14 @@ const char *gp_site_module(const gp_profile *p, const gp_site *s)
 const char *gp_site_label(gp_profile *p, uint32_t stack)
 {
     if (!stack)
-        return "[no stack]";
+        return GP_NO_STACK;
     sync_modules(p);
     frame_info *py = program_python_frame(p, stack);
     if (py)
         return frame_label(p, py);
     const char *frame;
     if (gp_site_frames(p, stack, &frame, 1) == 0)
-        return "[no stack]";
+        return GP_NO_STACK;
     return frame;
 }
 
@@ -2177,7 +2177,7 @@ static size_t put_text(char *buf, size_t size, size_t used, const char *text)
 const char *gp_site_key(gp_profile *p, uint32_t stack)
 {
     if (!stack)
-        return "[no stack]";
+        return GP_NO_STACK;
     sync_modules(p);
     /* the functions of the key (interned by the symbolizer), then the key made of them once */
     const char *fn[4] = {NULL, NULL, NULL, NULL};
@@ -2212,7 +2212,7 @@ const char *gp_site_key(gp_profile *p, uint32_t stack)
     if (used < sizeof key && py)
         put_text(key, sizeof key, put_text(key, sizeof key, used, n++ ? ";" : ""),
                  frame_label(p, py));
-    const char *k = own(p, n ? key : "[no stack]");
+    const char *k = own(p, n ? key : GP_NO_STACK);
     if (slot)
         site_key_put(e, slot, fn, py ? py->sym : NULL, k);
     return k;

@@ -315,8 +315,11 @@ int gp__profile_load_with(const char *path, const gp_analysis_options *opts,
                           gp_symbolizer *symbolizer, gp_trace *trace, gp_profile **out, char *err,
                           size_t err_size);
 
+/* The label and key of the site of memory allocated without a call stack. */
+#define GP_NO_STACK "[no stack]"
+
 /* A short human label for a site: the first frame outside the allocator and libprof, with its
- * file:line if known ("linear_forward (ops_linalg.c:210)"), or "[no stack]". Owned by p. */
+ * file:line if known ("linear_forward (ops_linalg.c:210)"), or GP_NO_STACK. Owned by p. */
 const char *gp_site_label(gp_profile *p, uint32_t stack);
 
 /* Of a site of p->sites: its device; the category of the most bytes allocated there (the lowest

@@ -58,6 +58,14 @@ static const char *keep(gp_diff *d, char *str)
     return *slot = str;
 }
 
+bool gp_diff_has_stacks(const gp_diff *d)
+{
+    for (size_t i = 0; i < d->n_call_sites; i++)
+        if (strcmp(d->call_sites[i].key, GP_NO_STACK) != 0)
+            return true;
+    return false;
+}
+
 void gp_diff_free(gp_diff *d)
 {
     if (!d)

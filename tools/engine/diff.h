@@ -133,4 +133,9 @@ int gp_diff_load(const char *a_path, const char *b_path, const gp_analysis_optio
                  gp_profile **a, gp_profile **b, gp_diff **out, char *err, size_t err_size);
 void gp_diff_free(gp_diff *d);
 
+/* False when no call site of either run has a stack (traces recorded without stacks, as Python
+ * is by default): the call-site table is then one GP_NO_STACK row, which the reports replace by
+ * a line that says so. */
+bool gp_diff_has_stacks(const gp_diff *d);
+
 #endif /* GRADPROF_TOOLS_DIFF_H */

@@ -92,11 +92,12 @@ size_t *gp__sorted_sites(gp_profile *p, gp__measure m, size_t want, size_t *n);
 size_t gp__sites_nonzero(const gp_profile *p, const size_t *ix, size_t n, gp__measure m);
 size_t *gp__sorted_tag_keys(const gp_profile *p, gp__measure m, size_t *n);
 /* True when some site has m != 0 and none of those has a call stack (a trace without stacks, as
- * Python is recorded by default): a site table by m would be one "[no stack]" row, so the
+ * Python is recorded by default): a site table by m would be one GP_NO_STACK row, so the
  * reports say why instead, and list leaks by tag key. */
 bool gp__sites_lack_stacks(const gp_profile *p, gp__measure m);
 /* The line the reports print for a site table of such a trace. */
-#define GP__NO_STACKS_NOTE "the trace has no call stacks (gradprof run --stack-depth N records them)"
+#define GP__NO_STACKS_NOTE \
+    "no call stacks were recorded (gradprof run --stack-depth N records them)"
 size_t *gp__sorted_saved(const gp_profile *p, size_t *n);
 size_t *gp__sorted_regions(const gp_profile *p, size_t *n);
 size_t *gp__sorted_modules(const gp_profile *p, gp__measure m, size_t *n);

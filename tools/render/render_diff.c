@@ -329,8 +329,11 @@ int gp_render_diff_text(FILE *out, const gp_diff *d, const gp_render_options *o)
                      d->n_modules, top, d->remainder.keys);
     rc |= held_table(out, "Held by graph construction, by op", "op @ module", d->ops, d->n_ops, top,
                      d->remainder.keys);
-    rc |= held_table(out, "Held by graph construction, by call site", "call site", d->call_sites,
-                     d->n_call_sites, top, d->remainder.call_sites);
+    if (gp_diff_has_stacks(d))
+        rc |= held_table(out, "Held by graph construction, by call site", "call site",
+                         d->call_sites, d->n_call_sites, top, d->remainder.call_sites);
+    else
+        fprintf(out, "\nHeld by graph construction, by call site: none: " GP__NO_STACKS_NOTE "\n");
     rc |= layer_table(out, d);
     sums_line(out, d);
     return rc || ferror(out) ? -1 : 0;
