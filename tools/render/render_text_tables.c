@@ -530,8 +530,12 @@ void gp__text_findings(gp__text_ctx *c)
             c->oom = true;
             continue;
         }
+        /* The site column only where some item has a stack (Python is recorded without). */
+        bool stacks = false;
+        for (size_t k = 0; k < f->n_items && !stacks; k++)
+            stacks = f->items[k].stack != 0;
         static const char *const h[] = {"bytes", "count", "category", "op", "module", "site"};
-        gp__table *t = gp__table_new(6, h, "rrllll");
+        gp__table *t = gp__table_new(stacks ? 6 : 5, h, "rrllll");
         size_t shown = 0;
         for (size_t k = 0; k < f->n_items && shown < c->top; k++, shown++) {
             const gp_finding_item *it = &f->items[ix[k]];
@@ -541,7 +545,8 @@ void gp__text_findings(gp__text_ctx *c)
             gp__table_cell(t, "%s", lp_category_name(it->category));
             gp__table_cell(t, "%s", gp__text_dash(it->op));
             gp__table_cell(t, "%s", gp__text_dash(it->module));
-            gp__table_cell(t, "%s", it->stack ? gp_site_label(p, it->stack) : "-");
+            if (stacks)
+                gp__table_cell(t, "%s", it->stack ? gp_site_label(p, it->stack) : "-");
         }
         gp__text_table_end_at(c, t, shown, f->n_items, GP__TEXT_INDENT "     ");
         free(ix);
