@@ -523,12 +523,19 @@ static void test_other_program(void **state)
     out = e2e_slurp(t.file, NULL);
     assert_non_null(strstr(out, "\"other_program\": \"A runs 'infer' and B 'raw_program'"));
     free(out);
+    const char *html[] = {"diff", "--format",         "html",        "-o",
+                          t.file, "mlp_grad.gptrace", "raw.gptrace", NULL};
+    assert_int_equal(run(t.out, t.err, html), 0);
+    out = e2e_slurp(t.file, NULL);
+    assert_non_null(
+        strstr(out, "<div class=\"warn\">A runs &#39;infer&#39; and B &#39;raw_program&#39;"));
+    free(out);
     tmp_remove(&t);
 }
 
-/* One run of a program recorded without stacks: a 1000 B parameter, a 4096 B relu output that A
- * saves for backward and B frees at once, then a 512 B output. */
-static void write_stackless_run(const char *path, bool grad)
+/* One run of a program recorded without stacks: a 1000 B parameter, an `act`-byte relu output
+ * that a run with grad saves for backward and one without frees at once, then a 512 B output. */
+static void write_stackless_run(const char *path, bool grad, uint64_t act)
 {
     tb *b = tb_open(path, "python3 m.py");
     assert_non_null(b);
@@ -537,16 +544,16 @@ static void write_stackless_run(const char *path, bool grad)
     tb_alloc(b, 0x10000, 1000, 0);
     tb_tag(b, 0x10000, 1000, LP_CAT_PARAMETER, "parameter", "net.0", "[250]", true, 0);
     tb_at(b, 2000);
-    tb_alloc(b, 0x20000, 4096, 0);
-    tb_tag(b, 0x20000, 4096, LP_CAT_ACTIVATION, "aten::relu", "net.1", "[1024]", grad, 0);
+    tb_alloc(b, 0x20000, act, 0);
+    tb_tag(b, 0x20000, act, LP_CAT_ACTIVATION, "aten::relu", "net.1", "[n]", grad, 0);
     tb_at(b, 3000);
     if (grad)
-        tb_tag(b, 0x20000, 4096, LP_CAT_SAVED, "aten::relu", "net.1", "[1024]", true, 0);
+        tb_tag(b, 0x20000, act, LP_CAT_SAVED, "aten::relu", "net.1", "[n]", true, 0);
     else
         tb_free(b, 0x20000);
     tb_at(b, 4000);
-    tb_alloc(b, 0x30000, 512, 0);
-    tb_tag(b, 0x30000, 512, LP_CAT_ACTIVATION, "aten::linear", "net.2", "[128]", grad, 0);
+    tb_alloc(b, 0x20000 + act, 512, 0);
+    tb_tag(b, 0x20000 + act, 512, LP_CAT_ACTIVATION, "aten::linear", "net.2", "[128]", grad, 0);
     tb_end(b);
     assert_int_equal(tb_close(b), 0);
 }
@@ -563,8 +570,8 @@ static void test_without_stacks(void **state)
     assert_true(fa >= 0 && fb >= 0);
     close(fa);
     close(fb);
-    write_stackless_run(a, true);
-    write_stackless_run(b, false);
+    write_stackless_run(a, true, 4096);
+    write_stackless_run(b, false, 4096);
     const char *args[] = {"diff", a, b, NULL};
     assert_int_equal(run(t.out, t.err, args), 0);
     char *out = e2e_slurp(t.out, NULL);
@@ -582,6 +589,55 @@ static void test_without_stacks(void **state)
                                 "class=\"note\">None: no call stacks were recorded"));
     assert_null(strstr(out, "[no stack]"));
     free(out);
+    unlink(a);
+    unlink(b);
+    tmp_remove(&t);
+}
+
+/* B built a graph too (grad on in both runs, as when the program enables grad itself): the diff
+ * warns, on stderr, in the text, JSON and HTML; a B without one (test_without_stacks) does not. */
+static void test_b_builds_a_graph(void **state)
+{
+    (void)state;
+    tmp t;
+    tmp_make(&t);
+    char a[64] = "/tmp/gp_test_diff_aXXXXXX", b[64] = "/tmp/gp_test_diff_bXXXXXX";
+    int fa = mkstemp(a), fb = mkstemp(b);
+    assert_true(fa >= 0 && fb >= 0);
+    close(fa);
+    close(fb);
+    const char *want = "B's own peak holds graph memory too (2.00 MiB saved for backward, 0.00 MiB "
+                       "in graph nodes): grad was on in B as well";
+    for (int grad_b = 0; grad_b < 2; grad_b++) {
+        write_stackless_run(a, true, 2u << 20);
+        write_stackless_run(b, grad_b, 2u << 20);
+        const char *args[] = {"diff", a, b, NULL};
+        assert_int_equal(run(t.out, t.err, args), 0);
+        char *out = e2e_slurp(t.out, NULL), *err = e2e_slurp(t.err, NULL);
+        assert_non_null(out);
+        assert_non_null(err);
+        assert_int_equal(strstr(out, want) != NULL, grad_b);
+        assert_int_equal(strstr(err, want) != NULL, grad_b);
+        /* with grad off in B the relu output is held; with grad on in both it cancels */
+        assert_non_null(strstr(out, grad_b ? "0 B held by graph construction"
+                                           : "2.00 MiB held by graph construction"));
+        free(out);
+        free(err);
+        const char *json[] = {"diff", "--format", "json", "-o", t.file, a, b, NULL};
+        assert_int_equal(run(t.out, t.err, json), 0);
+        out = e2e_slurp(t.file, NULL);
+        assert_non_null(out);
+        assert_non_null(strstr(out, grad_b ? "\"b_graph\": \"B's own peak holds graph memory too"
+                                           : "\"b_graph\": \"\""));
+        free(out);
+        const char *html[] = {"diff", "--format", "html", "-o", t.file, a, b, NULL};
+        assert_int_equal(run(t.out, t.err, html), 0);
+        out = e2e_slurp(t.file, NULL);
+        assert_non_null(out);
+        assert_int_equal(
+            strstr(out, "<div class=\"warn\">B&#39;s own peak holds graph memory") != NULL, grad_b);
+        free(out);
+    }
     unlink(a);
     unlink(b);
     tmp_remove(&t);
@@ -627,6 +683,7 @@ int main(void)
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_other_program),
         cmocka_unit_test(test_without_stacks),
+        cmocka_unit_test(test_b_builds_a_graph),
         cmocka_unit_test(test_damaged),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -545,9 +545,10 @@ static void test_site_ties_by_label(void **state)
 }
 
 /* A trace without stacks (Python is recorded so by default) lists its leaks by tag, and its site
- * tables say why they are empty, where every site would read "[no stack]": 3 x 4096 B saved by net.1's relu, a 10000 B parameter of net.0
- * and 2 x 100 B untagged stay live (a third 100 B buffer and a fourth saved one are freed):
- * 22,488 B in 6 allocations. The saved ones are made inside "inference" with grad on. */
+ * tables say why they are empty, where every site would read "[no stack]": 3 x 4096 B saved by
+ * net.1's relu, a 10000 B parameter of net.0 and 2 x 100 B untagged stay live (a third 100 B buffer
+ * and a fourth saved one are freed): 22,488 B in 6 allocations. The saved ones are made inside
+ * "inference" with grad on. */
 static void test_leaks_by_tag_without_stacks(void **state)
 {
     (void)state;
@@ -581,8 +582,9 @@ static void test_leaks_by_tag_without_stacks(void **state)
     assert_int_equal(run("'%s' report '%s' --top 2", GRADPROF_BIN, trace), 0);
     char *text = e2e_slurp(out_path, NULL);
     assert_non_null(text);
-    const char *leaks = strstr(text, "\nLive at exit (leaks): 21.96 KiB (22,488 B) in 6 allocations\n"
-                                     "  by tag: no call stacks were recorded");
+    const char *leaks =
+        strstr(text, "\nLive at exit (leaks): 21.96 KiB (22,488 B) in 6 allocations\n"
+                     "  by tag: no call stacks were recorded");
     assert_non_null(leaks);
     const char *first = strstr(leaks, "\n  1. 12.00 KiB (12,288 B) in 3 allocations, saved, "
                                       "op aten::relu, module net.1\n"

@@ -179,6 +179,8 @@ static int diff_files(const char *cmd, const char *a_path, const char *b_path, c
     gp_cli_warn_trace(cmd, b);
     if (d->other_program[0])
         gp_cli_warn(cmd, "%s", d->other_program);
+    if (d->b_graph[0])
+        gp_cli_warn(cmd, "%s", d->b_graph);
     if (d->diverged) {
         if (require_aligned) {
             fprintf(stderr, "gradprof %s: the runs do not align: %s\n", cmd, d->diverged_why);

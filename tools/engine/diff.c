@@ -519,6 +519,23 @@ static void compare_programs(gp_diff *d)
                  a, b);
 }
 
+/* d->b_graph (gp_diff.b_graph), from the runs' own peaks (own_by_category). */
+static void check_b_graph(gp_diff *d)
+{
+    uint64_t a = d->own_by_category[LP_CAT_SAVED][0] + d->own_by_category[LP_CAT_AUTOGRAD][0];
+    uint64_t saved = d->own_by_category[LP_CAT_SAVED][1];
+    uint64_t nodes = d->own_by_category[LP_CAT_AUTOGRAD][1];
+    d->b_graph[0] = '\0';
+    if (saved + nodes < (1u << 20) || (saved + nodes) * 10 < a)
+        return;
+    snprintf(d->b_graph, sizeof d->b_graph,
+             "B's own peak holds graph memory too (%.2f MiB saved for backward, %.2f MiB in "
+             "graph nodes): grad was on in B as well (an enable_grad or set_grad_enabled(True) "
+             "of the program's own, or a backward pass), so what both runs' graphs hold is not "
+             "counted as held",
+             (double)saved / 1048576.0, (double)nodes / 1048576.0);
+}
+
 static int fill_run(gp_diff *d, gp_diff_run *r, gp_profile *p, const char *path)
 {
     const char *cmd = p->trace ? gp_trace_meta(p->trace, "command") : NULL;
@@ -578,6 +595,7 @@ int gp_diff_compute(gp_profile *a, gp_profile *b, const gp_align *al, const char
     d->twinnable_bytes = al->twinnable_bytes;
     d->diverged = gp_align_diverged(al, d->diverged_why, sizeof d->diverged_why);
     compare_programs(d);
+    check_b_graph(d);
 
     /* Categories: every category gets a row, in enum order. */
     for (size_t i = 0; i < al->n_buffers; i++)

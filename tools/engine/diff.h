@@ -100,6 +100,10 @@ typedef struct gp_diff {
      * for Python the script or module); "" when they name one, or a command is not recorded.
      * Unlike diverged it judges nothing: a fixed copy of a script may still align. */
     char other_program[512];
+    /* a warning when B's own peak holds graph memory by its tags (saved for backward, graph
+     * nodes), at least 1 MiB and a tenth of A's: grad was on in B too, so what both runs' graphs
+     * hold cancels instead of showing as held; "" otherwise (also when nothing is tagged) */
+    char b_graph[512];
     gp_diff_row by_category[LP_CAT_COUNT]; /* indexed by lp_category */
     gp_diff_row *keys;
     size_t n_keys; /* (category, op, module), delta desc */

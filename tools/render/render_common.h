@@ -96,7 +96,7 @@ size_t *gp__sorted_tag_keys(const gp_profile *p, gp__measure m, size_t *n);
  * reports say why instead, and list leaks by tag key. */
 bool gp__sites_lack_stacks(const gp_profile *p, gp__measure m);
 /* The line the reports print for a site table of such a trace. */
-#define GP__NO_STACKS_NOTE \
+#define GP__NO_STACKS_NOTE                                                                         \
     "no call stacks were recorded (gradprof run --stack-depth N records them)"
 size_t *gp__sorted_saved(const gp_profile *p, size_t *n);
 size_t *gp__sorted_regions(const gp_profile *p, size_t *n);

@@ -222,6 +222,8 @@ static int runs_table(FILE *out, const gp_diff *d)
     }
     if (d->other_program[0])
         fprintf(out, "  warning: %s\n", d->other_program);
+    if (d->b_graph[0])
+        fprintf(out, "  warning: %s\n", d->b_graph);
     if (d->diverged)
         fprintf(out, "  warning: the runs do not align: %s\n", d->diverged_why);
     return rc;
@@ -411,6 +413,7 @@ static void json_summary(gp__jw *j, const gp_diff *d)
     gp__jw_bool(j, "diverged", d->diverged);
     json_str(j, "why", d->diverged ? d->diverged_why : "");
     json_str(j, "other_program", d->other_program);
+    json_str(j, "b_graph", d->b_graph);
     gp__jw_end(j);
     gp__jw_object(j, "by_category", false);
     for (int c = 0; c < LP_CAT_COUNT; c++) {

@@ -58,6 +58,17 @@ static void diff_header(FILE *out, const gp_diff *d)
     diff_run_line(out, "B", &d->b);
     gp__html_damage_warnings(out, d->a.profile, "A: ");
     gp__html_damage_warnings(out, d->b.profile, "B: ");
+    const char *const warnings[] = {d->other_program, d->b_graph,
+                                    d->diverged ? d->diverged_why : ""};
+    for (size_t i = 0; i < sizeof warnings / sizeof *warnings; i++) {
+        if (!warnings[i][0])
+            continue;
+        fputs(i == 2 ? "<div class=\"warn\"><b>The runs do not align:</b> "
+                     : "<div class=\"warn\">",
+              out);
+        gp__html_escape(out, warnings[i]);
+        fputs("</div>\n", out);
+    }
     fputs("<div class=\"cards\">\n", out);
     snprintf(det, sizeof det, "%s bytes", gp__format_count(d->a.peak_bytes, a, sizeof a));
     gp__html_card(out, NULL, "peak A", gp_format_bytes(d->a.peak_bytes, b, sizeof b), det);
@@ -249,7 +260,8 @@ int gp_render_html_diff(FILE *out, const gp_diff *d, const gp_render_options *o)
                    5, labels_site, false, "peak delta minus the call-site deltas",
                    d->remainder.call_sites);
     else
-        fputs("<section id=\"sites\">\n<h2>Per call site</h2>\n<p class=\"note\">None: "
-              GP__NO_STACKS_NOTE ".</p>\n</section>\n", out);
+        fputs("<section id=\"sites\">\n<h2>Per call site</h2>\n<p "
+              "class=\"note\">None: " GP__NO_STACKS_NOTE ".</p>\n</section>\n",
+              out);
     return gp__html_page_end(out);
 }

@@ -437,9 +437,9 @@ int gp_render_html(FILE *out, gp_profile *p, const gp_render_options *o)
         rc |= report_sites(out, p, o, GP__MEASURE_LEAKED, "leaks", "Live at end",
                            "Call sites whose memory was still live when the trace ended.");
     else
-        rc |= report_tags(out, p, o, GP__MEASURE_LEAKED, "leaks", "Live at end",
-                          "Memory still live when the trace ended, by tag: " GP__NO_STACKS_NOTE
-                          ".");
+        rc |=
+            report_tags(out, p, o, GP__MEASURE_LEAKED, "leaks", "Live at end",
+                        "Memory still live when the trace ended, by tag: " GP__NO_STACKS_NOTE ".");
     rc |= gp__html_page_end(out);
     return rc ? -1 : 0;
 }

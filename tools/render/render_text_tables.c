@@ -276,8 +276,8 @@ static void text_leaks_by_tag(gp__text_ctx *c)
         if (!k->stats.live_bytes)
             continue;
         char x1[64], n1[32], dev[16];
-        gp__text_put(c, GP__TEXT_INDENT "%zu. %s in %s allocation%s, %s, op %s, module %s",
-                     ++shown, gp__format_bytes_exact(k->stats.live_bytes, x1, sizeof x1),
+        gp__text_put(c, GP__TEXT_INDENT "%zu. %s in %s allocation%s, %s, op %s, module %s", ++shown,
+                     gp__format_bytes_exact(k->stats.live_bytes, x1, sizeof x1),
                      gp__format_count(k->stats.live_count, n1, sizeof n1),
                      k->stats.live_count == 1 ? "" : "s", lp_category_name(k->category),
                      gp__text_dash(k->op), gp__text_dash(k->module));
