@@ -34,14 +34,14 @@ static void test_graph_without_grad(void **state)
     gp__detectors *d = gp__detectors_new(64 << 10, &oom);
     assert_non_null(d);
     gp__grad_context c = {.grad_off_depth = 1, .event_grad = true};
-    gp__detect_graph_buffer(d, &c, LP_CAT_SAVED, "mul", "mlp.0", 7, 100, 5);
-    gp__detect_graph_buffer(d, &c, LP_CAT_AUTOGRAD, "mul", "mlp.0", 7, 20, 6);
-    gp__detect_graph_buffer(d, &c, LP_CAT_SAVED, "relu", "mlp.1", 8, 300, 7);
+    gp__detect_graph_buffer(d, &c, LP_CAT_SAVED, "mul", "mlp.0", 7, 100, 1005, 5);
+    gp__detect_graph_buffer(d, &c, LP_CAT_AUTOGRAD, "mul", "mlp.0", 7, 20, 1006, 6);
+    gp__detect_graph_buffer(d, &c, LP_CAT_SAVED, "relu", "mlp.1", 8, 300, 1007, 7);
     c.grad_on_depth = 1; /* enable_grad inside no_grad: expected */
-    gp__detect_graph_buffer(d, &c, LP_CAT_SAVED, "relu", "mlp.1", 8, 1000, 8);
+    gp__detect_graph_buffer(d, &c, LP_CAT_SAVED, "relu", "mlp.1", 8, 1000, 1008, 8);
     c.grad_on_depth = 0;
     c.backward_depth = 1;
-    gp__detect_graph_buffer(d, &c, LP_CAT_GRADIENT, "", "", 9, 1000, 9);
+    gp__detect_graph_buffer(d, &c, LP_CAT_GRADIENT, "", "", 9, 1000, 1009, 9);
     gp_profile p = {0};
     finish(d, &p);
     assert_false(oom);
@@ -70,14 +70,14 @@ static void test_inference_region(void **state)
     bool oom = false;
     gp__detectors *d = gp__detectors_new(64 << 10, &oom);
     gp__grad_context on = {.event_grad = true, .inference_region = "eval"};
-    gp__detect_graph_buffer(d, &on, LP_CAT_SAVED, "linear", "fc", 1, 64, 1);
-    gp__detect_graph_buffer(d, &on, LP_CAT_GRADIENT, "", "fc", 2, 32, 2);
+    gp__detect_graph_buffer(d, &on, LP_CAT_SAVED, "linear", "fc", 1, 64, 1001, 1);
+    gp__detect_graph_buffer(d, &on, LP_CAT_GRADIENT, "", "fc", 2, 32, 1002, 2);
     gp__grad_context off = on;
     off.mode_off = true;
-    gp__detect_graph_buffer(d, &off, LP_CAT_SAVED, "linear", "fc", 1, 64, 3);
+    gp__detect_graph_buffer(d, &off, LP_CAT_SAVED, "linear", "fc", 1, 64, 1003, 3);
     off = on;
     off.event_grad = false;
-    gp__detect_graph_buffer(d, &off, LP_CAT_AUTOGRAD, "linear", "fc", 1, 64, 4);
+    gp__detect_graph_buffer(d, &off, LP_CAT_AUTOGRAD, "linear", "fc", 1, 64, 1004, 4);
     gp_profile p = {0};
     finish(d, &p);
     assert_int_equal(p.n_findings, 2); /* by kind */
@@ -86,6 +86,50 @@ static void test_inference_region(void **state)
     assert_int_equal(p.findings[0].bytes, 64);
     assert_int_equal(p.findings[1].kind, GP_FIND_PARAM_GRAD_IN_INFERENCE);
     assert_int_equal(p.findings[1].bytes, 32);
+    free_findings(&p);
+    gp__detectors_free(d);
+}
+
+/* A graph built with grad on in an inference region and then used by a backward pass (input
+ * gradients of a model in eval mode) was not forgotten: its buffers leave forgot_no_grad when
+ * they leave their category inside backward; those that leave outside one stay counted. */
+static void test_graph_used_by_backward(void **state)
+{
+    (void)state;
+    bool oom = false;
+    gp__detectors *d = gp__detectors_new(64 << 10, &oom);
+    gp__grad_context on = {.event_grad = true, .inference_region = "inference"};
+    assert_true(gp__detect_graph_buffer(d, &on, LP_CAT_SAVED, "relu", "net.1", 1, 100, 11, 1));
+    assert_true(gp__detect_graph_buffer(d, &on, LP_CAT_SAVED, "relu", "net.1", 1, 200, 12, 2));
+    assert_true(gp__detect_graph_buffer(d, &on, LP_CAT_AUTOGRAD, "mm", "net.2", 2, 30, 13, 3));
+    gp__grad_context no_graph = on;
+    no_graph.event_grad = false;
+    assert_false(gp__detect_graph_buffer(d, &no_graph, LP_CAT_SAVED, "relu", "net.1", 1, 7, 14, 4));
+    gp__detect_graph_left(d, 11, 100, true);  /* released by backward */
+    gp__detect_graph_left(d, 12, 200, false); /* the output died: forgotten */
+    gp__detect_graph_left(d, 13, 30, true);
+    gp__detect_graph_left(d, 13, 30, true); /* once only */
+    gp__detect_graph_left(d, 99, 5, true);  /* never counted */
+    gp_profile p = {0};
+    finish(d, &p);
+    assert_false(oom);
+    assert_int_equal(p.n_findings, 1);
+    assert_int_equal(p.findings[0].kind, GP_FIND_FORGOT_NO_GRAD);
+    assert_int_equal(p.findings[0].bytes, 200);
+    assert_int_equal(p.findings[0].count, 1);
+    assert_int_equal(p.findings[0].n_items, 1); /* mm's item is left empty: dropped */
+    assert_string_equal(p.findings[0].items[0].op, "relu");
+    assert_int_equal(p.findings[0].items[0].bytes, 200);
+    free_findings(&p);
+    gp__detectors_free(d);
+
+    /* All of it used by backward: no finding at all. */
+    d = gp__detectors_new(64 << 10, &oom);
+    assert_true(gp__detect_graph_buffer(d, &on, LP_CAT_SAVED, "relu", "net.1", 1, 100, 21, 1));
+    gp__detect_graph_left(d, 21, 100, true);
+    p = (gp_profile){0};
+    finish(d, &p);
+    assert_int_equal(p.n_findings, 0);
     free_findings(&p);
     gp__detectors_free(d);
 }
@@ -196,8 +240,11 @@ static void test_autograd_error(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_graph_without_grad), cmocka_unit_test(test_inference_region),
-        cmocka_unit_test(test_escape_bounded),     cmocka_unit_test(test_growth),
+        cmocka_unit_test(test_graph_without_grad),
+        cmocka_unit_test(test_inference_region),
+        cmocka_unit_test(test_graph_used_by_backward),
+        cmocka_unit_test(test_escape_bounded),
+        cmocka_unit_test(test_growth),
         cmocka_unit_test(test_autograd_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

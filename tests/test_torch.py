@@ -427,7 +427,9 @@ def test_pitfalls(E):
     (TopLevelTracedModule), the in-place op on a saved tensor (PyTorch's version-counter error:
     op aten::sigmoid, module Sequential.1, the program's line), the inference_mode tensor saved
     for backward -- and passes the fix; `report` shows the same finding. The in-place and
-    inference-tensor programs fine-tune, so they are judged by the detectors alone."""
+    inference-tensor programs fine-tune, so they are judged by the detectors alone. Then the
+    correct program the detectors once flagged, input gradients in eval mode
+    (test_input_gradients)."""
     traces, jobs = {}, []
     for script in PITFALLS:
         for fixed in (False, True):
@@ -475,6 +477,54 @@ def test_pitfalls(E):
                    "inference tensor: the verdict names it with the line")
         kinds = {f["kind"] for f in reports[script]["findings"]}
         expect(rule in kinds, "%s: report has the finding %s (%s)" % (script, rule, sorted(kinds)))
+    test_input_gradients(E)
+
+
+# A saliency map: input gradients of a torchvision model in eval mode. Grad is on inside the
+# helper's inference region on purpose, and a backward pass uses the graph; with --drop the
+# outputs are dropped unused instead, which is forgot_no_grad.
+SALIENCY = r"""
+import sys, torch, torchvision
+torch.manual_seed(0)
+m = torchvision.models.resnet18(weights=None).eval()
+for p in m.parameters():
+    p.requires_grad_(False)
+for i in range(3):
+    x = torch.randn(2, 3, 64, 64, requires_grad=True)
+    score = m(x).max(1).values.sum()
+    if "--drop" in sys.argv:
+        print(float(score))
+    else:
+        score.backward()
+        print(float(x.grad.abs().sum()))
+"""
+
+
+def test_input_gradients(E):
+    """The graph a backward pass uses is not forgotten: the saliency program gets no
+    forgot_no_grad finding (its detectors pass `check`; the forbid rule, which holds graph
+    memory anywhere against it, is turned off), while the same forwards without the backward
+    get one, naming the saved ReLU outputs."""
+    script = E.path("saliency.py")
+    with open(script, "w") as f:
+        f.write(SALIENCY)
+    traces = {drop: E.path("saliency%s.gptrace" % ("_drop" if drop else "")) for drop in (0, 1)}
+    for t in traces.values():
+        remove_traces(t)
+    parallel([lambda t=t, drop=drop: run([E.gradprof, "run", "-o", t, "--", PY, script] +
+                                         (["--drop"] if drop else []))
+              for drop, t in traces.items()])
+    (rc0, c0), (rc1, c1) = parallel([check_json(E, traces[d], "--forbid", "none")
+                                     for d in (0, 1)])
+    log("saliency: check rc %d, %s; --drop: rc %d, %s"
+        % (rc0, c0.get("summary", "")[:120], rc1, c1.get("summary", "")[:120]))
+    expect(rc0 == 0 and c0["passed"], "saliency: the detectors pass a graph used by backward")
+    failed = {v["rule"] for v in c1["violations"]}
+    expect(rc1 == 1 and "forgot_no_grad" in failed, "saliency --drop: forgot_no_grad (%s)"
+           % sorted(failed))
+    items = [i for v in c1["violations"] if v["rule"] == "forgot_no_grad" for i in v["items"]]
+    expect(any(i["op"] == "aten::relu" and i["category"] == "saved" for i in items),
+           "saliency --drop: the finding names the saved ReLU outputs")
 
 
 # ---- CUDA tensors: the helper's device handling, without a GPU -----------------------------------

@@ -47,7 +47,8 @@ typedef struct object { /* a live buffer (its address is its key in the live set
     uint32_t instance;                     /* innermost region instance at birth, or NONE */
     int16_t device;                        /* -1 .. GP_TRACE_MAX_DEVICE */
     uint8_t category;                      /* an lp_category */
-    bool tagged;
+    bool tagged : 1;
+    bool counted : 1; /* counted in forgot_no_grad, in its graph category (uncount) */
 } object;
 _Static_assert(GP_TRACE_MAX_DEVICE <= INT16_MAX, "object.device holds every device id");
 
@@ -767,7 +768,7 @@ static const char *inference_region(gp_profile *p, const thread_state *t)
 
 /* Buffer o has just entered its category on thread t (an allocation, a first tag or a retag
  * that changed it; grad_flag: the event's): the per-buffer detectors judge graph memory. */
-static void detect(gp_profile *p, const thread_state *t, const object *o, bool grad_flag)
+static void detect(gp_profile *p, const thread_state *t, object *o, bool grad_flag)
 {
     if (!lp_category_is_graph(o->category))
         return;
@@ -778,8 +779,22 @@ static void detect(gp_profile *p, const thread_state *t, const object *o, bool g
                           .mode_off = t->grad_disabled,
                           .event_grad = grad_flag,
                           .inference_region = inference_region(p, t)};
-    gp__detect_graph_buffer(p->internal->detectors, &c, o->category, k->op, k->module,
-                            site_stack(p, o->site), o->size, p->internal->now);
+    o->counted = gp__detect_graph_buffer(p->internal->detectors, &c, o->category, k->op, k->module,
+                                         site_stack(p, o->site), o->size, o->seq, p->internal->now);
+}
+
+/* Buffer o leaves the category detect counted it in (freed, retagged): back out of its
+ * forgot_no_grad finding if a backward pass, on any thread, is using the graph now. */
+static void uncount(gp_profile *p, object *o)
+{
+    if (!o->counted)
+        return;
+    engine *e = p->internal;
+    bool in_backward = false;
+    for (size_t i = 0; i < e->n_threads && !in_backward; i++)
+        in_backward = e->threads[i].backward_depth > 0;
+    gp__detect_graph_left(e->detectors, o->seq, o->size, in_backward);
+    o->counted = false;
 }
 
 /* ---- the live set ---------------------------------------------------------------------------- */
@@ -1242,6 +1257,7 @@ static void on_alloc(gp_profile *p, thread_state *t, const gp_event *ev, bool ta
         if (OBSERVER(p))
             observe(p, OBSERVER(p)->free, &e->objects[s->obj], ev->thread, false);
         object_leave(p, &e->objects[s->obj]);
+        uncount(p, &e->objects[s->obj]);
         instance_unref(e, e->objects[s->obj].instance);
         e->objects[s->obj].size = 0;
         object_delete(e, s->obj);
@@ -1343,6 +1359,8 @@ static void on_tag(gp_profile *p, thread_state *t, const gp_event *ev)
     } else {
         p->retag_count++;
     }
+    if (ev->category != before)
+        uncount(p, o);
     object_set_role(p, o, ev->category, ev->op, ev->module, ev->detail);
     if (e->oom)
         return;
@@ -1377,6 +1395,7 @@ static void on_free(gp_profile *p, thread_state *t, const gp_event *ev)
     if (OBSERVER(p))
         observe(p, OBSERVER(p)->free, o, ev->thread, false);
     object_leave(p, o);
+    uncount(p, o);
     p->free_count++;
     if (t->last_alloc_valid && t->last_alloc_addr == ev->addr &&
         t->last_alloc_device == ev->device) {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #define NONE UINT32_MAX
+#define COUNTED_ITEM_BITS 20
 
 typedef struct finding_acc {
     gp_finding f;
@@ -29,6 +30,9 @@ struct gp__detectors {
     finding_acc *findings; /* one per (kind, region), in order of first occurrence */
     size_t n_findings, cap_findings;
     gp_map finding_map; /* (kind, region) -> index */
+    /* the forgot_no_grad buffers still in their graph category: birth number -> the finding's
+     * index << COUNTED_ITEM_BITS | the item's (gp__detect_graph_left takes them back out) */
+    gp_map counted;
     key_growth *key_growth;
     size_t n_key_growth;
 };
@@ -62,6 +66,7 @@ void gp__detectors_free(gp__detectors *d)
     }
     free(d->findings);
     free(d->finding_map.slots);
+    free(d->counted.slots);
     free(d->key_growth);
     free(d);
 }
@@ -88,13 +93,15 @@ static finding_acc *finding_get(gp__detectors *d, gp_finding_kind kind, const ch
     return a;
 }
 
-static void finding_add(gp__detectors *d, gp_finding_kind kind, const char *region, lp_category cat,
-                        const char *op, const char *module, uint32_t stack, uint64_t bytes,
-                        uint64_t now)
+/* Counts a buffer in the finding of (kind, region); the item's index, or NONE when out of
+ * memory. */
+static uint32_t finding_add(gp__detectors *d, gp_finding_kind kind, const char *region,
+                            lp_category cat, const char *op, const char *module, uint32_t stack,
+                            uint64_t bytes, uint64_t now)
 {
     finding_acc *a = finding_get(d, kind, region, now);
     if (!a)
-        return;
+        return NONE;
     a->f.bytes += bytes;
     a->f.count++;
     struct gp_map_slot *s =
@@ -107,31 +114,60 @@ static void finding_add(gp__detectors *d, gp_finding_kind kind, const char *regi
         if (!it || !gp__map_put(&a->items, (uint64_t)cat, (uintptr_t)op, (uintptr_t)module,
                                 (uint32_t)(a->f.n_items - 1))) {
             *d->oom = true;
-            return;
+            return NONE;
         }
         *it = (gp_finding_item){.category = cat, .op = op, .module = module, .stack = stack};
     }
     it->bytes += bytes;
     it->count++;
+    return (uint32_t)(it - a->f.items);
 }
 
 /* ---- the per-buffer detectors ---------------------------------------------------------------- */
 
-void gp__detect_graph_buffer(gp__detectors *d, const gp__grad_context *c, lp_category cat,
+bool gp__detect_graph_buffer(gp__detectors *d, const gp__grad_context *c, lp_category cat,
                              const char *op, const char *module, uint32_t stack, uint64_t size,
-                             uint64_t now)
+                             uint64_t seq, uint64_t now)
 {
     if (c->grad_off_depth > 0 && c->grad_on_depth == 0 && c->backward_depth == 0)
         finding_add(d, GP_FIND_GRAPH_WITHOUT_GRAD, LP_REGION_NO_GRAD, cat, op, module, stack, size,
                     now);
     const char *inf = c->inference_region;
     if (!inf || c->backward_depth > 0)
-        return;
-    bool grad_on = !c->mode_off && c->grad_off_depth == 0 && c->event_grad;
-    if (lp_category_is_graph_structure(cat) && grad_on)
-        finding_add(d, GP_FIND_FORGOT_NO_GRAD, inf, cat, op, module, stack, size, now);
+        return false;
     if (cat == LP_CAT_GRADIENT)
         finding_add(d, GP_FIND_PARAM_GRAD_IN_INFERENCE, inf, cat, op, module, stack, size, now);
+    bool grad_on = !c->mode_off && c->grad_off_depth == 0 && c->event_grad;
+    if (!lp_category_is_graph_structure(cat) || !grad_on)
+        return false;
+    uint32_t item = finding_add(d, GP_FIND_FORGOT_NO_GRAD, inf, cat, op, module, stack, size, now);
+    struct gp_map_slot *f =
+        gp__map_find(&d->finding_map, GP_FIND_FORGOT_NO_GRAD, (uintptr_t)inf, 0);
+    if (item == NONE || !f || f->v >= (NONE >> COUNTED_ITEM_BITS) ||
+        item >= 1u << COUNTED_ITEM_BITS) /* beyond what a count can name: it stays counted */
+        return false;
+    if (!gp__map_put(&d->counted, seq, 0, 0, f->v << COUNTED_ITEM_BITS | item)) {
+        *d->oom = true;
+        return false;
+    }
+    return true;
+}
+
+void gp__detect_graph_left(gp__detectors *d, uint64_t seq, uint64_t size, bool in_backward)
+{
+    struct gp_map_slot *s = gp__map_find(&d->counted, seq, 0, 0);
+    if (!s)
+        return;
+    uint32_t v = s->v;
+    gp__map_remove(&d->counted, s);
+    if (!in_backward)
+        return;
+    gp_finding *f = &d->findings[v >> COUNTED_ITEM_BITS].f;
+    gp_finding_item *it = &f->items[v & ((1u << COUNTED_ITEM_BITS) - 1)];
+    it->bytes -= size;
+    it->count--;
+    f->bytes -= size;
+    f->count--;
 }
 
 bool gp__detect_escape(gp__detectors *d, const char *region, uint64_t saved, uint64_t now)
@@ -249,7 +285,9 @@ static void detect_growth(gp__detectors *d, const gp_profile *p)
 int gp__detectors_finish(gp__detectors *d, gp_profile *p)
 {
     detect_growth(d, p);
-    /* items by bytes, largest first; one finding per (kind, region), by kind then first seen */
+    /* items by bytes, largest first; one finding per (kind, region), by kind then first seen;
+     * forgot_no_grad's buffers that a backward pass used are gone from their items (an item or a
+     * finding left with none is dropped) */
     p->findings = calloc(d->n_findings ? d->n_findings : 1, sizeof *p->findings);
     if (!p->findings)
         return -1;
@@ -258,6 +296,15 @@ int gp__detectors_finish(gp__detectors *d, gp_profile *p)
             finding_acc *a = &d->findings[fi];
             if (a->f.kind != (gp_finding_kind)k)
                 continue;
+            if (k == GP_FIND_FORGOT_NO_GRAD) {
+                size_t n = 0;
+                for (size_t i = 0; i < a->f.n_items; i++)
+                    if (a->f.items[i].count)
+                        a->f.items[n++] = a->f.items[i];
+                a->f.n_items = n;
+                if (!a->f.count)
+                    continue;
+            }
             for (size_t i = 1; i < a->f.n_items; i++) /* insertion sort: few items, stable */
                 for (size_t j = i; j > 0 && a->f.items[j].bytes > a->f.items[j - 1].bytes; j--) {
                     gp_finding_item tmp = a->f.items[j];

@@ -42,15 +42,26 @@ typedef struct gp__grad_context {
 } gp__grad_context;
 
 /*
- * A buffer of `size` bytes entered graph category `cat` (lp_category_is_graph: allocated so, or
- * tagged or retagged into it), made at call stack `stack` under tag (op, module), in context c:
- * graph_without_grad inside a grad-off scope (not inside enable_grad or backward);
+ * A buffer of `size` bytes (birth number `seq`) entered graph category `cat` (lp_category_is_graph:
+ * allocated so, or tagged or retagged into it), made at call stack `stack` under tag (op, module),
+ * in context c: graph_without_grad inside a grad-off scope (not inside enable_grad or backward);
  * forgot_no_grad for a graph built (SAVED, AUTOGRAD) with grad on inside an inference region;
  * param_grad_in_inference for a GRADIENT inside an inference region (not inside backward).
+ * Returns true when it counted the buffer in forgot_no_grad: the engine then calls
+ * gp__detect_graph_left when the buffer leaves that category.
  */
-void gp__detect_graph_buffer(gp__detectors *d, const gp__grad_context *c, lp_category cat,
+bool gp__detect_graph_buffer(gp__detectors *d, const gp__grad_context *c, lp_category cat,
                              const char *op, const char *module, uint32_t stack, uint64_t size,
-                             uint64_t now);
+                             uint64_t seq, uint64_t now);
+
+/*
+ * A buffer counted in forgot_no_grad (seq, size as given to gp__detect_graph_buffer) left its
+ * category: freed or retagged. When that happened while a backward pass ran (in_backward), the
+ * graph was built for it, not forgotten (input gradients of a model in eval mode, a saliency map,
+ * a training step in eval mode): the buffer is taken out of the finding, and a finding left empty
+ * is dropped. Otherwise it stays counted.
+ */
+void gp__detect_graph_left(gp__detectors *d, uint64_t seq, uint64_t size, bool in_backward);
 
 /*
  * An instance of inference region `region` that ended two entries of it ago (on its thread) still
