@@ -427,9 +427,8 @@ def test_pitfalls(E):
     (TopLevelTracedModule), the in-place op on a saved tensor (PyTorch's version-counter error:
     op aten::sigmoid, module Sequential.1, the program's line), the inference_mode tensor saved
     for backward -- and passes the fix; `report` shows the same finding. The in-place and
-    inference-tensor programs fine-tune, so they are judged by the detectors alone. Then the
-    correct program the detectors once flagged, input gradients in eval mode
-    (test_input_gradients)."""
+    inference-tensor programs fine-tune, so they are judged by the detectors alone. Then graphs
+    built in eval mode that a backward pass uses or not (test_backward_use)."""
     traces, jobs = {}, []
     for script in PITFALLS:
         for fixed in (False, True):
@@ -477,54 +476,71 @@ def test_pitfalls(E):
                    "inference tensor: the verdict names it with the line")
         kinds = {f["kind"] for f in reports[script]["findings"]}
         expect(rule in kinds, "%s: report has the finding %s (%s)" % (script, rule, sorted(kinds)))
-    test_input_gradients(E)
+    test_backward_use(E)
 
 
-# A saliency map: input gradients of a torchvision model in eval mode. Grad is on inside the
-# helper's inference region on purpose, and a backward pass uses the graph; with --drop the
-# outputs are dropped unused instead, which is forgot_no_grad.
-SALIENCY = r"""
+# Graphs built in eval mode, used by a backward pass or not (a torchvision ResNet-18):
+#   saliency       input gradients of the model in eval mode: grad on purpose, backward uses it
+#   drop           the same forwards, their outputs dropped unused: forgot_no_grad
+#   train_eval     training steps, then an evaluation in eval mode that forgot no_grad and keeps
+#                  its outputs: judged although a backward ran before
+#   train_in_eval  training in eval mode (frozen batch-norm statistics): every graph is used
+BACKWARD_USE = r"""
 import sys, torch, torchvision
 torch.manual_seed(0)
-m = torchvision.models.resnet18(weights=None).eval()
-for p in m.parameters():
-    p.requires_grad_(False)
-for i in range(3):
-    x = torch.randn(2, 3, 64, 64, requires_grad=True)
-    score = m(x).max(1).values.sum()
-    if "--drop" in sys.argv:
+mode = sys.argv[1]
+m = torchvision.models.resnet18(weights=None, num_classes=10).eval()
+opt = torch.optim.SGD(m.parameters(), lr=0.01)
+if mode in ("saliency", "drop"):
+    for p in m.parameters():
+        p.requires_grad_(False)
+    for i in range(3):
+        x = torch.randn(2, 3, 64, 64, requires_grad=True)
+        score = m(x).max(1).values.sum()
+        if mode == "saliency":
+            score.backward()
         print(float(score))
-    else:
-        score.backward()
-        print(float(x.grad.abs().sum()))
+else:
+    for epoch in range(2):
+        m.train(mode == "train_eval")
+        for step in range(2):
+            x, y = torch.randn(4, 3, 64, 64), torch.randint(0, 10, (4,))
+            loss = torch.nn.functional.cross_entropy(m(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        if mode == "train_eval":
+            m.eval()
+            outs = [m(torch.randn(4, 3, 64, 64)) for b in range(3)]
+            print(epoch, float(loss), sum(float(o.sum()) for o in outs))
 """
+BACKWARD_USE_MODES = {"saliency": False, "drop": True, "train_eval": True, "train_in_eval": False}
 
 
-def test_input_gradients(E):
-    """The graph a backward pass uses is not forgotten: the saliency program gets no
-    forgot_no_grad finding (its detectors pass `check`; the forbid rule, which holds graph
-    memory anywhere against it, is turned off), while the same forwards without the backward
-    get one, naming the saved ReLU outputs."""
-    script = E.path("saliency.py")
+def test_backward_use(E):
+    """A graph that a backward pass uses is not forgotten: of the programs of BACKWARD_USE, the
+    detectors (`check --forbid none`: graph memory anywhere is what the forbid rule holds against
+    a program that trains) pass saliency and train_in_eval, and fail drop and train_eval with
+    forgot_no_grad, whose items name the saved ReLU outputs."""
+    script = E.path("backward_use.py")
     with open(script, "w") as f:
-        f.write(SALIENCY)
-    traces = {drop: E.path("saliency%s.gptrace" % ("_drop" if drop else "")) for drop in (0, 1)}
+        f.write(BACKWARD_USE)
+    traces = {m: E.path("backward_use_%s.gptrace" % m) for m in BACKWARD_USE_MODES}
     for t in traces.values():
         remove_traces(t)
-    parallel([lambda t=t, drop=drop: run([E.gradprof, "run", "-o", t, "--", PY, script] +
-                                         (["--drop"] if drop else []))
-              for drop, t in traces.items()])
-    (rc0, c0), (rc1, c1) = parallel([check_json(E, traces[d], "--forbid", "none")
-                                     for d in (0, 1)])
-    log("saliency: check rc %d, %s; --drop: rc %d, %s"
-        % (rc0, c0.get("summary", "")[:120], rc1, c1.get("summary", "")[:120]))
-    expect(rc0 == 0 and c0["passed"], "saliency: the detectors pass a graph used by backward")
-    failed = {v["rule"] for v in c1["violations"]}
-    expect(rc1 == 1 and "forgot_no_grad" in failed, "saliency --drop: forgot_no_grad (%s)"
-           % sorted(failed))
-    items = [i for v in c1["violations"] if v["rule"] == "forgot_no_grad" for i in v["items"]]
-    expect(any(i["op"] == "aten::relu" and i["category"] == "saved" for i in items),
-           "saliency --drop: the finding names the saved ReLU outputs")
+    parallel([lambda m=m, t=t: run([E.gradprof, "run", "-o", t, "--", PY, script, m])
+              for m, t in traces.items()])
+    checks = parallel([check_json(E, traces[m], "--forbid", "none") for m in BACKWARD_USE_MODES])
+    for (mode, flagged), (rc, c) in zip(BACKWARD_USE_MODES.items(), checks):
+        failed = sorted({v["rule"] for v in c["violations"]})
+        log("%s: check rc %d, failed %s; %s" % (mode, rc, failed, c.get("summary", "")[:120]))
+        if not flagged:
+            expect(rc == 0 and c["passed"], "%s: the detectors pass it" % mode)
+            continue
+        expect(rc == 1 and "forgot_no_grad" in failed, "%s: forgot_no_grad" % mode)
+        items = [i for v in c["violations"] if v["rule"] == "forgot_no_grad" for i in v["items"]]
+        expect(any(i["op"] == "aten::relu" and i["category"] == "saved" for i in items),
+               "%s: the finding names the saved ReLU outputs" % mode)
 
 
 # ---- CUDA tensors: the helper's device handling, without a GPU -----------------------------------

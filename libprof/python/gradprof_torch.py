@@ -411,7 +411,6 @@ class _State:
         self.auto_roots = {}    # id(module) -> _Model: modules called outside any other module
         self.primary = None     # id of the first attached root called: its calls are iterations
         self.user_marks = False  # the program calls gp.mark itself: no automatic marks
-        self.backward_seen = False  # a backward ran: eval-mode calls may be training after all
         self.global_handles = []
         self.watch = None       # a test being watched (watch_begin), or None
         self.last_holders = []  # what the last holder scan found
@@ -1038,7 +1037,8 @@ def _enter_attached_root(s, mod, root):
     """An attached root's call: the program's iteration (a mark at each call of the first root
     it called, unless it marks iterations itself), who keeps graphs of earlier calls alive, and
     an inference region around a call in eval mode (model.eval()), unless the program has an
-    inference region open or a backward ran (training in eval mode)."""
+    inference region open. A graph such a call builds that a backward pass then uses (training
+    in eval mode, input gradients) is not a finding: the engine takes its buffers back."""
     root.calls += 1
     tls = s.tls
     w = s.watch
@@ -1051,8 +1051,7 @@ def _enter_attached_root(s, mod, root):
         _note_holders(s, "call %s#%d" % (root.name, root.calls))
     if id(mod) == s.primary and not s.user_marks:
         s.lib.lib.lp_mark(_b("iter %d" % root.calls))
-    if (not mod.training and not s.backward_seen and
-            not any(e.name == REGION_INFERENCE for e in tls.stack)):
+    if not mod.training and not any(e.name == REGION_INFERENCE for e in tls.stack):
         s.push("attached", id(mod), REGION_INFERENCE)
 
 
@@ -1441,7 +1440,6 @@ def _wrap_backward(orig):
         if tls.backward or not s.on:
             return orig(*a, **k)
         tls.backward += 1
-        s.backward_seen = True
         key = object()
         s.push(REGION_BACKWARD, id(key), REGION_BACKWARD)
         try:
