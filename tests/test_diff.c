@@ -558,6 +558,19 @@ static void write_stackless_run(const char *path, bool grad, uint64_t act)
     assert_int_equal(tb_close(b), 0);
 }
 
+/* A (grad on) and B (grad_b) into two new temporary files, named in a and b (64 bytes each). */
+static void stackless_pair(char *a, char *b, bool grad_b, uint64_t act)
+{
+    strcpy(a, "/tmp/gp_test_diff_aXXXXXX");
+    strcpy(b, "/tmp/gp_test_diff_bXXXXXX");
+    int fa = mkstemp(a), fb = mkstemp(b);
+    assert_true(fa >= 0 && fb >= 0);
+    close(fa);
+    close(fb);
+    write_stackless_run(a, true, act);
+    write_stackless_run(b, grad_b, act);
+}
+
 /* Without stacks the call-site table would be one "[no stack]" row: the diff says why instead,
  * and its numbers are unchanged (A's relu output, 4096 B, held by graph construction). */
 static void test_without_stacks(void **state)
@@ -565,13 +578,8 @@ static void test_without_stacks(void **state)
     (void)state;
     tmp t;
     tmp_make(&t);
-    char a[64] = "/tmp/gp_test_diff_aXXXXXX", b[64] = "/tmp/gp_test_diff_bXXXXXX";
-    int fa = mkstemp(a), fb = mkstemp(b);
-    assert_true(fa >= 0 && fb >= 0);
-    close(fa);
-    close(fb);
-    write_stackless_run(a, true, 4096);
-    write_stackless_run(b, false, 4096);
+    char a[64], b[64];
+    stackless_pair(a, b, false, 4096);
     const char *args[] = {"diff", a, b, NULL};
     assert_int_equal(run(t.out, t.err, args), 0);
     char *out = e2e_slurp(t.out, NULL);
@@ -601,16 +609,11 @@ static void test_b_builds_a_graph(void **state)
     (void)state;
     tmp t;
     tmp_make(&t);
-    char a[64] = "/tmp/gp_test_diff_aXXXXXX", b[64] = "/tmp/gp_test_diff_bXXXXXX";
-    int fa = mkstemp(a), fb = mkstemp(b);
-    assert_true(fa >= 0 && fb >= 0);
-    close(fa);
-    close(fb);
+    char a[64], b[64];
     const char *want = "B's own peak holds graph memory too (2.00 MiB saved for backward, 0.00 MiB "
                        "in graph nodes): grad was on in B as well";
     for (int grad_b = 0; grad_b < 2; grad_b++) {
-        write_stackless_run(a, true, 2u << 20);
-        write_stackless_run(b, grad_b, 2u << 20);
+        stackless_pair(a, b, grad_b, 2u << 20);
         const char *args[] = {"diff", a, b, NULL};
         assert_int_equal(run(t.out, t.err, args), 0);
         char *out = e2e_slurp(t.out, NULL), *err = e2e_slurp(t.err, NULL);
@@ -637,9 +640,9 @@ static void test_b_builds_a_graph(void **state)
         assert_int_equal(
             strstr(out, "<div class=\"warn\">B&#39;s own peak holds graph memory") != NULL, grad_b);
         free(out);
+        unlink(a);
+        unlink(b);
     }
-    unlink(a);
-    unlink(b);
     tmp_remove(&t);
 }
 

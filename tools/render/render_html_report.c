@@ -163,6 +163,17 @@ static void report_findings(FILE *out, gp_profile *p, const gp_render_options *o
     fputs("</section>\n", out);
 }
 
+/* The last cells of a site or tag row, and its end: bytes at peak (a bar of the peak in the
+ * category's color), allocated, allocations, live at end. */
+static void td_stats(FILE *out, const gp_stats *st, uint64_t peak, lp_category c)
+{
+    gp__html_td_bytes_bar(out, st->peak_bytes, peak, gp__html_cat_color[c % LP_CAT_COUNT]);
+    gp__html_td_bytes(out, st->total_bytes);
+    gp__html_td_count(out, st->count);
+    gp__html_td_bytes(out, st->live_bytes);
+    fputs("</tr>\n", out);
+}
+
 /* The sites table by measure m. These tables return -1 when out of memory (the table is then
  * written as empty), else 0. */
 static int report_sites(FILE *out, gp_profile *p, const gp_render_options *o, gp__measure m,
@@ -200,12 +211,7 @@ static int report_sites(FILE *out, gp_profile *p, const gp_render_options *o, gp
             }
         }
         fputs("</td>", out);
-        gp__html_td_bytes_bar(out, s->stats.peak_bytes, p->peak_bytes,
-                              gp__html_cat_color[gp_site_category(p, s) % LP_CAT_COUNT]);
-        gp__html_td_bytes(out, s->stats.total_bytes);
-        gp__html_td_count(out, s->stats.count);
-        gp__html_td_bytes(out, s->stats.live_bytes);
-        fputs("</tr>\n", out);
+        td_stats(out, &s->stats, p->peak_bytes, gp_site_category(p, s));
     }
     gp__html_table_end(out, shown, nz);
     fputs("</section>\n", out);
@@ -240,17 +246,9 @@ static int report_tags(FILE *out, gp_profile *p, const gp_render_options *o, gp_
         row++;
         fprintf(out, "<tr><td class=\"num\" data-v=\"%zu\">%zu</td>", row, row);
         gp__html_td_category(out, k->category);
-        fputs("<td>", out);
-        gp__html_escape(out, k->op);
-        fputs("</td><td>", out);
-        gp__html_escape(out, k->module);
-        fputs("</td>", out);
-        gp__html_td_bytes_bar(out, k->stats.peak_bytes, p->peak_bytes,
-                              gp__html_cat_color[k->category % LP_CAT_COUNT]);
-        gp__html_td_bytes(out, k->stats.total_bytes);
-        gp__html_td_count(out, k->stats.count);
-        gp__html_td_bytes(out, k->stats.live_bytes);
-        fputs("</tr>\n", out);
+        gp__html_td_text(out, k->op);
+        gp__html_td_text(out, k->module);
+        td_stats(out, &k->stats, p->peak_bytes, k->category);
     }
     gp__html_table_end(out, shown, nz);
     fputs("</section>\n", out);
