@@ -1443,10 +1443,12 @@ static lp__thread *lp__thread_get(void)
     }
     lp__count_writer();
     int saved_errno = errno;
+    lp__own(th); /* the flusher sees the state in R.threads already */
     th->tid = (pid_t)syscall(SYS_gettid);
     th->rng = lp__mix((uint64_t)th->tid ^ lp__now()) | 1;
     th->sample_left = 0;
     lp__thread_reset(th);
+    lp__give_back(th);
     lp__self = th;
     if (R.key_made)
         pthread_setspecific(R.key, th);
