@@ -481,6 +481,7 @@ def test_pitfalls(E):
 
 # Graphs built in eval mode, used by a backward pass or not (a torchvision ResNet-18):
 #   saliency       input gradients of the model in eval mode: grad on purpose, backward uses it
+#   saliency_grad  the same through torch.autograd.grad
 #   drop           the same forwards, their outputs dropped unused: forgot_no_grad
 #   train_eval     training steps, then an evaluation in eval mode that forgot no_grad and keeps
 #                  its outputs: judged although a backward ran before
@@ -491,7 +492,7 @@ torch.manual_seed(0)
 mode = sys.argv[1]
 m = torchvision.models.resnet18(weights=None, num_classes=10).eval()
 opt = torch.optim.SGD(m.parameters(), lr=0.01)
-if mode in ("saliency", "drop"):
+if mode in ("saliency", "saliency_grad", "drop"):
     for p in m.parameters():
         p.requires_grad_(False)
     for i in range(3):
@@ -499,6 +500,8 @@ if mode in ("saliency", "drop"):
         score = m(x).max(1).values.sum()
         if mode == "saliency":
             score.backward()
+        elif mode == "saliency_grad":
+            torch.autograd.grad(score, x)
         print(float(score))
 else:
     for epoch in range(2):
@@ -514,14 +517,15 @@ else:
             outs = [m(torch.randn(4, 3, 64, 64)) for b in range(3)]
             print(epoch, float(loss), sum(float(o.sum()) for o in outs))
 """
-BACKWARD_USE_MODES = {"saliency": False, "drop": True, "train_eval": True, "train_in_eval": False}
+BACKWARD_USE_MODES = {"saliency": False, "saliency_grad": False, "drop": True, "train_eval": True,
+                      "train_in_eval": False}
 
 
 def test_backward_use(E):
     """A graph that a backward pass uses is not forgotten: of the programs of BACKWARD_USE, the
     detectors (`check --forbid none`: graph memory anywhere is what the forbid rule holds against
-    a program that trains) pass saliency and train_in_eval, and fail drop and train_eval with
-    forgot_no_grad, whose items name the saved ReLU outputs."""
+    a program that trains) pass saliency, saliency_grad and train_in_eval, and fail drop and
+    train_eval with forgot_no_grad, whose items name the saved ReLU outputs."""
     script = E.path("backward_use.py")
     with open(script, "w") as f:
         f.write(BACKWARD_USE)

@@ -34,7 +34,7 @@ What it records:
   (``inference_mode(false)`` for ``mode=False``) and ``enable_grad`` around ``torch.no_grad()``,
   ``torch.inference_mode()`` and ``torch.enable_grad()`` blocks and decorated functions (their
   ``__enter__``/``__exit__`` are wrapped while instrumented and restored by ``uninstall``);
-  ``backward`` around ``Tensor.backward`` / ``torch.autograd.backward``;
+  ``backward`` around ``Tensor.backward`` / ``torch.autograd.backward`` / ``torch.autograd.grad``;
 * **parameters and buffers**: each storage is tagged ``parameter`` (op ``parameter`` or
   ``buffer``, module = its owner's path, detail = its name) at instrument time, and new ones at
   each forward;
@@ -1473,6 +1473,7 @@ def _install_globals():
     _patch(torch.nn.Module, "__call__", _wrap_module_call(torch.nn.Module.__call__))
     _wrap_ctx(torch.autocast, "autocast")
     _patch(torch.autograd, "backward", _wrap_backward(torch.autograd.backward))
+    _patch(torch.autograd, "grad", _wrap_backward(torch.autograd.grad))
     import multiprocessing.process as mp_process
     if hasattr(mp_process.BaseProcess, "_bootstrap"):
         _wrap_process_bootstrap(mp_process.BaseProcess)
