@@ -93,15 +93,11 @@ static finding_acc *finding_get(gp__detectors *d, gp_finding_kind kind, const ch
     return a;
 }
 
-/* Counts a buffer in the finding of (kind, region); the item's index, or NONE when out of
- * memory. */
-static uint32_t finding_add(gp__detectors *d, gp_finding_kind kind, const char *region,
-                            lp_category cat, const char *op, const char *module, uint32_t stack,
-                            uint64_t bytes, uint64_t now)
+/* Counts a buffer in finding a, under its item (category, op, module); the item's index, or NONE
+ * when out of memory. */
+static uint32_t item_add(gp__detectors *d, finding_acc *a, lp_category cat, const char *op,
+                         const char *module, uint32_t stack, uint64_t bytes)
 {
-    finding_acc *a = finding_get(d, kind, region, now);
-    if (!a)
-        return NONE;
     a->f.bytes += bytes;
     a->f.count++;
     struct gp_map_slot *s =
@@ -123,6 +119,16 @@ static uint32_t finding_add(gp__detectors *d, gp_finding_kind kind, const char *
     return (uint32_t)(it - a->f.items);
 }
 
+/* Counts a buffer in the finding of (kind, region), made on first use. */
+static void finding_add(gp__detectors *d, gp_finding_kind kind, const char *region, lp_category cat,
+                        const char *op, const char *module, uint32_t stack, uint64_t bytes,
+                        uint64_t now)
+{
+    finding_acc *a = finding_get(d, kind, region, now);
+    if (a)
+        item_add(d, a, cat, op, module, stack, bytes);
+}
+
 /* ---- the per-buffer detectors ---------------------------------------------------------------- */
 
 bool gp__detect_graph_buffer(gp__detectors *d, const gp__grad_context *c, lp_category cat,
@@ -140,13 +146,15 @@ bool gp__detect_graph_buffer(gp__detectors *d, const gp__grad_context *c, lp_cat
     bool grad_on = !c->mode_off && c->grad_off_depth == 0 && c->event_grad;
     if (!lp_category_is_graph_structure(cat) || !grad_on)
         return false;
-    uint32_t item = finding_add(d, GP_FIND_FORGOT_NO_GRAD, inf, cat, op, module, stack, size, now);
-    struct gp_map_slot *f =
-        gp__map_find(&d->finding_map, GP_FIND_FORGOT_NO_GRAD, (uintptr_t)inf, 0);
-    if (item == NONE || !f || f->v >= (NONE >> COUNTED_ITEM_BITS) ||
+    finding_acc *a = finding_get(d, GP_FIND_FORGOT_NO_GRAD, inf, now);
+    if (!a)
+        return false;
+    uint32_t item = item_add(d, a, cat, op, module, stack, size);
+    size_t finding = (size_t)(a - d->findings);
+    if (item == NONE || finding >= (NONE >> COUNTED_ITEM_BITS) ||
         item >= 1u << COUNTED_ITEM_BITS) /* beyond what a count can name: it stays counted */
         return false;
-    if (!gp__map_put(&d->counted, seq, 0, 0, f->v << COUNTED_ITEM_BITS | item)) {
+    if (!gp__map_put(&d->counted, seq, 0, 0, (uint32_t)finding << COUNTED_ITEM_BITS | item)) {
         *d->oom = true;
         return false;
     }
