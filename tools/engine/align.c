@@ -640,19 +640,6 @@ const gp_replay_observer *gp_align_observer(gp_align *al, int which)
     return &al->internal->obs[which ? 1 : 0];
 }
 
-uint32_t *gp_align_peak_stacks(const gp_align *al, size_t *n)
-{
-    const struct gp__align_internal *in = al->internal;
-    *n = 0;
-    uint32_t *stacks = in->peak ? malloc((in->n_peak ? in->n_peak : 1) * sizeof *stacks) : NULL;
-    if (!stacks)
-        return NULL;
-    for (size_t i = 0; i < in->n_peak; i++)
-        stacks[i] = in->peak[i].a.stack;
-    *n = in->n_peak;
-    return stacks;
-}
-
 /* ---- the classification ---------------------------------------------------------------------- */
 
 /* Only tensor memory can be saved for backward: tagged or classified by frame rules as an

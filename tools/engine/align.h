@@ -99,11 +99,6 @@ void gp_align_free(gp_align *al);
 /* The observer to load run `which` (0 = A, first; 1 = B, after A) with. Borrowed from al. */
 const gp_replay_observer *gp_align_observer(gp_align *al, int which);
 
-/* The stacks of the buffers live at A's peak, in birth order (the A side of buffers[] to come),
- * in a new array of *n (the caller frees it), once A is loaded and gp_align_observer(al, 1) was
- * asked for; NULL (*n = 0) before that or when out of memory. */
-uint32_t *gp_align_peak_stacks(const gp_align *al, size_t *n);
-
 /* Classifies the buffers once both runs are loaded and frees what only that needed (al's
  * observers are gone then). Returns 0, or -1 when out of memory (during either load or now). */
 int gp_align_finish(gp_align *al);

@@ -1,5 +1,5 @@
 /*
- * gp_diff_load: the tables of diff.h from the aligned buffers of align.h. Every buffer of the
+ * gp_diff_compute: the tables of diff.h from the aligned buffers of align.h. Every buffer of the
  * union (live at A's peak, or live in B at the corresponding instant without a twin live at A's
  * peak) goes into one row per table, the row of its key (its labels; strings of both runs
  * compared by text), found by hashing. Each table is summed on its own against the aligned delta,
@@ -566,16 +566,12 @@ static const gp_device_stats *primary(const gp_profile *p)
     return NULL;
 }
 
-/* The diff of tb's runs from their alignment (gp_align_finish done); tb's strings and keys may
- * hold what key_prefetch made. Returns 0, or -1 with a message in err (out of memory). */
-static int diff_compute(tables *tb, const char *a_path, const char *b_path, gp_diff **out,
-                        char *err, size_t err_size)
+int gp_diff_compute(gp_profile *a, gp_profile *b, const gp_align *al, const char *a_path,
+                    const char *b_path, gp_diff **out, char *err, size_t err_size)
 {
     *out = NULL;
     gp_diff *d = calloc(1, sizeof *d);
-    gp_profile *a = tb->run[0], *b = tb->run[1];
-    const gp_align *al = tb->al;
-    tb->d = d;
+    tables tb = {.d = d, .al = al, .run = {a, b}};
     if (!d)
         goto oom;
     if (fill_run(d, &d->a, a, a_path) || fill_run(d, &d->b, b, b_path))
@@ -614,7 +610,7 @@ static int diff_compute(tables *tb, const char *a_path, const char *b_path, gp_d
     for (int c = 0; c < LP_CAT_COUNT; c++)
         d->remainder.categories -= d->by_category[c].delta;
 
-    if (build_rows(tb, T_KEYS, &d->keys, &d->n_keys))
+    if (build_rows(&tb, T_KEYS, &d->keys, &d->n_keys))
         goto oom;
     qsort(d->keys, d->n_keys, sizeof *d->keys, row_by_delta);
     int64_t key_sum_by_cat[LP_CAT_COUNT] = {0};
@@ -624,26 +620,28 @@ static int diff_compute(tables *tb, const char *a_path, const char *b_path, gp_d
     for (int c = 0; c < LP_CAT_COUNT; c++)
         d->remainder.keys_by_category[c] = d->by_category[c].delta - key_sum_by_cat[c];
 
-    if (build_rows(tb, T_OPS, &d->ops, &d->n_ops))
+    if (build_rows(&tb, T_OPS, &d->ops, &d->n_ops))
         goto oom;
     qsort(d->ops, d->n_ops, sizeof *d->ops, row_by_held);
-    if (build_rows(tb, T_MODULES, &d->modules, &d->n_modules))
+    if (build_rows(&tb, T_MODULES, &d->modules, &d->n_modules))
         goto oom;
     qsort(d->modules, d->n_modules, sizeof *d->modules, row_by_held);
-    if (build_rows(tb, T_SITES, &d->call_sites, &d->n_call_sites) ||
+    if (build_rows(&tb, T_SITES, &d->call_sites, &d->n_call_sites) ||
         disambiguate_sites(d, d->call_sites, d->n_call_sites))
         goto oom;
     qsort(d->call_sites, d->n_call_sites, sizeof *d->call_sites, row_by_held);
     d->remainder.call_sites = d->aligned_delta - sum_delta(d->call_sites, d->n_call_sites);
-    if (build_rows(tb, T_LAYERS, &d->layers, &d->n_layers))
+    if (build_rows(&tb, T_LAYERS, &d->layers, &d->n_layers))
         goto oom;
     if (order_layers(d->layers, d->n_layers, a, b) != 0)
         goto oom;
     d->remainder.layers = d->aligned_delta - sum_delta(d->layers, d->n_layers);
 
+    tables_free(&tb);
     *out = d;
     return 0;
 oom:
+    tables_free(&tb);
     gp_diff_free(d);
     snprintf(err, err_size, "out of memory computing the diff");
     return -1;
@@ -686,46 +684,6 @@ static gp_trace *early_scan_done(early_scan *es)
     return t;
 }
 
-/* A's call-site keys, made on a thread of their own while B loads: the call-site table's rows
- * are mostly the keys of the buffers live at A's peak, which need A's profile only; making them
- * was a fifth of a diff's time, and B's load keeps about 1.3 cores busy (bench/NOTES.md). The
- * thread has A's profile and tb's strings and keys to itself until it is joined (B's load touches
- * neither; the symbolizer B shares with A locks what they share). A key it could not make (out
- * of memory) is made again by build_rows, which then says so. */
-typedef struct key_prefetch {
-    tables *tb;
-    uint32_t *stacks; /* of the buffers live at A's peak */
-    size_t n_stacks;
-    pthread_t thread;
-    bool started;
-} key_prefetch;
-
-static void *key_prefetch_main(void *arg)
-{
-    key_prefetch *kp = arg;
-    for (size_t i = 0; i < kp->n_stacks; i++)
-        if (!site_key_of(&kp->tb->sk, &kp->tb->cn, kp->tb->run[0], 0, kp->stacks[i]))
-            break;
-    return NULL;
-}
-
-static void key_prefetch_start(key_prefetch *kp, tables *tb)
-{
-    *kp = (key_prefetch){.tb = tb};
-    kp->stacks = gp_align_peak_stacks(tb->al, &kp->n_stacks);
-    kp->started = kp->stacks && gp__start_quiet_thread(&kp->thread, key_prefetch_main, kp) == 0;
-}
-
-/* Waits for the thread: tb and A's profile are the caller's again. */
-static void key_prefetch_done(key_prefetch *kp)
-{
-    if (kp->started)
-        pthread_join(kp->thread, NULL);
-    kp->started = false;
-    free(kp->stacks);
-    kp->stacks = NULL;
-}
-
 int gp_diff_load(const char *a_path, const char *b_path, const gp_analysis_options *opts,
                  gp_profile **a, gp_profile **b, gp_diff **out, char *err, size_t err_size)
 {
@@ -742,8 +700,6 @@ int gp_diff_load(const char *a_path, const char *b_path, const gp_analysis_optio
         return -1;
     }
     int rc = -1;
-    tables tb = {.al = al};
-    key_prefetch keys = {0};
     early_scan b_scan;
     early_scan_start(&b_scan, b_path);
     o.observer = gp_align_observer(al, 0);
@@ -752,23 +708,15 @@ int gp_diff_load(const char *a_path, const char *b_path, const gp_analysis_optio
     o.observer = gp_align_observer(al, 1);
     o.without_sites = true; /* B's sites: only A's are ever read after the diff */
     /* B shares A's symbolizer: the same program's modules are opened and resolved once */
-    gp_symbolizer *b_symbolizer = gp_symbolizer_share((*a)->symbolizer);
-    tb.run[0] = *a;
-    key_prefetch_start(&keys, &tb);
-    int b_rc = gp__profile_load_with(b_path, &o, b_symbolizer, early_scan_done(&b_scan), b, err,
-                                     err_size);
-    key_prefetch_done(&keys);
-    if (b_rc != 0)
+    if (gp__profile_load_with(b_path, &o, gp_symbolizer_share((*a)->symbolizer),
+                              early_scan_done(&b_scan), b, err, err_size) != 0)
         goto done;
     if (gp_align_finish(al) != 0) {
         snprintf(err, err_size, "out of memory aligning '%s' with '%s'", a_path, b_path);
         goto done;
     }
-    tb.run[1] = *b;
-    rc = diff_compute(&tb, a_path, b_path, out, err, err_size);
+    rc = gp_diff_compute(*a, *b, al, a_path, b_path, out, err, err_size);
 done:
-    key_prefetch_done(&keys);
-    tables_free(&tb);
     gp_trace_close(early_scan_done(&b_scan)); /* A failed: B's trace was not handed on */
     gp_align_free(al);
     if (rc != 0) {

@@ -122,10 +122,15 @@ typedef struct gp_diff {
     size_t n_owned_strings, cap_owned_strings;
 } gp_diff;
 
+/* Computes the diff of A and B from their alignment `al` (gp_align_finish done: A loaded with
+ * gp_align_observer(al, 0), B with (al, 1)); `a_path`/`b_path` are the names to print (NULL = the
+ * profiles' paths). Returns 0, or -1 with a message in err (out of memory). The profiles are
+ * borrowed and must outlive *out; al is only read. */
+int gp_diff_compute(gp_profile *a, gp_profile *b, const gp_align *al, const char *a_path,
+                    const char *b_path, gp_diff **out, char *err, size_t err_size);
+
 /* Loads A and B with `opts` (its observer is replaced; B is loaded without_sites), aligns and
- * diffs them; B's file is read and checked (gp_trace_scan) on a thread of its own while A loads,
- * and A's call-site keys are made on another while B loads. The profiles are borrowed by *out
- * and must outlive it.
+ * diffs them; B's file is read and checked (gp_trace_scan) on a thread of its own while A loads.
  * Returns 0, or -1 with a message naming the file in err (A's first when both fail); on success
  * the caller owns *a, *b and *out. */
 int gp_diff_load(const char *a_path, const char *b_path, const gp_analysis_options *opts,

@@ -17,7 +17,6 @@
 #include <errno.h>
 #include <gelf.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,10 +88,8 @@ typedef struct sym_block {
 
 #define SYM_BLOCK_BYTES ((size_t)64 << 10)
 
-/* What symbolizers sharing a core have in common: the files, the lookups made, the strings;
- * symbolizers on different threads take `lock` around every use of it. */
+/* What symbolizers sharing a core have in common: the files, the lookups made, the strings. */
 typedef struct sym_core {
-    pthread_mutex_t lock;
     sym_module *modules; /* the files, in order of registration */
     size_t nmodules, modules_cap;
     sym_entry *cache; /* open addressing, linear probing; capacity a power of two */
@@ -212,10 +209,8 @@ gp_symbolizer *gp_symbolizer_new(void)
         free(s);
         return NULL;
     }
-    if (s) {
-        pthread_mutex_init(&s->core->lock, NULL);
+    if (s)
         s->core->refs = 1;
-    }
     return s;
 }
 
@@ -226,9 +221,7 @@ gp_symbolizer *gp_symbolizer_share(gp_symbolizer *with)
     gp_symbolizer *s = calloc(1, sizeof *s);
     if (s) {
         s->core = with->core;
-        pthread_mutex_lock(&s->core->lock);
         s->core->refs++;
-        pthread_mutex_unlock(&s->core->lock);
     }
     return s;
 }
@@ -273,7 +266,6 @@ static void sym_core_free(sym_core *c)
     for (size_t i = 0; i < c->string_cap; i++)
         free(c->strings[i]);
     free(c->strings);
-    pthread_mutex_destroy(&c->lock);
     free(c);
 }
 
@@ -281,10 +273,7 @@ void gp_symbolizer_free(gp_symbolizer *s)
 {
     if (s == NULL)
         return;
-    pthread_mutex_lock(&s->core->lock);
-    bool last = --s->core->refs == 0;
-    pthread_mutex_unlock(&s->core->lock);
-    if (last)
+    if (--s->core->refs == 0)
         sym_core_free(s->core);
     free(s->regs);
     free(s);
@@ -367,9 +356,7 @@ int gp_symbolizer_add_module(gp_symbolizer *s, uint32_t module_id, const char *p
     for (char *p = lower; *p; p++)
         if (*p >= 'A' && *p <= 'F')
             *p = (char)(*p - 'A' + 'a');
-    pthread_mutex_lock(&s->core->lock);
     int64_t file = sym_file_get(s->core, module_id, path, lower);
-    pthread_mutex_unlock(&s->core->lock);
     free(lower);
     if (file < 0)
         return (int)file;
@@ -501,21 +488,18 @@ static void sym_module_open(gp_symbolizer *s, sym_module *m)
 
 gp_sym_quality gp_symbolizer_module_quality(gp_symbolizer *s, uint32_t module_id, const char **why)
 {
+    sym_module *m = s ? sym_find_module(s, module_id) : NULL;
     if (why != NULL)
         *why = NULL;
-    if (s == NULL || sym_find_reg(s, module_id) == NULL) {
+    if (m == NULL) {
         if (why != NULL)
             *why = "module not in the trace's module map";
         return GP_SYM_NONE;
     }
-    pthread_mutex_lock(&s->core->lock);
-    sym_module *m = sym_find_module(s, module_id);
     sym_module_open(s, m);
-    gp_sym_quality quality = m->quality;
-    if (why != NULL && quality != GP_SYM_FULL)
+    if (why != NULL && m->quality != GP_SYM_FULL)
         *why = m->why ? m->why : "out of memory";
-    pthread_mutex_unlock(&s->core->lock);
-    return quality;
+    return m->quality;
 }
 
 gp_sym_stats gp_symbolizer_stats(const gp_symbolizer *s)
@@ -811,9 +795,11 @@ static size_t sym_unresolved_name(char *buf, uint32_t module_id, const sym_modul
     return n;
 }
 
-static const gp_symbol *sym_lookup_locked(gp_symbolizer *s, uint32_t module_id, uint64_t offset,
-                                          uint32_t kind)
+static const gp_symbol *sym_lookup(gp_symbolizer *s, uint32_t module_id, uint64_t offset,
+                                   uint32_t kind)
 {
+    if (s == NULL)
+        return NULL;
     sym_core *c = s->core;
     s->stats.queries++;
     sym_reg *reg = module_id ? sym_find_reg(s, module_id) : NULL;
@@ -860,17 +846,6 @@ static const gp_symbol *sym_lookup_locked(gp_symbolizer *s, uint32_t module_id, 
     c->cache[j] = (sym_entry){.offset = offset, .where = where, .kind = kind, .sym = out};
     c->cache_count++;
     return out;
-}
-
-static const gp_symbol *sym_lookup(gp_symbolizer *s, uint32_t module_id, uint64_t offset,
-                                   uint32_t kind)
-{
-    if (s == NULL)
-        return NULL;
-    pthread_mutex_lock(&s->core->lock);
-    const gp_symbol *sym = sym_lookup_locked(s, module_id, offset, kind);
-    pthread_mutex_unlock(&s->core->lock);
-    return sym;
 }
 
 const gp_symbol *gp_symbolize(gp_symbolizer *s, uint32_t module_id, uint64_t offset)

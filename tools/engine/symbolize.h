@@ -36,9 +36,8 @@
  * once and the result kept, so a report costs one libdw lookup per unique address, not per event.
  *
  * Ownership: every string and gp_symbol returned belongs to the symbolizer and lives until
- * gp_symbolizer_free() (of the last one sharing it, see gp_symbolizer_share). Threads: one
- * symbolizer per thread; symbolizers that share their files (gp_symbolizer_share) may be used on
- * different threads at once (what they share is locked).
+ * gp_symbolizer_free() (of the last one sharing it, see gp_symbolizer_share). Not thread-safe:
+ * use one symbolizer (and whatever shares it) per thread.
  */
 #ifndef GRADPROF_TOOLS_SYMBOLIZE_H
 #define GRADPROF_TOOLS_SYMBOLIZE_H
