@@ -104,6 +104,23 @@ def main():
           "nested models: %r" % live)
     del z
 
+    # A view saved for backward (b's input, a flattened view of the sum) is tagged with the
+    # op that made its storage (aten::add), not with the view's op, which made no memory.
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(16, 24)
+            self.b = nn.Linear(24, 4)
+
+        def forward(self, t):
+            return self.b((self.a(t) + 1).view(-1, 2, 3, 4).flatten(1))
+
+    head = gp.instrument(Head(), name="head")
+    z = head(x)
+    check(gp.saved_bytes_by_module("live") == {"head.b": 8 * 24 * 4}, "saved view: %r"
+          % gp.saved_bytes_by_module("live"))
+    del z
+
     # Grad modes: context, decorator, nesting, inference mode; no graph, nothing saved
     @torch.no_grad()
     def predict(t):

@@ -40,7 +40,8 @@ What it records:
   each forward;
 * **tensors saved for backward** (``torch.autograd.graph.saved_tensors_hooks``, active during the
   model's forward): the saved tensor's storage is retagged ``saved`` with op = the ATen operator
-  that made it, from its ``grad_fn`` (``aten::relu``, ``aten::addmm``, ``aten::convolution``;
+  that made it, from its ``grad_fn`` (``aten::relu``, ``aten::addmm``, ``aten::convolution``; for a
+  view, such as a flattened input of a Linear, its base's: the view made no memory;
   ``leaf`` for a tensor without one, such as max-pool indices; ``autocast::weight_cast`` for
   autocast's cached cast copy of a weight, _autocast_weight), module = the innermost module
   running (the module that saves it), detail = the shape and the program's own lines at that
@@ -680,7 +681,7 @@ class _State:
             if e is not None:
                 e.count += 1
                 return ptr
-            op = "leaf" if fn is None else _op_name(fn)
+            op = "leaf" if fn is None else _op_name(_maker(t, fn))
             detail = "[%s]" % ",".join(str(d) for d in t.shape)
             weight = _autocast_weight(fn, self.param_keys, any(
                 e.kind == "ctx" and e.name == "autocast" for e in self.tls.stack))
@@ -864,6 +865,17 @@ def _op_name(fn):
     aten::max_pool2d_with_indices, NativeBatchNormBackward0 -> aten::native_batch_norm."""
     name = _OP_RE.sub("", type(fn).__name__)
     return "aten::" + _WORD_RE.sub("_", name).lower() if name else "unknown"
+
+
+def _maker(t, fn):
+    """The grad_fn of the op that made t's storage: a view's (t.flatten(1), t.view(...), t.t())
+    owns no memory, so its base's op, the last that wrote the storage, made what a view saves.
+    fn is t's own grad_fn when the base has none."""
+    if t._is_view():
+        base = t._base
+        if base is not None and base.grad_fn is not None:
+            return base.grad_fn
+    return fn
 
 
 def _user_lines(f, limit=4):
