@@ -424,7 +424,7 @@ def test_pitfalls(E):
     under `gradprof run` with its default options (the helper attaches itself): `check` fails the
     pitfall with a finding that names it -- autocast's cached bfloat16 weight copies saved with
     grad on (op autocast::weight_cast), the TorchScript model evaluated without no_grad
-    (TopLevelTracedModule), the in-place op on a saved tensor (PyTorch's version-counter error:
+    (Sequential[jit], the class it was traced from), the in-place op on a saved tensor (PyTorch's version-counter error:
     op aten::sigmoid, module Sequential.1, the program's line), the inference_mode tensor saved
     for backward -- and passes the fix; `report` shows the same finding. The in-place and
     inference-tensor programs fine-tune, so they are judged by the detectors alone. Then graphs
@@ -462,8 +462,8 @@ def test_pitfalls(E):
                    "autocast: the finding names the cached bfloat16 weight copy of Sequential.2 "
                    "(%s)" % [(i["op"], i["module"], i["bytes"]) for i in items[:4]])
         elif script == "pitfall_jit.py":
-            expect(items and all(i["module"] == "TopLevelTracedModule" for i in items),
-                   "jit: the finding names the traced model (%s)"
+            expect(items and all(i["module"] == "Sequential[jit]" for i in items),
+                   "jit: the finding names the traced model by the class it was traced from (%s)"
                    % sorted({i["module"] for i in items}))
         elif script == "pitfall_inplace.py":
             expect(any(i["op"] == "aten::sigmoid" and i["module"] == "Sequential.1"

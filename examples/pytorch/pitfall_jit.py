@@ -7,8 +7,8 @@ keeps their graphs.
     python3 pitfall_jit.py [--fixed] [--batches N] [--batch B]
 
 --fixed evaluates under torch.no_grad() (both trace under it). Unmodified: run it under `gradprof run`; `gradprof check`
-fails the pitfall (forgot no_grad in the traced model, TopLevelTracedModule: its submodules run
-inside TorchScript, so they have no regions of their own) and passes the fix.
+fails the pitfall (forgot no_grad in the traced model, Sequential[jit]: its submodules run inside
+TorchScript, so they have no regions of their own) and passes the fix.
 """
 import argparse
 import contextlib

@@ -867,6 +867,22 @@ def _op_name(fn):
     return "aten::" + _WORD_RE.sub("_", name).lower() if name else "unknown"
 
 
+def _class_name(module):
+    """A module's class name; for a TorchScript module (torch.jit.script or trace), the class it
+    was made from, marked: ResNet[jit], not RecursiveScriptModule (nor the name of the Python model
+    it was traced from, which torch.jit.trace calls too)."""
+    name = getattr(module, "original_name", None) if _is_script_module(module) else None
+    return name + "[jit]" if isinstance(name, str) and name else type(module).__name__
+
+
+def _is_script_module(module):
+    try:
+        import torch
+        return isinstance(module, torch.jit.ScriptModule)
+    except Exception:
+        return False
+
+
 def _maker(t, fn):
     """The grad_fn of the op that made t's storage: a view's (t.flatten(1), t.view(...), t.t())
     owns no memory, so its base's op, the last that wrote the storage, made what a view saves.
@@ -1033,7 +1049,7 @@ def _attached_root(s, mod):
             del s.auto_roots[k]
         if len(s.auto_roots) >= _MAX_ATTACHED_ROOTS:
             return None
-    base = type(mod).__name__
+    base = _class_name(mod)
     taken = {v.name for v in s.auto_roots.values() if v.module is not None}
     name, n = base, 1
     while name in taken:
@@ -1083,7 +1099,7 @@ def _global_pre(module, args):
         root = tls.roots[-1] if tls.roots else None
         path = root.lookup(module) if root is not None else None
         if path is None:
-            path = "%s.%s" % (tls.modules[-1], type(module).__name__)
+            path = "%s.%s" % (tls.modules[-1], _class_name(module))
         _enter_module(s, module, path, None, args, sys._getframe(1))
     except Exception:
         pass
@@ -1526,7 +1542,7 @@ def instrument(model=None, name=None):
             if not _S.patches:
                 _install_globals()
             if model is not None and id(model) not in _S.models:
-                m = _Model(model, name or type(model).__name__)
+                m = _Model(model, name or _class_name(model))
                 _S.models[id(model)] = m
                 for sub, mod in model.named_modules():
                     _S.explicit.add(id(mod))
