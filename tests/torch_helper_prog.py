@@ -10,6 +10,7 @@ the wrappers restored by uninstall) and writes what the trace checks need to OUT
 import copy
 import json
 import sys
+import weakref
 
 import torch
 from torch import nn
@@ -121,7 +122,25 @@ def main():
           % gp.saved_bytes_by_module("live"))
     del z
 
-    # Grad modes: context, decorator, nesting, inference mode; no graph, nothing saved
+    # Who keeps graphs: a dict of output objects (dataclasses) holding tensors with a graph, two
+    # levels down, is found; and the look keeps nothing alive (Python 3.11's copy of a function's
+    # locals, which reading f_locals makes, would keep what the program then deletes).
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Output:
+        logits: torch.Tensor
+        extra: tuple
+
+    probe = nn.Linear(16, 4)  # saves nothing the helper tags: x is a leaf without grad
+    kept_outputs = {i: Output(probe(x), (None, probe(x) * 2)) for i in range(2)}
+    found = [h for h in gp._holders(gp._S) if h["name"] == "kept_outputs"]
+    check(len(found) == 1 and found[0]["tensors"] == 4 and found[0]["container"] == "dict",
+          "holders: a dict of output objects: %r" % found)
+    alive = weakref.ref(kept_outputs[0].logits)
+    del kept_outputs, found
+    check(alive() is None, "holders: the look kept a deleted output alive")
+
     @torch.no_grad()
     def predict(t):
         return model(t)
@@ -133,7 +152,8 @@ def main():
     with torch.no_grad():
         with torch.enable_grad():
             kept = model(x)  # grad on again: saves
-        check(gp.saved_bytes_by_module("live") == {"net.1": 8 * 32 * 4}, "enable_grad saves")
+        check(gp.saved_bytes_by_module("live") == {"net.1": 8 * 32 * 4}, "enable_grad saves: %r"
+              % gp.saved_bytes_by_module("live"))
     del kept
     check(gp.saved_bytes_by_module("live") == {}, "kept freed")
     with torch.set_grad_enabled(False):

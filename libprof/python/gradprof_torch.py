@@ -88,6 +88,7 @@ a forked child first forgets the parent's saved tensors (_in_forked_child).
 
 import atexit
 import ctypes
+import dataclasses
 import functools
 import glob
 import os
@@ -1162,6 +1163,7 @@ def _note_holders_at_exit():
 _HOLDER_NAMES = 2000       # names looked at per scope
 _HOLDER_ITEMS = 10000      # items looked at per container
 _HOLDER_NODES = 20000      # graph nodes walked per scan
+_HOLDER_DEPTH = 3          # containers looked into within a name's value
 _INTERNAL = None
 
 
@@ -1229,36 +1231,45 @@ def _graph_nodes(fns, seen, budget):
     return added
 
 
-def _graph_tensors(v, limit):
-    """The grad_fns of the tensors with a graph in v: a tensor, or a container of them (one level,
-    tuples inside lists too); None when v holds none."""
-    import torch
-    if isinstance(v, torch.Tensor):
-        return [v.grad_fn] if v.grad_fn is not None else None
-    items = None
+def _contents(v):
+    """What a container holds (a list, tuple, set, deque; a dict's values, which covers
+    HuggingFace's ModelOutput) or a dataclass's fields (a model's output object); None for
+    anything else."""
     if isinstance(v, (list, tuple, set, frozenset)) or type(v).__name__ == "deque":
-        items = v
-    elif isinstance(v, dict):
-        items = v.values()
-    if items is None:
-        return None
-    fns = []
-    for i, x in enumerate(items):
-        if i >= limit:
-            break
+        return v
+    if isinstance(v, dict):
+        return v.values()
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return [getattr(v, f.name, None) for f in dataclasses.fields(v)]
+    return None
+
+
+def _graph_tensors(v, limit):
+    """The grad_fns of the tensors with a graph in v: a tensor, or what containers and output
+    objects hold, up to _HOLDER_DEPTH of them deep (outputs kept in a dict, a cache of (key,
+    value) pairs in a list); at most `limit` values looked at. None when v holds none."""
+    import torch
+    fns, todo, looked = [], [(v, 0)], 0
+    while todo and looked < limit:
+        x, depth = todo.pop()
+        looked += 1
         if isinstance(x, torch.Tensor):
             if x.grad_fn is not None:
                 fns.append(x.grad_fn)
-        elif isinstance(x, tuple):
-            fns += [y.grad_fn for y in x if isinstance(y, torch.Tensor) and y.grad_fn is not None]
+            continue
+        items = _contents(x) if depth < _HOLDER_DEPTH else None
+        for i, y in enumerate(items or ()):
+            if i >= limit - looked:
+                break
+            todo.append((y, depth + 1))
     return fns or None
 
 
 def _holders(s):
     """The names that hold tensors with a graph: locals and globals of the program's frames (not
     torch's or gradprof's), attributes of the attached and instrumented models' modules, and the
-    items of containers in either (one level). Returns dicts, the most graph nodes first. Cost is
-    bounded by _HOLDER_NAMES, _HOLDER_ITEMS and _HOLDER_NODES."""
+    tensors within their values (_graph_tensors). Returns dicts, the most graph nodes first. Cost is
+    bounded by _HOLDER_NAMES, _HOLDER_ITEMS, _HOLDER_DEPTH and _HOLDER_NODES."""
     out = []
     budget = [_HOLDER_NODES]
 
@@ -1284,6 +1295,8 @@ def _holders(s):
                     break
                 consider(name, "global" if top else "local", code, name, f.f_lineno, v,
                          type(v).__name__ if not _is_tensor(v) else "")
+            if not top:
+                _forget_locals(f, scope)
         f = f.f_back
     models = list(s.models.values()) + list(s.auto_roots.values())
     for m in models:
@@ -1301,6 +1314,19 @@ def _holders(s):
                          type(v).__name__ if not _is_tensor(v) else "")
     out.sort(key=lambda h: -h["nodes"])
     return out
+
+
+def _forget_locals(f, scope):
+    """Empties the copy of a function's locals that reading f.f_locals made (Python 3.11 and
+    3.12 keep it on the frame, with a reference to every local, until the next read): else a
+    tensor the program deletes right after this look would live on in it. Only that copy: a
+    namespace that is the scope itself (a class body, exec) and 3.13's write-through proxy are
+    left alone. CPython refreshes the copy from the frame before anything reads it again."""
+    if type(scope) is dict and f.f_code.co_flags & _CO_OPTIMIZED:
+        scope.clear()
+
+
+_CO_OPTIMIZED = 0x0001  # inspect.CO_OPTIMIZED: a function's frame, whose locals are copied
 
 
 def _is_tensor(v):
