@@ -756,6 +756,24 @@ def test_helper(E):
     expect(p.stdout.strip() == "off {} True" and "gradprof_torch" not in p.stderr,
            "GRADPROF_TORCH=0: off, silently")
 
+    # Graphs that only a global of the program keeps at exit (its frames are gone by then): the
+    # last look names it, with the line that stores it. The program calls the model's forward
+    # itself (no module hooks run for the model): its submodules are named by their path in it.
+    prog = E.path("keeps_at_exit.py")
+    with open(prog, "w") as f:
+        f.write("import torch\n"
+                "m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()\n"
+                "outs = [m.forward(torch.randn(4, 8)) for _ in range(3)]\n")
+    trace = E.path("keeps_at_exit.gptrace")
+    record_prog(E, trace, prog, [], env)()
+    r = report_json(E, trace)()
+    holders = [(h["name"], h["where"]) for h in r["holders"]]
+    expect(holders[:1] == [("outs", "keeps_at_exit.py:3")],
+           "at exit: the global that keeps the graphs, and where (%s)" % holders)
+    saved = sorted({(x["module"], x["op"]) for x in r["saved_tensors"]})
+    expect(saved == [("Sequential.1", "aten::relu")],
+           "forward called directly: the ReLU's saved output named by its path (%s)" % saved)
+
 
 def record_prog(E, trace, prog, args, env):
     for old in [trace] + [trace + ".%d" % i for i in range(1, 4)]:

@@ -1039,9 +1039,11 @@ def _make_hooks(m, mod, path, is_root):
 _MAX_ATTACHED_ROOTS = 256  # distinct root modules followed (a program making modules per call)
 
 
-def _attached_root(s, mod):
-    """The _Model of `mod`, called outside any other module: a model, named by its class (a
-    second live model of the same class gets "#2", ...)."""
+def _attached_root(s, mod, frame):
+    """The _Model of `mod`, called outside any other module (from `frame`, its caller's): a model,
+    named by its class (a second live model of the same class gets "#2", ...), or, when the
+    forward of a module that holds it calls it, by that path (ResNet.layer1: the program called
+    model.forward(x) itself, which runs no module hooks)."""
     m = s.auto_roots.get(id(mod))
     if m is not None and m.module is mod:
         return m
@@ -1050,7 +1052,7 @@ def _attached_root(s, mod):
             del s.auto_roots[k]
         if len(s.auto_roots) >= _MAX_ATTACHED_ROOTS:
             return None
-    base = _class_name(mod)
+    base = _path_in_caller(mod, frame) or _class_name(mod)
     taken = {v.name for v in s.auto_roots.values() if v.module is not None}
     name, n = base, 1
     while name in taken:
@@ -1060,6 +1062,30 @@ def _attached_root(s, mod):
     if s.primary is None:
         s.primary = id(mod)
     return m
+
+
+def _path_in_caller(mod, frame):
+    """"Owner.path" when `frame` (or one of the two frames outside it, past torch's own) runs the
+    forward of a module that has `mod` among its submodules; else None."""
+    import torch
+    for _ in range(3):
+        if frame is None:
+            return None
+        code = frame.f_code
+        if code.co_name == "forward" and code.co_argcount and code.co_varnames[0] == "self":
+            scope = frame.f_locals
+            owner = scope.get("self")
+            _forget_locals(frame, scope)
+            if not isinstance(owner, torch.nn.Module) or owner is mod:
+                return None
+            for path, sub in owner.named_modules():
+                if sub is mod and path:
+                    return "%s.%s" % (_class_name(owner), path)
+            return None
+        if not _internal_file(code.co_filename):
+            return None
+        frame = frame.f_back
+    return None
 
 
 def _enter_attached_root(s, mod, root):
@@ -1091,7 +1117,7 @@ def _global_pre(module, args):
             return None
         tls = s.tls
         if not tls.modules:  # outside any module on this thread: a model's call
-            root = _attached_root(s, module)
+            root = _attached_root(s, module, sys._getframe(2))
             if root is None:
                 return None
             tls.roots.append(root)
@@ -1284,20 +1310,31 @@ def _holders(s):
         out.append({"name": name, "kind": kind, "where": where, "tensors": len(fns),
                     "container": container, "grad_fn": type(fns[0]).__name__, "nodes": nodes})
 
+    def scan(scope, kind, code, lineno):
+        for i, (name, v) in enumerate(list(scope.items())):
+            if i >= _HOLDER_NAMES:
+                break
+            consider(name, kind, code, name, lineno, v,
+                     type(v).__name__ if not _is_tensor(v) else "")
+
+    main = sys.modules.get("__main__")
+    main_globals = vars(main) if main is not None else None
     f = sys._getframe(1)
     while f is not None:
         code = f.f_code
         if not _internal_file(code.co_filename):
             top = code.co_name == "<module>"
-            scope = f.f_globals if top else f.f_locals
-            for i, (name, v) in enumerate(list(scope.items())):
-                if i >= _HOLDER_NAMES:
-                    break
-                consider(name, "global" if top else "local", code, name, f.f_lineno, v,
-                         type(v).__name__ if not _is_tensor(v) else "")
-            if not top:
+            if top:
+                scan(f.f_globals, "global", code, f.f_lineno)
+                if f.f_globals is main_globals:
+                    main_globals = None
+            else:
+                scope = f.f_locals
+                scan(scope, "local", code, f.f_lineno)
                 _forget_locals(f, scope)
         f = f.f_back
+    if main_globals is not None:  # at exit, the program's frames are gone; its globals stay
+        scan(main_globals, "global", _main_code(main), 0)
     models = list(s.models.values()) + list(s.auto_roots.values())
     for m in models:
         root = m.module
@@ -1314,6 +1351,18 @@ def _holders(s):
                          type(v).__name__ if not _is_tensor(v) else "")
     out.sort(key=lambda h: -h["nodes"])
     return out
+
+
+def _main_code(main):
+    """The code of the program's main file, compiled again (at exit its frame is gone), for the
+    lines that store a global; None where there is no file to read (python -c). CPython removes
+    __main__.__file__ once the file has run: then sys.argv[0] names it."""
+    path = getattr(main, "__file__", None) or (sys.argv[0] if sys.argv else None)
+    try:
+        with open(path, "rb") as f:
+            return compile(f.read(), path, "exec", dont_inherit=True)
+    except Exception:
+        return None
 
 
 def _forget_locals(f, scope):
