@@ -698,9 +698,11 @@ def check_helper_trace(E, where, r, prog_out):
            "itself (%s)" % (where, [(x["module"], x["op"]) for x in copy]))
     sv = [(x["module"], x["op"], x["shape"], x["count"]) for x in r["saved_tensors"]
           if x["module"] != "net.1" and not x["module"].startswith("Sequential")]
-    expect(sorted(sv) == [("head.b", "aten::add", "[8,24]", 1), ("outer.lin", "leaf", "[8,16]", 1)],
+    expect(sorted(sv) == [("custom", "MyExp", "[8,16]", 1), ("head.b", "aten::add", "[8,24]", 1),
+                          ("outer.lin", "leaf", "[8,16]", 1)],
            "%s: the nested model saved one tensor without grad_fn, and not its input; the view"
-           " that head.b saved is tagged by the op that made its storage (%s)" % (where, sv))
+           " that head.b saved is tagged by the op that made its storage, a custom Function's"
+           " output by the Function (%s)" % (where, sv))
     regions = {x["name"] for x in r["regions"]}
     want = {"net", "net.0", "net.1", "net.2", "no_grad", "enable_grad", "inference_mode",
             "backward", "train", "inference", "bad", "bad.0", "bad.1", "outer", "outer.lin"}

@@ -122,6 +122,32 @@ def main():
           % gp.saved_bytes_by_module("live"))
     del z
 
+    # A custom autograd.Function's saved output is tagged with the Function's name (no ATen op).
+    class MyExp(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            y = t.exp()
+            ctx.save_for_backward(y)
+            return y
+
+        @staticmethod
+        def backward(ctx, g):
+            y, = ctx.saved_tensors
+            return g * y
+
+    class Custom(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(16, 16)
+
+        def forward(self, t):
+            return MyExp.apply(self.a(t))
+
+    z = gp.instrument(Custom(), name="custom")(x)
+    check(gp.saved_bytes_by_module("live") == {"custom": 8 * 16 * 4}, "custom Function: %r"
+          % gp.saved_bytes_by_module("live"))
+    del z
+
     # Who keeps graphs: a dict of output objects (dataclasses) holding tensors with a graph, two
     # levels down, is found; and the look keeps nothing alive (Python 3.11's copy of a function's
     # locals, which reading f_locals makes, would keep what the program then deletes).

@@ -41,7 +41,8 @@ What it records:
 * **tensors saved for backward** (``torch.autograd.graph.saved_tensors_hooks``, active during the
   model's forward): the saved tensor's storage is retagged ``saved`` with op = the ATen operator
   that made it, from its ``grad_fn`` (``aten::relu``, ``aten::addmm``, ``aten::convolution``; for a
-  view, such as a flattened input of a Linear, its base's: the view made no memory;
+  view, such as a flattened input of a Linear, its base's: the view made no memory; a custom
+  ``torch.autograd.Function``'s class name;
   ``leaf`` for a tensor without one, such as max-pool indices; ``autocast::weight_cast`` for
   autocast's cached cast copy of a weight, _autocast_weight), module = the innermost module
   running (the module that saves it), detail = the shape and the program's own lines at that
@@ -863,7 +864,11 @@ _WORD_RE = re.compile(r"(?<=[a-z0-9])(?=[A-Z][a-z])|(?<=[a-z])(?=[A-Z])|(?<=[A-Z
 def _op_name(fn):
     """The ATen operator that made a tensor, from its grad_fn's class, as PyTorch prints it:
     AddmmBackward0 -> aten::addmm, MaxPool2DWithIndicesBackward0 ->
-    aten::max_pool2d_with_indices, NativeBatchNormBackward0 -> aten::native_batch_norm."""
+    aten::max_pool2d_with_indices, NativeBatchNormBackward0 -> aten::native_batch_norm; for a
+    custom torch.autograd.Function, its class (MyReLU), as PyTorch's profiler names it."""
+    custom = getattr(fn, "_forward_cls", None)
+    if isinstance(custom, type):
+        return custom.__name__
     name = _OP_RE.sub("", type(fn).__name__)
     return "aten::" + _WORD_RE.sub("_", name).lower() if name else "unknown"
 
