@@ -143,6 +143,14 @@ def main():
         def forward(self, t):
             return MyExp.apply(self.a(t))
 
+    try:  # a C++ autograd Function: torchvision's roi_align
+        import torchvision
+        roi = torchvision.ops.roi_align(torch.randn(1, 2, 8, 8, requires_grad=True),
+                                        torch.tensor([[0, 0.0, 0.0, 4.0, 4.0]]), 2)
+        check(gp._op_name(roi.grad_fn) == "vision::ops::ROIAlignFunction",
+              "C++ autograd Function: %r" % gp._op_name(roi.grad_fn))
+    except ImportError:
+        pass
     z = gp.instrument(Custom(), name="custom")(x)
     check(gp.saved_bytes_by_module("live") == {"custom": 8 * 16 * 4}, "custom Function: %r"
           % gp.saved_bytes_by_module("live"))

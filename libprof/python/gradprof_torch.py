@@ -858,6 +858,7 @@ def _autocast_weight(fn, param_keys, in_autocast):
 
 
 _OP_RE = re.compile(r"Backward\d*$")
+_CPP_NODE_RE = re.compile(r"CppNode<(.+)>$")
 _WORD_RE = re.compile(r"(?<=[a-z0-9])(?=[A-Z][a-z])|(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
 
@@ -865,10 +866,16 @@ def _op_name(fn):
     """The ATen operator that made a tensor, from its grad_fn's class, as PyTorch prints it:
     AddmmBackward0 -> aten::addmm, MaxPool2DWithIndicesBackward0 ->
     aten::max_pool2d_with_indices, NativeBatchNormBackward0 -> aten::native_batch_norm; for a
-    custom torch.autograd.Function, its class (MyReLU), as PyTorch's profiler names it."""
+    custom torch.autograd.Function, its class (MyReLU), as PyTorch's profiler names it; for a C++
+    one (an extension's, torchvision's roi_align), its qualified name
+    (vision::ops::ROIAlignFunction)."""
     custom = getattr(fn, "_forward_cls", None)
     if isinstance(custom, type):
         return custom.__name__
+    if type(fn).__name__ == "CppFunction":
+        m = _CPP_NODE_RE.search(fn.name())
+        if m:
+            return m.group(1).replace("(anonymous namespace)::", "")
     name = _OP_RE.sub("", type(fn).__name__)
     return "aten::" + _WORD_RE.sub("_", name).lower() if name else "unknown"
 
