@@ -1312,10 +1312,13 @@ def _holders(s):
     budget = [_HOLDER_NODES]
 
     def consider(name, kind, code, var, fallback, v, container):
-        """`code` stores `v` in `var` (where, looked up only for a name that holds a graph)."""
+        """`code` (or the function that gives it) stores `v` in `var` (where, looked up only for
+        a name that holds a graph)."""
         fns = _graph_tensors(v, _HOLDER_ITEMS)
         if not fns:
             return
+        if callable(code):
+            code = code()
         where = _stores(code, var, fallback) if code is not None else ""
         nodes = _graph_nodes(fns, set(), budget[0])
         budget[0] -= nodes
@@ -1346,7 +1349,7 @@ def _holders(s):
                 _forget_locals(f, scope)
         f = f.f_back
     if main_globals is not None:  # at exit, the program's frames are gone; its globals stay
-        scan(main_globals, "global", _main_code(main), 0)
+        scan(main_globals, "global", functools.partial(_main_code, main), 0)
     models = list(s.models.values()) + list(s.auto_roots.values())
     for m in models:
         root = m.module
@@ -1365,6 +1368,7 @@ def _holders(s):
     return out
 
 
+@functools.lru_cache(maxsize=1)
 def _main_code(main):
     """The code of the program's main file, compiled again (at exit its frame is gone), for the
     lines that store a global; None where there is no file to read (python -c). CPython removes
