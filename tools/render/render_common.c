@@ -851,6 +851,14 @@ size_t *gp__sorted_finding_items(const gp_finding *f)
     return ix;
 }
 
+bool gp__finding_has_stacks(const gp_finding *f)
+{
+    for (size_t i = 0; i < f->n_items; i++)
+        if (f->items[i].stack)
+            return true;
+    return false;
+}
+
 const char *gp__finding_text(const gp_finding *f)
 {
     switch (f->kind) {

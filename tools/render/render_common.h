@@ -103,6 +103,9 @@ size_t *gp__sorted_regions(const gp_profile *p, size_t *n);
 size_t *gp__sorted_modules(const gp_profile *p, gp__measure m, size_t *n);
 /* A finding's items by bytes, then count (largest first), then category, op, module, stack. */
 size_t *gp__sorted_finding_items(const gp_finding *f);
+/* Whether some item of f has a call stack: its tables have a site column only then (Python is
+ * recorded without stacks by default; a column of '-' says nothing). */
+bool gp__finding_has_stacks(const gp_finding *f);
 
 /* What a finding means, in one line: its message, or when the engine left that empty, a
  * description of its kind ("grad was on inside an inference region: ops built an autograd

@@ -141,7 +141,9 @@ static void report_findings(FILE *out, gp_profile *p, const gp_render_options *o
         if (f->n_items > 0) {
             static const char *const cols[] = {"category", "op",     "module",
                                                "site",     "#bytes", "#count"};
-            gp__html_table_begin(out, "sortable", cols, 6);
+            static const char *const no_site[] = {"category", "op", "module", "#bytes", "#count"};
+            bool stacks = gp__finding_has_stacks(f);
+            gp__html_table_begin(out, "sortable", stacks ? cols : no_site, stacks ? 6 : 5);
             size_t shown = gp__html_limit_rows(f->n_items, o);
             size_t *ix = gp__sorted_finding_items(f); /* NULL when out of memory: as stored */
             for (size_t j = 0; j < shown; j++) {
@@ -150,7 +152,8 @@ static void report_findings(FILE *out, gp_profile *p, const gp_render_options *o
                 gp__html_td_category(out, it->category);
                 gp__html_td_text_or(out, it->op, "-");
                 gp__html_td_text_or(out, it->module, "-");
-                gp__html_site_cell(out, p, it->stack);
+                if (stacks)
+                    gp__html_site_cell(out, p, it->stack);
                 gp__html_td_bytes(out, it->bytes);
                 gp__html_td_count(out, it->count);
                 fputs("</tr>\n", out);

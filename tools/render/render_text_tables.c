@@ -530,10 +530,7 @@ void gp__text_findings(gp__text_ctx *c)
             c->oom = true;
             continue;
         }
-        /* The site column only where some item has a stack (Python is recorded without). */
-        bool stacks = false;
-        for (size_t k = 0; k < f->n_items && !stacks; k++)
-            stacks = f->items[k].stack != 0;
+        bool stacks = gp__finding_has_stacks(f);
         static const char *const h[] = {"bytes", "count", "category", "op", "module", "site"};
         gp__table *t = gp__table_new(stacks ? 6 : 5, h, "rrllll");
         size_t shown = 0;
