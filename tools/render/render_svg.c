@@ -316,21 +316,24 @@ static int draw_max_line(const chart *c)
 
 /* ---- marks and the peak ---------------------------------------------------------------------- */
 
-/* Marks: dashed ticks through the plot, labelled when there is room for every label. */
+/* The width a mark's label takes in the chart's 10 px font, with the room after it. */
+static double mark_label_width(const char *mark)
+{
+    return 6.0 * (double)strlen(mark) + 10.0;
+}
+
+/* Marks: dashed ticks through the plot, each labelled when its label ends before the next mark
+ * (marks close together, as a short loop at the end of a long run, keep theirs in the tooltip). */
 static void draw_marks(const chart *c)
 {
     const gp_profile *p = c->p;
     FILE *out = c->out;
     char h1[32], h2[32];
-    size_t longest = 1;
-    for (size_t i = 0; i < p->n_iterations; i++)
-        if (strlen(p->iterations[i].mark) > longest)
-            longest = strlen(p->iterations[i].mark);
-    bool labels =
-        p->n_iterations > 0 && c->pw / (double)p->n_iterations >= 6.0 * (double)longest + 10.0;
     for (size_t i = 0; i < p->n_iterations; i++) {
         const gp_iteration *it = &p->iterations[i];
         double x = cx(c, (double)it->time_ns);
+        bool label = i + 1 == p->n_iterations ||
+                     cx(c, (double)p->iterations[i + 1].time_ns) - x >= mark_label_width(it->mark);
         fprintf(out,
                 "<g><line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#6b7385\" "
                 "stroke-opacity=\"0.55\" stroke-dasharray=\"2 3\"/><path d=\"M%.1f,%.1f l-4,-6 h8 "
@@ -339,7 +342,7 @@ static void draw_marks(const chart *c)
         gp__html_escape(out, it->mark);
         fprintf(out, " at %s: %s live</title>", gp__format_ns(it->time_ns, h1, sizeof h1),
                 gp_format_bytes(it->live_bytes, h2, sizeof h2));
-        if (labels) {
+        if (label) {
             fprintf(out, "<text x=\"%.1f\" y=\"%.1f\">", x + 3.0, c->y0 + 12.0);
             gp__html_escape(out, it->mark);
             fputs("</text>", out);
