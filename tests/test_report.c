@@ -631,6 +631,47 @@ static void test_leaks_by_tag_without_stacks(void **state)
     free(text);
 }
 
+/* The chart's iteration marks: one far from the others keeps its label; three in the last
+ * hundredth of the run, where their labels would overlap, are labelled only where the label ends
+ * before the next mark (the last one); each mark keeps its tick and tooltip. */
+static void test_mark_labels_do_not_overlap(void **state)
+{
+    (void)state;
+    char trace[512];
+    snprintf(trace, sizeof trace, "%s/marks.gptrace", tmpdir);
+    tb *b = tb_open(trace, "python3 marks.py");
+    assert_non_null(b);
+    tb_thread(b, 1, "main");
+    tb_at(b, 1000);
+    tb_alloc(b, 0x10000, 4096, 0);
+    tb_at(b, 1000000000);
+    tb_mark(b, "early");
+    static const uint64_t late[] = {99000000000, 99300000000, 99600000000};
+    static const char *const names[] = {"iter 1", "iter 2", "iter 3"};
+    for (int i = 0; i < 3; i++) {
+        tb_at(b, late[i]);
+        tb_alloc(b, 0x20000 + (uint64_t)i * 0x1000, 4096, 0);
+        tb_mark(b, names[i]);
+    }
+    tb_at(b, 100000000000);
+    tb_end(b);
+    assert_int_equal(tb_close(b), 0);
+
+    assert_int_equal(run("'%s' report '%s' --format html", GRADPROF_BIN, trace), 0);
+    char *html = e2e_slurp(out_path, NULL);
+    assert_non_null(html);
+    assert_non_null(strstr(html, ">early</text>"));
+    assert_null(strstr(html, ">iter 1</text>"));
+    assert_null(strstr(html, ">iter 2</text>"));
+    assert_non_null(strstr(html, ">iter 3</text>"));
+    for (int i = 0; i < 3; i++) { /* every mark still has its tooltip */
+        char title[64];
+        snprintf(title, sizeof title, "<title>%s at ", names[i]);
+        assert_non_null(strstr(html, title));
+    }
+    free(html);
+}
+
 /* ---- errors ---------------------------------------------------------------------------------- */
 
 static void test_unwritable_output(void **state)
@@ -809,6 +850,7 @@ int main(void)
         cmocka_unit_test(test_odd_strings),
         cmocka_unit_test(test_site_ties_by_label),
         cmocka_unit_test(test_leaks_by_tag_without_stacks),
+        cmocka_unit_test(test_mark_labels_do_not_overlap),
         cmocka_unit_test(test_unwritable_output),
         cmocka_unit_test(test_usage_errors),
         cmocka_unit_test(test_bad_traces),
