@@ -204,6 +204,9 @@ def test_job(a):
     check('"command"' in meta, "rank 1's own report")
 
     text = run([a.gradprof, "report"] + on).stdout
+    check(text.startswith("gradprof job: 2 processes (world size 2); the worst: rank 1 (pid %s), "
+                          "peak " % singles[1]["trace"]["pid"]),
+          "report of the job: its first line names the worst rank: " + text.splitlines()[0])
     table = text.split("\n\n")[1].splitlines()
     check(table[0].split()[:3] == ["rank", "pid", "peak"] and table[1].split()[0] == "1" and
           table[2].split()[0] == "0", "report of the job: the per-process table, rank 1 first:\n" +

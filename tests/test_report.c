@@ -672,6 +672,30 @@ static void test_mark_labels_do_not_overlap(void **state)
     free(html);
 }
 
+/* A job of processes without ranks (a fork pool's): the first line names the worst by its pid. */
+static void test_job_without_ranks(void **state)
+{
+    (void)state;
+    char traces[2][512];
+    for (int k = 0; k < 2; k++) {
+        snprintf(traces[k], sizeof traces[k], "%s/pool%d.gptrace", tmpdir, k);
+        tb *b = tb_open(traces[k], "python3 pool.py");
+        assert_non_null(b);
+        tb_thread(b, 1, "main");
+        tb_at(b, 1000);
+        tb_alloc(b, 0x10000, k ? 8192 : 4096, 0); /* the second one peaks higher */
+        tb_end(b);
+        assert_int_equal(tb_close(b), 0);
+    }
+    assert_int_equal(run("'%s' report '%s' '%s'", GRADPROF_BIN, traces[0], traces[1]), 0);
+    char *text = e2e_slurp(out_path, NULL);
+    assert_non_null(text);
+    /* the builder records pid 4242 */
+    const char *head = "gradprof job: 2 processes; the worst: pid 4242, peak 8.00 KiB,";
+    assert_int_equal(strncmp(text, head, strlen(head)), 0);
+    free(text);
+}
+
 /* ---- errors ---------------------------------------------------------------------------------- */
 
 static void test_unwritable_output(void **state)
@@ -851,6 +875,7 @@ int main(void)
         cmocka_unit_test(test_site_ties_by_label),
         cmocka_unit_test(test_leaks_by_tag_without_stacks),
         cmocka_unit_test(test_mark_labels_do_not_overlap),
+        cmocka_unit_test(test_job_without_ranks),
         cmocka_unit_test(test_unwritable_output),
         cmocka_unit_test(test_usage_errors),
         cmocka_unit_test(test_bad_traces),

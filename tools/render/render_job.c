@@ -77,13 +77,21 @@ static const char *verdict_name(const gp_check_result *r)
                                            : "unjudged";
 }
 
-/* "rank 1 (pid 1234): path", or "pid 1234: path" when the trace has no rank. */
-static void process_title(FILE *out, const gp_render_process *rp)
+/* "rank 1 (pid 1234)", or "pid 1234" when the trace has no rank. */
+static void process_name(FILE *out, const gp_render_process *rp)
 {
     if (rp->rank)
-        fprintf(out, "== rank %s (pid %ld): %s ==\n", rp->rank, rp->pid, rp->p->path);
+        fprintf(out, "rank %s (pid %ld)", rp->rank, rp->pid);
     else
-        fprintf(out, "== pid %ld: %s ==\n", rp->pid, rp->p->path);
+        fprintf(out, "pid %ld", rp->pid);
+}
+
+/* "== rank 1 (pid 1234): path ==", the line above a process's own output. */
+static void process_title(FILE *out, const gp_render_process *rp)
+{
+    fputs("== ", out);
+    process_name(out, rp);
+    fprintf(out, ": %s ==\n", rp->p->path);
 }
 
 /* The world size the processes agree on, or NULL. */
@@ -112,14 +120,14 @@ int gp_render_job_text(FILE *out, const gp_render_process *procs, size_t n,
     const gp_render_process *worst = n ? &procs[order[0]] : NULL;
     fprintf(out, "gradprof job: %zu processes%s%s%s", n, w ? " (world size " : "", w ? w : "",
             w ? ")" : "");
-    if (worst)
-        fprintf(out,
-                "; the worst: %s%s (pid %ld), peak %s, %s at peak in graph memory, %zu "
-                "finding%s",
-                worst->rank ? "rank " : "pid", worst->rank ? worst->rank : "", worst->pid,
+    if (worst) {
+        fputs("; the worst: ", out);
+        process_name(out, worst);
+        fprintf(out, ", peak %s, %s at peak in graph memory, %zu finding%s",
                 gp_format_bytes(worst->p->peak_bytes, peak, sizeof peak),
                 gp_format_bytes(worst->graph_bytes, graph, sizeof graph), worst->p->n_findings,
                 worst->p->n_findings == 1 ? "" : "s");
+    }
     fputs("\n\n", out);
     for (size_t k = 0; k < n; k++) {
         const gp_render_process *rp = &procs[order[k]];
