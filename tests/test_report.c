@@ -629,6 +629,24 @@ static void test_leaks_by_tag_without_stacks(void **state)
     assert_true(saved < param);
     assert_null(strstr(html, "[no stack]"));
     free(text);
+
+    /* The stack exports: a path per tag key, its module and op under its category, where every
+     * site would be "[no stack]"; at the peak (before the two frees) they sum to it. */
+    assert_int_equal(run("'%s' report '%s' --format folded", GRADPROF_BIN, trace), 0);
+    text = e2e_slurp(out_path, NULL);
+    assert_non_null(text);
+    assert_string_equal(text, "other 300\n"
+                              "parameter;net.0;parameter 10000\n"
+                              "saved;net.1;aten::relu 16384\n");
+    free(text);
+    assert_int_equal(run("'%s' report '%s' --format speedscope", GRADPROF_BIN, trace), 0);
+    text = e2e_slurp(out_path, NULL);
+    assert_non_null(text);
+    assert_non_null(strstr(text, "{\"name\":\"net.1\"}"));
+    assert_non_null(strstr(text, "{\"name\":\"aten::relu\"}"));
+    assert_non_null(strstr(text, "\"endValue\":26684"));
+    assert_null(strstr(text, "[no stack]"));
+    free(text);
 }
 
 /* The chart's iteration marks: one far from the others keeps its label; three in the last

@@ -851,6 +851,30 @@ size_t *gp__sorted_finding_items(const gp_finding *f)
     return ix;
 }
 
+gp__export_row *gp__export_rows(const gp_profile *p, size_t *n)
+{
+    bool by_site = false;
+    for (size_t i = 0; i < p->n_sites && !by_site; i++)
+        by_site = p->sites[i].stack != 0;
+    *n = by_site ? p->n_sites : p->n_tag_keys;
+    gp__export_row *rows = malloc((*n ? *n : 1) * sizeof *rows);
+    if (!rows) {
+        *n = 0;
+        return NULL;
+    }
+    for (size_t i = 0; i < *n; i++) {
+        if (by_site) {
+            const gp_site *s = &p->sites[i];
+            rows[i] = (gp__export_row){
+                &s->stats, gp_site_device(p, s), gp_site_category(p, s), s->stack, NULL, NULL};
+        } else {
+            const gp_tag_key *k = &p->tag_keys[i];
+            rows[i] = (gp__export_row){&k->stats, k->device, k->category, 0, k->module, k->op};
+        }
+    }
+    return rows;
+}
+
 bool gp__finding_has_stacks(const gp_finding *f)
 {
     for (size_t i = 0; i < f->n_items; i++)

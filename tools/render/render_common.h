@@ -101,6 +101,20 @@ bool gp__sites_lack_stacks(const gp_profile *p, gp__measure m);
 size_t *gp__sorted_saved(const gp_profile *p, size_t *n);
 size_t *gp__sorted_regions(const gp_profile *p, size_t *n);
 size_t *gp__sorted_modules(const gp_profile *p, gp__measure m, size_t *n);
+/* The rows of the stack exports (folded, speedscope): a profile's call sites; or, when none of
+ * its sites has a call stack (Python is recorded without by default), its tag keys, whose frames
+ * are then their module and op under their category ("saved;ResNet.layer1.0.relu;aten::relu"),
+ * where a site would only say "[no stack]". */
+typedef struct gp__export_row {
+    const gp_stats *stats;
+    int32_t device;
+    lp_category category;
+    uint32_t stack;          /* a site's, 0 for a tag key */
+    const char *module, *op; /* a tag key's ("" if none), NULL for a site */
+} gp__export_row;
+/* The rows of p into a new array of *n (the caller frees it); NULL when out of memory. */
+gp__export_row *gp__export_rows(const gp_profile *p, size_t *n);
+
 /* A finding's items by bytes, then count (largest first), then category, op, module, stack. */
 size_t *gp__sorted_finding_items(const gp_finding *f);
 /* Whether some item of f has a call stack: its tables have a site column only then (Python is

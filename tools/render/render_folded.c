@@ -3,12 +3,13 @@
  * flamegraph.pl, inferno and speedscope.
  *
  * Each call site with a value by the chosen measure is a path of frames: the device (other than
- * the host), the category, then the site's frames outermost first. Paths are sorted frame by
- * frame (identical ones merged), so that every frame's callees form one run; then the tree is
- * walked from the roots and cut where a frame's run weighs less than the cut-off, its weight going
- * to the caller's "[smaller stacks]" line. The frame names are the profile's own strings: a line
- * costs one pointer per frame until it is written. Names are sanitized when written: ';' becomes
- * ':' and control characters become spaces, so every line parses.
+ * the host), the category, then the site's frames outermost first; in a trace without call stacks
+ * each tag key is one, its module and op under its category (gp__export_rows). Paths are sorted
+ * frame by frame (identical ones merged), so that every frame's callees form one run; then the tree
+ * is walked from the roots and cut where a frame's run weighs less than the cut-off, its weight
+ * going to the caller's "[smaller stacks]" line. The frame names are the profile's own strings: a
+ * line costs one pointer per frame until it is written. Names are sanitized when written: ';'
+ * becomes ':' and control characters become spaces, so every line parses.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -141,17 +142,29 @@ int gp_render_folded(FILE *out, gp_profile *p, const gp_render_options *o)
     folded f = {.out = out,
                 .min = o != NULL ? o->folded_min : 0,
                 .min_share = o != NULL ? o->folded_min_share : 0.001};
-    size_t pool_cap = 0, pool_len = 0;
-    f.paths = calloc(p->n_sites ? p->n_sites : 1, sizeof *f.paths);
-    if (f.paths == NULL)
+    size_t pool_cap = 0, pool_len = 0, n_rows;
+    gp__export_row *rows = gp__export_rows(p, &n_rows);
+    f.paths = calloc(n_rows ? n_rows : 1, sizeof *f.paths);
+    if (rows == NULL || f.paths == NULL) {
+        free(rows);
+        free(f.paths);
         return -1;
+    }
     const char *frames[FOLDED_MAX_FRAMES];
-    for (size_t i = 0; i < p->n_sites && f.rc == 0; i++) {
-        const gp_site *s = &p->sites[i];
-        uint64_t v = gp__stats_measure(&s->stats, measure);
+    for (size_t i = 0; i < n_rows && f.rc == 0; i++) {
+        const gp__export_row *r = &rows[i];
+        uint64_t v = gp__stats_measure(r->stats, measure);
         if (v == 0)
             continue;
-        size_t nf = s->stack != 0 ? gp_site_frames(p, s->stack, frames, FOLDED_MAX_FRAMES) : 0;
+        size_t nf = 0;
+        if (r->stack != 0) {
+            nf = gp_site_frames(p, r->stack, frames, FOLDED_MAX_FRAMES);
+        } else if (r->module) { /* a tag key: its op under its module (innermost first here) */
+            if (*r->op)
+                frames[nf++] = r->op;
+            if (*r->module)
+                frames[nf++] = r->module;
+        }
         size_t need = nf + 3;
         if (pool_len + need > pool_cap) {
             size_t cap = pool_cap ? pool_cap * 2 : 4096;
@@ -168,12 +181,11 @@ int gp_render_folded(FILE *out, gp_profile *p, const gp_render_options *o)
         folded_path *path = &f.paths[f.n_paths++];
         *path = (folded_path){.first = pool_len, .value = v};
         const char **at = f.pool + pool_len;
-        int32_t device = gp_site_device(p, s);
-        if (device != LP_DEVICE_HOST)
-            at[path->n++] = device_root(&f, device);
-        at[path->n++] = lp_category_name(gp_site_category(p, s));
+        if (r->device != LP_DEVICE_HOST)
+            at[path->n++] = device_root(&f, r->device);
+        at[path->n++] = lp_category_name(r->category);
         path->roots = path->n;
-        if (nf == 0)
+        if (nf == 0 && !r->module)
             at[path->n++] = "[no stack]";
         for (size_t k = nf; k-- > 0;) /* innermost first -> outermost first */
             at[path->n++] = frames[k];
@@ -185,6 +197,7 @@ int gp_render_folded(FILE *out, gp_profile *p, const gp_render_options *o)
         g_sorting = NULL;
         put_tree(&f, 0, f.n_paths, 0);
     }
+    free(rows);
     free(f.pool);
     free(f.paths);
     if (fflush(out) != 0 || ferror(out))

@@ -13,7 +13,8 @@
  * the end); a job's are named after their rank ("rank 1: peak ..."). A sample is a call site, as
  * in the folded export: its category as the root frame (its device above it when not the host),
  * then its frames outermost first; sites whose value is 0 are left out, so the host samples of
- * the peak profile sum to the host peak. Compact JSON, one sample per line.
+ * the peak profile sum to the host peak. In a trace without call stacks a sample is a tag key, its
+ * module and op under its category (gp__export_rows). Compact JSON, one sample per line.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -75,9 +76,11 @@ static uint32_t frame_id(frames *f, const char *name, const char *file, int line
     return (uint32_t)f->n++;
 }
 
-/* Each site's frame indexes, outermost first, in one pool: site i of process k holds
- * pool[start[k][i] .. start[k][i + 1]). */
+/* Each row's frame indexes (gp__export_rows: a site, or a tag key in a trace without stacks),
+ * outermost first, in one pool: row i holds pool[start[i] .. start[i + 1]). */
 typedef struct stacks {
+    gp__export_row *rows;
+    size_t n_rows;
     uint32_t *pool;
     size_t n, cap;
     size_t *start;
@@ -97,33 +100,41 @@ static bool pool_add(stacks *s, uint32_t v)
     return true;
 }
 
-/* The frames of every site of p into st (st->start gets n_sites + 1 entries). */
-static int site_stacks(gp_profile *p, frames *f, stacks *st)
+/* The frames of every row of p into st (st->start gets a row count + 1 entries). */
+static int row_stacks(gp_profile *p, frames *f, stacks *st)
 {
-    st->start = malloc((p->n_sites + 1) * sizeof *st->start);
-    if (!st->start)
+    st->rows = gp__export_rows(p, &st->n_rows);
+    st->start = malloc((st->n_rows + 1) * sizeof *st->start);
+    if (!st->rows || !st->start)
         return -1;
     static const char *const cuda[] = {"cuda:0", "cuda:1", "cuda:2", "cuda:3",
                                        "cuda:4", "cuda:5", "cuda:6", "cuda:7"};
     const gp_symbol *syms[MAX_FRAMES];
-    for (size_t i = 0; i < p->n_sites; i++) {
-        const gp_site *s = &p->sites[i];
+    for (size_t i = 0; i < st->n_rows; i++) {
+        const gp__export_row *r = &st->rows[i];
         st->start[i] = st->n;
         bool ok = true;
-        int32_t device = gp_site_device(p, s);
-        if (device != LP_DEVICE_HOST) /* frames keep their names: static strings only */
+        if (r->device != LP_DEVICE_HOST) /* frames keep their names: static strings only */
             ok = pool_add(
-                st, frame_id(f, device >= 0 && device < 8 ? cuda[device] : "cuda:?", NULL, 0));
-        ok = ok && pool_add(st, frame_id(f, lp_category_name(gp_site_category(p, s)), NULL, 0));
-        size_t n = gp_stack_symbols(p, s->stack, syms, NULL, NULL, MAX_FRAMES);
-        if (n == 0)
-            ok = ok && pool_add(st, frame_id(f, "[no stack]", NULL, 0));
-        for (size_t k = n; ok && k-- > 0;)
-            ok = pool_add(st, frame_id(f, syms[k]->function, syms[k]->file, syms[k]->line));
+                st,
+                frame_id(f, r->device >= 0 && r->device < 8 ? cuda[r->device] : "cuda:?", NULL, 0));
+        ok = ok && pool_add(st, frame_id(f, lp_category_name(r->category), NULL, 0));
+        if (r->module) { /* a tag key: its module, then its op (the profile's strings) */
+            if (*r->module)
+                ok = ok && pool_add(st, frame_id(f, r->module, NULL, 0));
+            if (*r->op)
+                ok = ok && pool_add(st, frame_id(f, r->op, NULL, 0));
+        } else {
+            size_t n = gp_stack_symbols(p, r->stack, syms, NULL, NULL, MAX_FRAMES);
+            if (n == 0)
+                ok = ok && pool_add(st, frame_id(f, "[no stack]", NULL, 0));
+            for (size_t k = n; ok && k-- > 0;)
+                ok = pool_add(st, frame_id(f, syms[k]->function, syms[k]->file, syms[k]->line));
+        }
         if (!ok)
             return -1;
     }
-    st->start[p->n_sites] = st->n;
+    st->start[st->n_rows] = st->n;
     return f->oom ? -1 : 0;
 }
 
@@ -138,10 +149,9 @@ static void profile(gp__jw *j, const gp_render_process *rp, const stacks *st, si
 {
     gp__measure measure;
     gp__measure_parse(measures[m].measure, &measure);
-    const gp_profile *p = rp->p;
     uint64_t total = 0;
-    for (size_t i = 0; i < p->n_sites; i++)
-        total += gp__stats_measure(&p->sites[i].stats, measure);
+    for (size_t i = 0; i < st->n_rows; i++)
+        total += gp__stats_measure(st->rows[i].stats, measure);
     char name[256];
     snprintf(name, sizeof name, "%s%s%s%s: %s", job ? "rank " : "",
              job ? (rp->rank ? rp->rank : "?") : "", job ? ": " : "", measures[m].measure,
@@ -153,8 +163,8 @@ static void profile(gp__jw *j, const gp_render_process *rp, const stacks *st, si
     gp__jw_u64(j, "startValue", 0);
     gp__jw_u64(j, "endValue", total);
     gp__jw_array(j, "samples", false);
-    for (size_t i = 0; i < p->n_sites; i++) {
-        if (!gp__stats_measure(&p->sites[i].stats, measure))
+    for (size_t i = 0; i < st->n_rows; i++) {
+        if (!gp__stats_measure(st->rows[i].stats, measure))
             continue;
         gp__jw_array(j, NULL, true);
         for (size_t k = st->start[i]; k < st->start[i + 1]; k++)
@@ -163,8 +173,8 @@ static void profile(gp__jw *j, const gp_render_process *rp, const stacks *st, si
     }
     gp__jw_end(j);
     gp__jw_array(j, "weights", true);
-    for (size_t i = 0; i < p->n_sites; i++) {
-        uint64_t v = gp__stats_measure(&p->sites[i].stats, measure);
+    for (size_t i = 0; i < st->n_rows; i++) {
+        uint64_t v = gp__stats_measure(st->rows[i].stats, measure);
         if (v)
             gp__jw_u64(j, NULL, v);
     }
@@ -178,7 +188,7 @@ int gp_render_speedscope(FILE *out, const gp_render_process *procs, size_t n)
     stacks *st = calloc(n ? n : 1, sizeof *st);
     int rc = st ? 0 : -1;
     for (size_t k = 0; rc == 0 && k < n; k++)
-        rc = site_stacks(procs[k].p, &f, &st[k]);
+        rc = row_stacks(procs[k].p, &f, &st[k]);
     if (rc == 0) {
         const char *command =
             n && procs[0].p->trace ? gp_trace_meta(procs[0].p->trace, "command") : NULL;
@@ -213,6 +223,7 @@ int gp_render_speedscope(FILE *out, const gp_render_process *procs, size_t n)
         rc = gp__jw_finish(&j);
     }
     for (size_t k = 0; st && k < n; k++) {
+        free(st[k].rows);
         free(st[k].pool);
         free(st[k].start);
     }
