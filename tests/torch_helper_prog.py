@@ -175,6 +175,36 @@ def main():
     del kept_outputs, found
     check(alive() is None, "holders: the look kept a deleted output alive")
 
+    # A look made inside a Python trace function (a model called at pdb's prompt) leaves the
+    # frame's locals alone: the trace function writes its copy of them back when it returns.
+    def under_trace():
+        looked = []
+
+        def tracer(frame, event, arg):
+            # at inner's return line, its locals set
+            if (event == "line" and frame.f_code is inner.__code__ and not looked and
+                    frame.f_lineno == inner.__code__.co_firstlineno + 3):
+                looked.append(gp._holders(gp._S))
+            return tracer
+
+        def inner():
+            kept_local = torch.ones(3)
+            step = 1
+            return kept_local.sum().item() + step
+
+        old = sys.gettrace()
+        sys.settrace(tracer)
+        try:
+            return inner(), bool(looked)
+        finally:
+            sys.settrace(old)
+
+    try:
+        total, looked = under_trace()
+        check(total == 4.0 and looked, "under a trace function: %r, looked %r" % (total, looked))
+    except NameError as e:  # UnboundLocalError: the frame lost its locals
+        fail("a look under a trace function emptied the frame: %s" % e)
+
     @torch.no_grad()
     def predict(t):
         return model(t)

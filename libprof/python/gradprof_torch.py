@@ -1386,8 +1386,11 @@ def _forget_locals(f, scope):
     3.12 keep it on the frame, with a reference to every local, until the next read): else a
     tensor the program deletes right after this look would live on in it. Only that copy: a
     namespace that is the scope itself (a class body, exec) and 3.13's write-through proxy are
-    left alone. CPython refreshes the copy from the frame before anything reads it again."""
-    if type(scope) is dict and f.f_code.co_flags & _CO_OPTIMIZED:
+    left alone. CPython refreshes the copy from the frame before anything reads it again, except
+    under a Python trace function (pdb), which writes it back into the frame when it returns: a
+    model called at pdb's prompt would empty the frame being debugged. So not while one runs."""
+    if (type(scope) is dict and f.f_code.co_flags & _CO_OPTIMIZED and f.f_trace is None and
+            sys.gettrace() is None):
         scope.clear()
 
 
