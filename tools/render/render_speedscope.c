@@ -28,7 +28,7 @@
 enum { MAX_FRAMES = 512 };
 
 typedef struct frame {
-    const char *name, *file; /* borrowed from the profile's symbolizer, or static */
+    const char *name, *file; /* borrowed from the profile (symbols, labels), or static */
     int line;
 } frame;
 
