@@ -127,6 +127,20 @@ def test_pprof(a):
         if name == "grad":
             saved = total(samples, types, "inuse_space/bytes", category="saved")
             check(saved > 0, "grad: saved tensors live at the peak in the pprof (%d B)" % saved)
+    # Without call stacks (as Python is recorded by default) a sample's locations are its labels,
+    # op under module under category, so that pprof's tables show where the memory is.
+    trace = os.path.join(a.work, "nostacks.gptrace")
+    run([a.gradprof, "run", "--no-stacks", "-o", trace, "--", a.mlp, "--layers", "4", "--width",
+         "256", "--batch", "16", "--iters", "3"], cwd=a.work)
+    prof = os.path.join(a.work, "nostacks.pb.gz")
+    run([a.gradprof, "report", trace, "--format", "pprof", "-o", prof])
+    types, samples = pprof_raw(prof)
+    check(total(samples, types, "inuse_space/bytes") == report_json(a, trace)["peak_bytes"],
+          "no stacks: inuse_space sums to the peak")
+    top = run(["go", "tool", "pprof", "-top", "-cum", "-sample_index=inuse_space", prof]).stdout
+    names = {l.split()[-1] for l in top.splitlines() if re.match(r"\s*[\d.]+([kMG]?B)?\s+[\d.]+%", l)}
+    check({"relu", "linear", "saved", "parameter"} <= names,
+          "no stacks: go tool pprof -top names the ops and categories (%s)" % sorted(names))
     return 0
 
 

@@ -22,8 +22,11 @@
  *                 already (pprof then leaves them alone)
  *   time_nanos    the first process's start time ("start_time" metadata), duration_nanos the
  *                 longest trace; comments say what inuse means
- * A sample without a stack has no location; pprof shows it as the empty stack. Deterministic:
- * the same traces give the same bytes (gzip without a name or a time).
+ * A sample without a stack (Python is recorded without by default) gets locations made of its
+ * labels, as the folded export's paths: its op, under its module, under its category, each a
+ * function of that name without a mapping, so that pprof's tables and flame graphs show where
+ * the memory is. Deterministic: the same traces give the same bytes (gzip without a name or a
+ * time).
  */
 #define _GNU_SOURCE /* timegm */
 #include <stdlib.h>
@@ -228,6 +231,25 @@ static uint64_t location_id(builder *b, size_t proc, gp_profile *p, uint32_t mod
     return id;
 }
 
+/* The location that stands for a label in a sample without a stack (see the top): a function
+ * named `name`, no mapping, no address; one per name for every process. */
+static uint64_t label_location_id(builder *b, const char *name)
+{
+    uint64_t name_id = str_id(&b->strings, name);
+    struct gp_map_slot *slot = gp__map_find(&b->location_ids, UINT64_MAX, 0, name_id);
+    if (slot)
+        return slot->v;
+    uint32_t id = ++b->n_locations;
+    if (!gp__map_put(&b->location_ids, UINT64_MAX, 0, name_id, id))
+        b->oom = true;
+    uint64_t fn = function_id(b, name, "");
+    pb_uint(&b->msg, 1, id);
+    pb_uint(&b->sub, 1, fn);
+    pb_message(&b->msg, 4, &b->sub);
+    pb_message(&b->locations, 4, &b->msg);
+    return id;
+}
+
 static void label(builder *b, pb *sample, const char *key, const char *value)
 {
     if (!value || !*value)
@@ -257,6 +279,13 @@ static void process_samples(builder *b, size_t proc, const gp_render_process *rp
         size_t n = gp_stack_symbols(p, s->stack, syms, modules, offsets, MAX_FRAMES);
         for (size_t f = 0; f < n; f++)
             pb_varint(&ids, location_id(b, proc, p, modules[f], offsets[f], syms[f]));
+        if (n == 0) { /* innermost first: op, module, category */
+            if (*s->op)
+                pb_varint(&ids, label_location_id(b, s->op));
+            if (*s->module)
+                pb_varint(&ids, label_location_id(b, s->module));
+            pb_varint(&ids, label_location_id(b, lp_category_name(s->category)));
+        }
         uint64_t v[4] = {s->alloc_objects, s->alloc_space, s->inuse_objects, s->inuse_space};
         for (int k = 0; k < 4; k++)
             pb_varint(&values, v[k]);
