@@ -49,7 +49,7 @@ typedef struct pb {
 
 static void pb_put(pb *b, const void *src, size_t n)
 {
-    if (b->oom)
+    if (b->oom || n == 0) /* n == 0: src may be NULL (an empty field, as no mappings) */
         return;
     if (b->n + n > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
