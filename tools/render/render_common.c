@@ -875,6 +875,16 @@ gp__export_row *gp__export_rows(const gp_profile *p, size_t *n)
     return rows;
 }
 
+size_t gp__tag_frames(const char *module, const char *op, const char *frames[2])
+{
+    size_t n = 0;
+    if (module && *module)
+        frames[n++] = module;
+    if (op && *op)
+        frames[n++] = op;
+    return n;
+}
+
 bool gp__finding_has_stacks(const gp_finding *f)
 {
     for (size_t i = 0; i < f->n_items; i++)

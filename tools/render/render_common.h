@@ -114,6 +114,10 @@ typedef struct gp__export_row {
 } gp__export_row;
 /* The rows of p into a new array of *n (the caller frees it); NULL when out of memory. */
 gp__export_row *gp__export_rows(const gp_profile *p, size_t *n);
+/* The frames that stand for a tag in the stack exports (folded, speedscope, pprof) where there
+ * is no call stack, under its category, outermost first: its module, then its op, each when not
+ * empty. Returns how many (0 to 2). */
+size_t gp__tag_frames(const char *module, const char *op, const char *frames[2]);
 
 /* A finding's items by bytes, then count (largest first), then category, op, module, stack. */
 size_t *gp__sorted_finding_items(const gp_finding *f);

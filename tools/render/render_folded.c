@@ -159,11 +159,10 @@ int gp_render_folded(FILE *out, gp_profile *p, const gp_render_options *o)
         size_t nf = 0;
         if (r->stack != 0) {
             nf = gp_site_frames(p, r->stack, frames, FOLDED_MAX_FRAMES);
-        } else if (r->module) { /* a tag key: its op under its module (innermost first here) */
-            if (*r->op)
-                frames[nf++] = r->op;
-            if (*r->module)
-                frames[nf++] = r->module;
+        } else if (r->module) { /* a tag key (frames innermost first here) */
+            const char *tag[2];
+            for (size_t k = gp__tag_frames(r->module, r->op, tag); k-- > 0;)
+                frames[nf++] = tag[k];
         }
         size_t need = nf + 3;
         if (pool_len + need > pool_cap) {

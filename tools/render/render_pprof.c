@@ -279,11 +279,10 @@ static void process_samples(builder *b, size_t proc, const gp_render_process *rp
         size_t n = gp_stack_symbols(p, s->stack, syms, modules, offsets, MAX_FRAMES);
         for (size_t f = 0; f < n; f++)
             pb_varint(&ids, location_id(b, proc, p, modules[f], offsets[f], syms[f]));
-        if (n == 0) { /* innermost first: op, module, category */
-            if (*s->op)
-                pb_varint(&ids, label_location_id(b, s->op));
-            if (*s->module)
-                pb_varint(&ids, label_location_id(b, s->module));
+        if (n == 0) { /* its tag's frames, then its category (innermost first) */
+            const char *tag[2];
+            for (size_t k = gp__tag_frames(s->module, s->op, tag); k-- > 0;)
+                pb_varint(&ids, label_location_id(b, tag[k]));
             pb_varint(&ids, label_location_id(b, lp_category_name(s->category)));
         }
         uint64_t v[4] = {s->alloc_objects, s->alloc_space, s->inuse_objects, s->inuse_space};

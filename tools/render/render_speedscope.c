@@ -119,11 +119,11 @@ static int row_stacks(gp_profile *p, frames *f, stacks *st)
                 st,
                 frame_id(f, r->device >= 0 && r->device < 8 ? cuda[r->device] : "cuda:?", NULL, 0));
         ok = ok && pool_add(st, frame_id(f, lp_category_name(r->category), NULL, 0));
-        if (r->module) { /* a tag key: its module, then its op (the profile's strings) */
-            if (*r->module)
-                ok = ok && pool_add(st, frame_id(f, r->module, NULL, 0));
-            if (*r->op)
-                ok = ok && pool_add(st, frame_id(f, r->op, NULL, 0));
+        if (r->module) { /* a tag key (the profile's strings) */
+            const char *tag[2];
+            size_t n = gp__tag_frames(r->module, r->op, tag);
+            for (size_t k = 0; ok && k < n; k++)
+                ok = pool_add(st, frame_id(f, tag[k], NULL, 0));
         } else {
             size_t n = gp_stack_symbols(p, r->stack, syms, NULL, NULL, MAX_FRAMES);
             if (n == 0)
