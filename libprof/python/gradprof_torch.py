@@ -884,16 +884,12 @@ def _class_name(module):
     """A module's class name; for a TorchScript module (torch.jit.script or trace), the class it
     was made from, marked: ResNet[jit], not RecursiveScriptModule (nor the name of the Python model
     it was traced from, which torch.jit.trace calls too)."""
-    name = getattr(module, "original_name", None) if _is_script_module(module) else None
-    return name + "[jit]" if isinstance(name, str) and name else type(module).__name__
-
-
-def _is_script_module(module):
-    try:
-        import torch
-        return isinstance(module, torch.jit.ScriptModule)
-    except Exception:
-        return False
+    import torch
+    if isinstance(module, torch.jit.ScriptModule):
+        name = getattr(module, "original_name", None)
+        if isinstance(name, str) and name:
+            return name + "[jit]"
+    return type(module).__name__
 
 
 def _maker(t, fn):
