@@ -93,6 +93,7 @@ static const char *const lp__py_names[LP__PY_NSYMS] = {"PyGILState_GetThisThread
 typedef struct lp__py_syms {
     uintptr_t addr[LP__PY_NSYMS]; /* 0 = not found */
     uint64_t size[LP__PY_NSYMS];
+    uintptr_t text_lo, text_hi; /* the executable segments of the eval loop's object */
 } lp__py_syms;
 
 static uint32_t lp__gnu_hash(const char *name)
@@ -107,6 +108,25 @@ static uint32_t lp__gnu_hash(const char *name)
 static uintptr_t lp__dyn_addr(uintptr_t base, ElfW(Addr) v)
 {
     return v < base ? base + v : v;
+}
+
+/* The span of an object's executable segments. */
+static void lp__text_range(const struct dl_phdr_info *info, uintptr_t *lo, uintptr_t *hi)
+{
+    *lo = UINTPTR_MAX;
+    *hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
+            continue;
+        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+        if (a < *lo)
+            *lo = a;
+        if (a + ph->p_memsz > *hi)
+            *hi = a + ph->p_memsz;
+    }
+    if (*hi == 0)
+        *lo = 0;
 }
 
 static int lp__py_scan(struct dl_phdr_info *info, size_t size, void *data)
@@ -147,6 +167,8 @@ static int lp__py_scan(struct dl_phdr_info *info, size_t size, void *data)
                 strcmp(strtab + sym->st_name, lp__py_names[k]) == 0) {
                 out->addr[k] = info->dlpi_addr + sym->st_value;
                 out->size[k] = sym->st_size;
+                if (k == LP__PY_SYM_EVAL)
+                    lp__text_range(info, &out->text_lo, &out->text_hi);
                 break;
             }
             if (h2 & 1)
@@ -194,6 +216,7 @@ static struct {
     int (*is_finalizing)(void);
     const void *code_type, *unicode_type;
     uintptr_t eval_lo, eval_hi;
+    uintptr_t text_lo, text_hi; /* the interpreter's own code: libpython or the executable */
 } P;
 
 /* One look for the interpreter; lp__py_ready lets one thread look at a time. */
@@ -235,6 +258,8 @@ static void lp__py_look(void)
     P.unicode_type = (const void *)f.addr[LP__PY_SYM_UNICODE_TYPE];
     P.eval_lo = f.addr[LP__PY_SYM_EVAL];
     P.eval_hi = P.eval_lo + f.size[LP__PY_SYM_EVAL];
+    P.text_lo = f.text_lo;
+    P.text_hi = f.text_hi;
     snprintf(L.status, sizeof L.status, "on (CPython %lu.%lu.%lu)", *version >> 24,
              (*version >> 16) & 0xFF, (*version >> 8) & 0xFF);
     atomic_store_explicit(&L.ready, true, memory_order_release);
@@ -243,6 +268,11 @@ static void lp__py_look(void)
 bool lp__py_is_eval(uintptr_t ip)
 {
     return ip > P.eval_lo && ip <= P.eval_hi; /* a return address is after its call */
+}
+
+bool lp__py_is_interpreter(uintptr_t ip)
+{
+    return ip > P.text_lo && ip <= P.text_hi;
 }
 
 int lp__py_walk(lp__pyframe *out, int max)
@@ -379,6 +409,12 @@ static void lp__py_look(void)
 }
 
 bool lp__py_is_eval(uintptr_t ip)
+{
+    (void)ip;
+    return false;
+}
+
+bool lp__py_is_interpreter(uintptr_t ip)
 {
     (void)ip;
     return false;

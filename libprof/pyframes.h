@@ -41,6 +41,10 @@ const char *lp__py_status(void);
 /* Whether `ip` (a return address) lies in the eval loop, _PyEval_EvalFrameDefault. */
 bool lp__py_is_eval(uintptr_t ip);
 
+/* Whether `ip` (a return address) lies in the interpreter's own code (the object that defines
+ * the eval loop: libpython, or the python executable), the eval loop included. */
+bool lp__py_is_interpreter(uintptr_t ip);
+
 /* The calling thread's Python frames, innermost first, at most `max`; 0 when the thread has no
  * Python state or the interpreter is not running (starting, finalizing). */
 int lp__py_walk(lp__pyframe *out, int max);

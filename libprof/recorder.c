@@ -392,11 +392,11 @@ struct lp__thread {
     } py_memo[256];
     /* Scratch of lp__capture_stack (here rather than on the program's stack): the Python
      * frames read, the merged stack and the words its hash is taken of. */
-    lp__pyframe py[LP_MAX_STACK_DEPTH];
+    lp__pyframe py[LP_MAX_STACK_FRAMES];
     struct lp__mframe {
         uintptr_t ip; /* a native return address, if py < 0 */
         int16_t py;   /* else the index of a Python frame in `py` */
-    } merged[LP_MAX_STACK_DEPTH];
+    } merged[LP_MAX_STACK_FRAMES];
     /* The latest stack, one entry a frame from the outermost: what identifies the frame (a
      * return address and 0, or a Python frame's lp__py_key), the running hash of the frame keys
      * from the outermost frame down to it (lp__prefix_hash makes the node's key in `frames` of
@@ -405,7 +405,7 @@ struct lp__thread {
     struct lp__prefix {
         uint64_t id1, id2, a, b, where;
         uint32_t node;
-    } prefix[LP_MAX_STACK_DEPTH];
+    } prefix[LP_MAX_STACK_FRAMES];
     int prefix_len;
     uint32_t next_string_id, next_stack_id;
     int64_t sample_left;
@@ -1717,28 +1717,52 @@ static uint64_t lp__py_where(lp__thread *th, const lp__pyframe *f, uint64_t k1, 
 }
 
 /*
- * Merges the native return addresses ips[0..n) (innermost first) with the thread's Python
- * frames into th->merged, at most `depth` frames: each activation of the eval loop is replaced by
- * the Python frames it runs (pyframes.c), innermost first; an activation left without frames (a
- * mismatch) stays as it is. Returns the merged count.
+ * Merges the native return addresses ips[0..n) (innermost first; n < depth: the whole stack) with
+ * the thread's Python frames into th->merged, as py-spy shows them: each activation of the eval
+ * loop is replaced by the Python frames it runs (pyframes.c), innermost first (an activation left
+ * without frames, a mismatch, stays as it is), and the interpreter's other frames are left out
+ * once a frame of other code or Python's is below them (the calls from one Python frame to the
+ * next, or into an extension), and so are the frames outside the outermost Python frame (libc
+ * starting the interpreter or a thread). A stack deeper than `depth` keeps its `depth` innermost
+ * native frames with the Python frames among them, and adds up to depth / 2 of the Python frames
+ * outside them (the innermost and the outermost half each): the program's own line stays in the
+ * stack however deep the C++ below it. Returns the merged count, at most depth + depth / 2.
  */
 static int lp__merge_python(lp__thread *th, const uintptr_t *ips, int n, int depth)
 {
-    int np = -1, k = 0, m = 0;
-    for (int i = 0; i < n && m < depth; i++) {
+    int limit = depth + depth / 2, np = -1, k = 0, m = 0, i = 0;
+    bool calls = false; /* the interpreter's frames from here out are calls between frames */
+    for (; i < n && m < limit; i++) {
         uintptr_t ip = ips[i];
         if (lp__py_is_eval(ip)) {
             if (np < 0)
-                np = lp__py_walk(th->py, depth);
+                np = lp__py_walk(th->py, limit);
+            calls = true;
             if (k < np) {
                 do
                     th->merged[m++] = (struct lp__mframe){0, (int16_t)k};
-                while (!th->py[k++].entry && k < np && m < depth);
+                while (!th->py[k++].entry && k < np && m < limit);
                 continue;
             }
+        } else if (!lp__py_is_interpreter(ip)) {
+            calls = true;
+        } else if (calls) {
+            continue;
         }
         th->merged[m++] = (struct lp__mframe){ip, -1};
     }
+    if (n < depth && i == n) { /* the whole stack fitted */
+        while (np > 0 && k == np && th->merged[m - 1].py < 0)
+            m--; /* what started the outermost Python frame: the interpreter's main, a thread */
+        return m;
+    }
+    if (np < 0 || np == limit)
+        np = lp__py_walk(th->py, LP_MAX_STACK_FRAMES);
+    int rest = np - k, room = limit - m < depth / 2 ? limit - m : depth / 2;
+    int take = rest < room ? rest : room;
+    for (int j = 0; j < take; j++) /* the innermost take - take / 2, then the outermost */
+        th->merged[m++] =
+            (struct lp__mframe){0, (int16_t)(j < take - take / 2 ? k + j : np - take + j)};
     return m;
 }
 

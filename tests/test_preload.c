@@ -45,6 +45,7 @@
 #include "preload/cxx_forms.h"
 #include "preload/fd_games.h"
 #include "preload/py_alloc.h"
+#include "preload/py_deep.h"
 #include "preload/realloc_race.h"
 #include "preload/tsd_alloc.h"
 #include "preload/getattr_first.h"
@@ -1479,6 +1480,115 @@ static void test_python_frames(void **state)
     remove_dir(dir);
 }
 
+/* A stack's shape: its frames, the native frames innermost before the first Python one that are
+ * `fn`, the native frames after the first Python one, and whether the outermost is Python's. */
+typedef struct stack_shape {
+    int frames, inner_fn, native_after_python;
+    bool outermost_python;
+} stack_shape;
+
+static stack_shape shape_of(gp_trace *t, gp_symbolizer *sym, uint32_t stack, const char *fn)
+{
+    stack_shape sh = {0, 0, 0, false};
+    bool python = false;
+    for (uint32_t id = stack, parent; id; id = parent) {
+        uint32_t module;
+        uint64_t offset;
+        assert_int_equal(gp_trace_stack_frame(t, id, &module, &offset, &parent), 0);
+        const gp_module *m = gp_trace_module(t, module);
+        bool py = m && strncmp(m->path, "py:", 3) == 0;
+        const gp_symbol *f = gp_symbolize(sym, module, offset);
+        sh.frames++;
+        sh.inner_fn += !python && !py && f->function && strcmp(f->function, fn) == 0;
+        sh.native_after_python += python && !py;
+        python = python || py;
+        sh.outermost_python = py;
+    }
+    return sh;
+}
+
+/* Python frames stay in a stack however deep the native code below them: 60 native frames under
+ * a Python call (ctypes) keep the depth's 32 innermost ones and add the 3 Python frames above,
+ * and the site is named by the program's line; the interpreter's calls between Python frames (a
+ * function that map() runs) and the frames that started the interpreter are left out. */
+static void test_python_frames_deep(void **state)
+{
+#ifndef GP_HAVE_PYTHON_FRAMES
+    fprintf(stderr, "SKIPPED: built without CPython 3.11's internal headers (python3.11-dev): "
+                    "no Python frames\n");
+    skip();
+#endif
+    if (access("/usr/bin/python3", X_OK) != 0) {
+        fprintf(stderr, "SKIPPED: no /usr/bin/python3\n");
+        skip();
+    }
+    char *argv[] = {"/usr/bin/python3", "-S", "-E", GP_PY_DEEP, GP_DEEP_NATIVE_LIB, NULL};
+    const char *dir = make_dir();
+    run_result r;
+    run(argv, true, dir, (const char *[]){"GRADPROF_STACK_DEPTH=32", NULL}, &r);
+    assert_true(exited_with(&r, 0));
+    assert_string_equal(r.out, PD_STDOUT);
+    const uint64_t sizes[] = {PD_SIZE_DEEP, PD_SIZE_MAP};
+    summary s;
+    gp_trace *t;
+    summarize_pid(dir, r.pid, sizes, 2, &s, &t);
+    const char *status = gp_trace_meta(t, "python_frames");
+    if (!status || strncmp(status, "on", 2) != 0) {
+        fprintf(stderr, "SKIPPED: Python frames are off here: %s\n", status ? status : "?");
+        gp_trace_close(t);
+        remove_dir(dir);
+        skip();
+    }
+    gp_symbolizer *sym = gp_symbolizer_new();
+    assert_non_null(sym);
+    for (uint32_t id = 1; id <= gp_trace_module_count(t); id++) {
+        const gp_module *m = gp_trace_module(t, id);
+        if (m)
+            assert_int_equal(
+                gp_symbolizer_add_module(sym, id, m->path, m->build_id, m->base, m->size), 0);
+    }
+    char got[1024], want[1024];
+    for (int i = 0; i < 2; i++) {
+        expect_size(&s, sizes[i], 1, 1);
+        assert_int_not_equal(s.sizes[i].stack, 0);
+    }
+    /* The deep one: the innermost levels, then deep() and its callers. */
+    stack_shape deep = shape_of(t, sym, s.sizes[0].stack, "gp_deep_level");
+    python_frames_of(t, sym, s.sizes[0].stack, got, sizeof got);
+    snprintf(want, sizeof want, "py_deep.py:deep:%d py_deep.py:main:%d py_deep.py:<module>:%d",
+             PD_DEEP_LINE, PD_MAIN_DEEP_LINE, PD_MODULE_LINE);
+    assert_string_equal(got, want);
+    if (deep.frames != 32 + 3 || deep.inner_fn != 32 || deep.native_after_python != 0)
+        fail_msg("deep stack: %d frames, %d of gp_deep_level first, %d native after Python",
+                 deep.frames, deep.inner_fn, deep.native_after_python);
+    /* The one make() made from map(): Python frames only, from make's line out. */
+    stack_shape made = shape_of(t, sym, s.sizes[1].stack, "");
+    python_frames_of(t, sym, s.sizes[1].stack, got, sizeof got);
+    snprintf(want, sizeof want, "py_deep.py:make:%d py_deep.py:main:%d py_deep.py:<module>:%d",
+             PD_MAKE_LINE, PD_MAIN_MAP_LINE, PD_MODULE_LINE);
+    assert_string_equal(got, want);
+    if (made.native_after_python != 0 || !made.outermost_python)
+        fail_msg("map stack: %d native frames after the first Python one, outermost %s",
+                 made.native_after_python, made.outermost_python ? "Python" : "native");
+    gp_symbolizer_free(sym);
+    gp_trace_close(t);
+
+    char paths[4][PATH_MAX + 64], err[512];
+    assert_int_equal(traces_of(dir, r.pid, paths, 4), 1);
+    gp_profile *p = NULL;
+    if (gp_profile_load(paths[0], NULL, &p, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    const char *label = NULL;
+    for (size_t i = 0; i < p->n_sites; i++)
+        if (p->sites[i].stats.total_bytes == PD_SIZE_DEEP && p->sites[i].stats.count == 1)
+            label = gp_site_label(p, p->sites[i].stack);
+    snprintf(want, sizeof want, "py_deep.py:%d (deep)", PD_DEEP_LINE);
+    assert_non_null(label);
+    assert_string_equal(label, want);
+    gp_profile_free(p);
+    remove_dir(dir);
+}
+
 /* ---- how the recording ended, the command line, path messages (item 7) ------------------------ */
 
 /* end_reason: "exit" (exit, _exit), "exec" (before an exec), "signal 6" (abort). */
@@ -1631,6 +1741,7 @@ int main(void)
         cmocka_unit_test(test_allocator_first_is_said),
         cmocka_unit_test(test_allocator_check_non_pie),
         cmocka_unit_test(test_python_frames),
+        cmocka_unit_test(test_python_frames_deep),
         cmocka_unit_test(test_end_reason),
         cmocka_unit_test(test_long_command_line),
         cmocka_unit_test(test_vfork_child_leaves_the_trace_alone),

@@ -77,6 +77,9 @@ static inline bool lp_category_is_graph_structure(lp_category c)
 #define LP_DEFAULT_OUTPUT "gradprof.%p.gptrace"
 #define LP_DEFAULT_STACK_DEPTH 32
 #define LP_MAX_STACK_DEPTH 256
+/* The most frames a recorded stack holds: the depth, and for a Python program up to half as many
+ * Python frames beyond it (those the depth did not reach). */
+#define LP_MAX_STACK_FRAMES (LP_MAX_STACK_DEPTH + LP_MAX_STACK_DEPTH / 2)
 #define LP_DEFAULT_FLUSH_MS 20
 #define LP_MIN_FLUSH_MS 1
 #define LP_MAX_FLUSH_MS 10000

@@ -32,7 +32,8 @@
 
 const char gp_run_options_help[] =
     "      --stack-depth N      frames per call stack, 0-" XSTR(LP_MAX_STACK_DEPTH)
-    " (default " XSTR(LP_DEFAULT_STACK_DEPTH) ")\n"
+    " (default " XSTR(LP_DEFAULT_STACK_DEPTH) "); a Python\n"
+    "                           program's stack adds up to N/2 of the Python frames beyond them\n"
     "      --no-stacks          record no call stacks (--stack-depth 0)\n"
     "      --min-stack-size SIZE  allocations smaller than SIZE get no stack (default 0)\n"
     "      --stack-sample SIZE  capture a stack about once per SIZE bytes allocated (geometric\n"

@@ -17,7 +17,7 @@
 
 #include "render_common.h"
 
-enum { FOLDED_MAX_FRAMES = 256 };
+enum { FOLDED_MAX_FRAMES = LP_MAX_STACK_FRAMES };
 
 #define SMALLER_STACKS "[smaller stacks]"
 
