@@ -412,10 +412,71 @@ static void test_python_frames_label_sites(void **state)
     remove(path);
 }
 
+/* ---- grad mode is per thread -------------------------------------------------------------- */
+
+/* Thread 1 enters no_grad and starts thread 2, which runs a model in an inference region: with
+ * grad on there (worker_no_grad false) or inside its own no_grad (true). */
+static const char *threads_trace(bool worker_no_grad)
+{
+    static char path[4096];
+    snprintf(path, sizeof path, "%s/grad_threads_%d_%d.gptrace", GRADPROF_TEST_TRACES,
+             (int)getpid(), worker_no_grad);
+    tb *b = tb_open(path, "python3 serve.py");
+    assert_non_null(b);
+    tb_thread(b, 1, "main");
+    tb_at(b, 1000);
+    tb_region_push(b, LP_REGION_NO_GRAD);
+    tb_grad_mode(b, false, false);
+    tb_thread(b, 2, "worker");
+    tb_at(b, 2000);
+    if (worker_no_grad) {
+        tb_region_push(b, LP_REGION_NO_GRAD);
+        tb_grad_mode(b, false, false);
+    }
+    tb_region_push(b, LP_REGION_INFERENCE);
+    tb_at(b, 3000);
+    tb_alloc(b, 0x10000, 4096, 0);
+    tb_tag(b, 0x10000, 4096, LP_CAT_SAVED, "aten::relu", "Net.relu", "", !worker_no_grad, 0);
+    tb_at(b, 4000);
+    tb_region_pop(b);
+    if (worker_no_grad)
+        tb_region_pop(b);
+    tb_thread(b, 1, NULL);
+    tb_at(b, 5000);
+    tb_region_pop(b);
+    tb_end(b);
+    assert_int_equal(tb_close(b), 0);
+    return path;
+}
+
+static void test_grad_per_thread(void **state)
+{
+    (void)state;
+    char err[512];
+    for (int worker_no_grad = 0; worker_no_grad < 2; worker_no_grad++) {
+        const char *path = threads_trace(worker_no_grad);
+        gp_profile *p = NULL;
+        if (gp_profile_load(path, NULL, &p, err, sizeof err) != 0)
+            fail_msg("%s", err);
+        const gp_finding *f = finding(p, GP_FIND_FORGOT_NO_GRAD);
+        if (worker_no_grad) { /* no_grad where the model runs: nothing to find */
+            assert_null(f);
+        } else { /* the graph of thread 2, built while thread 1 was inside no_grad */
+            assert_non_null(f);
+            assert_int_equal(f->bytes, 4096);
+            assert_int_equal(f->grad_off_thread, 1);
+            assert_int_equal(f->built_thread, 2);
+        }
+        gp_profile_free(p);
+        remove(path);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mlp_grad),
+        cmocka_unit_test(test_grad_per_thread),
         cmocka_unit_test(test_mlp_nograd),
         cmocka_unit_test(test_leak_accumulate_grows),
         cmocka_unit_test(test_raw_sites_temporaries_leaks_devices),

@@ -776,6 +776,48 @@ def test_helper(E):
     expect(saved == [("Sequential.1", "aten::relu")],
            "forward called directly: the ReLU's saved output named by its path (%s)" % saved)
 
+    # One model called by four threads at once (grad is per thread: the caller's no_grad does not
+    # reach them) is one model to the helper, however the threads interleave while it is named.
+    prog = E.path("threads_share_model.py")
+    with open(prog, "w") as f:
+        f.write("import contextlib, sys, threading, time, torch\n"
+                "import gradprof_torch as gp\n"
+                "naming = gp._path_in_caller\n"
+                "def slow_naming(mod, frame):  # a thread switch while the model is named\n"
+                "    time.sleep(0.01)\n"
+                "    return naming(mod, frame)\n"
+                "gp._path_in_caller = slow_naming\n"
+                "m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()\n"
+                "go, outs = threading.Barrier(4), []\n"
+                "inside = sys.argv[1:] == ['inside']  # no_grad in the threads' own function\n"
+                "def work():\n"
+                "    go.wait()\n"
+                "    with torch.no_grad() if inside else contextlib.nullcontext():\n"
+                "        outs.append(m(torch.randn(4, 8)))\n"
+                "ts = [threading.Thread(target=work) for _ in range(4)]\n"
+                "with torch.no_grad():\n"
+                "    [t.start() for t in ts]\n"
+                "    [t.join() for t in ts]\n")
+    trace = E.path("threads_share_model.gptrace")
+    record_prog(E, trace, prog, [], env)()
+    r = report_json(E, trace)()
+    saved = sorted({(x["module"], x["op"]) for x in r["saved_tensors"]})
+    expect(saved == [("Sequential.1", "aten::relu")],
+           "a model four threads call at once: one name (%s)" % saved)
+    # The threads built graphs while the main thread was inside no_grad: the finding says that
+    # grad mode is per thread, naming both; with no_grad in the threads' own function, none.
+    forgot = [f for f in r["findings"] if f["kind"] == "forgot_no_grad"]
+    per = forgot[0].get("per_thread_grad", {}) if forgot else {}
+    expect(per.get("grad_off_thread") == 1 and per.get("built_thread", 1) != 1,
+           "graphs built on worker threads while the main thread was in no_grad: %s" % per)
+    text = run([E.gradprof, "report", trace]).stdout
+    expect("verdict: no_grad does not reach other threads" in text,
+           "the verdict names the per-thread grad mode (%s)" % text.splitlines()[1:2])
+    record_prog(E, trace, prog, ["inside"], env)()
+    r = report_json(E, trace)()
+    expect(not r["findings"], "no_grad inside the threads: no finding (%s)"
+           % [f["kind"] for f in r["findings"]])
+
 
 def record_prog(E, trace, prog, args, env):
     for old in [trace] + [trace + ".%d" % i for i in range(1, 4)]:

@@ -1051,7 +1051,13 @@ def _attached_root(s, mod, frame):
     """The _Model of `mod`, called outside any other module (from `frame`, its caller's): a model,
     named by its class (a second live model of the same class gets "#2", ...), or, when the
     forward of a module that holds it calls it, by that path (ResNet.layer1: the program called
-    model.forward(x) itself, which runs no module hooks)."""
+    model.forward(x) itself, which runs no module hooks). Under the lock: threads calling one
+    model at once get one _Model."""
+    with s.lock:
+        return _attach_root_locked(s, mod, frame)
+
+
+def _attach_root_locked(s, mod, frame):
     m = s.auto_roots.get(id(mod))
     if m is not None and m.module is mod:
         return m

@@ -247,6 +247,8 @@ struct gp__profile_internal {
 
     thread_state *threads;
     size_t n_threads;
+    uint32_t grad_off_threads; /* threads inside a grad-off scope now */
+    uint32_t grad_off_hint;    /* the one grad_off_thread found last (0: none yet) */
     device_state *devices;
     size_t cap_devices;
 
@@ -766,6 +768,20 @@ static const char *inference_region(gp_profile *p, const thread_state *t)
     return NULL;
 }
 
+/* A thread other than `self` inside a grad-off scope now (its index), or 0. */
+static uint32_t grad_off_thread(engine *e, uint32_t self)
+{
+    if (e->grad_off_threads == 0)
+        return 0;
+    uint32_t h = e->grad_off_hint;
+    if (h && h != self && h < e->n_threads && e->threads[h].no_grad_depth > 0)
+        return h;
+    for (uint32_t i = 1; i < e->n_threads; i++)
+        if (i != self && e->threads[i].no_grad_depth > 0)
+            return e->grad_off_hint = i;
+    return 0;
+}
+
 /* Buffer o has just entered its category on thread t (an allocation, a first tag or a retag
  * that changed it; grad_flag: the event's): the per-buffer detectors judge graph memory. */
 static void detect(gp_profile *p, const thread_state *t, object *o, bool grad_flag)
@@ -773,12 +789,19 @@ static void detect(gp_profile *p, const thread_state *t, object *o, bool grad_fl
     if (!lp_category_is_graph(o->category))
         return;
     const gp_tag_key *k = &p->tag_keys[o->tag_key];
+    engine *e = p->internal;
+    uint32_t self = t >= e->threads && t < e->threads + e->n_threads
+                        ? (uint32_t)(t - e->threads)
+                        : 0; /* 0: the spare state of a failed allocation */
     gp__grad_context c = {.grad_off_depth = t->no_grad_depth,
                           .grad_on_depth = t->enable_grad_depth,
                           .backward_depth = t->backward_depth,
                           .mode_off = t->grad_disabled,
                           .event_grad = grad_flag,
-                          .inference_region = inference_region(p, t)};
+                          .inference_region = inference_region(p, t),
+                          .thread = self,
+                          .grad_off_elsewhere =
+                              t->no_grad_depth == 0 ? grad_off_thread(e, self) : 0};
     o->counted = gp__detect_graph_buffer(p->internal->detectors, &c, o->category, k->op, k->module,
                                          site_stack(p, o->site), o->size, o->seq, p->internal->now);
 }
@@ -1023,11 +1046,12 @@ static enum grad_scope grad_scope(const char *name)
 }
 
 /* Adds d (+1 on entry, -1 on exit) to the thread's depth in scope kind k. */
-static void grad_scope_enter(thread_state *t, enum grad_scope k, int d)
+static void grad_scope_enter(engine *e, thread_state *t, enum grad_scope k, int d)
 {
-    if (k == SCOPE_GRAD_OFF)
+    if (k == SCOPE_GRAD_OFF) {
+        e->grad_off_threads += (t->no_grad_depth + d > 0) - (t->no_grad_depth > 0);
         t->no_grad_depth += d;
-    else if (k == SCOPE_GRAD_ON)
+    } else if (k == SCOPE_GRAD_ON)
         t->enable_grad_depth += d;
     else if (k == SCOPE_BACKWARD)
         t->backward_depth += d;
@@ -1053,7 +1077,7 @@ static void region_push(gp_profile *p, thread_state *t, uint32_t thread, const c
     if (p->regions[in->region].entries == 0)
         p->regions[in->region].first_entry_ns = e->now;
     in->ordinal = p->regions[in->region].entries++;
-    grad_scope_enter(t, (enum grad_scope)in->scope, 1);
+    grad_scope_enter(e, t, (enum grad_scope)in->scope, 1);
     if (in->inference) {
         t->inference_depth++;
         inference_entered(p, t, i);
@@ -1119,7 +1143,7 @@ static void region_pop(gp_profile *p, thread_state *t)
         if (s)
             *s = (gp_region_span){in->name, in->thread, in->depth, in->begin_ns, e->now};
     }
-    grad_scope_enter(t, (enum grad_scope)in->scope, -1);
+    grad_scope_enter(e, t, (enum grad_scope)in->scope, -1);
     if (in->inference)
         t->inference_depth--;
     in->open = false;

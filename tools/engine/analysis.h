@@ -162,6 +162,11 @@ typedef struct gp_finding {
      * "inference_tensor": an inference_mode tensor saved for backward), the error's first line
      * and where the program was ("" for other kinds); strings owned by the trace */
     const char *error_kind, *message, *where;
+    /* forgot_no_grad: grad mode is per thread. A thread (the trace's dense thread index) that
+     * was inside no_grad or inference_mode while thread built_thread, inside neither, built
+     * part of this graph (a worker a no_grad caller started: threads do not inherit it); 0 and
+     * 0 when no graph of the finding was built so */
+    uint32_t grad_off_thread, built_thread;
 } gp_finding;
 
 /* A name that kept graphs alive, as the PyTorch helper found it (note "holder"): a variable of

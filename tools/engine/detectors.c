@@ -149,6 +149,10 @@ bool gp__detect_graph_buffer(gp__detectors *d, const gp__grad_context *c, lp_cat
     finding_acc *a = finding_get(d, GP_FIND_FORGOT_NO_GRAD, inf, now);
     if (!a)
         return false;
+    if (c->grad_off_elsewhere && !a->f.grad_off_thread) {
+        a->f.grad_off_thread = c->grad_off_elsewhere;
+        a->f.built_thread = c->thread;
+    }
     uint32_t item = item_add(d, a, cat, op, module, stack, size);
     size_t finding = (size_t)(a - d->findings);
     if (item == NONE || finding >= (NONE >> COUNTED_ITEM_BITS) ||

@@ -39,13 +39,17 @@ typedef struct gp__grad_context {
     bool mode_off;      /* the thread's last grad-mode event turned grad off */
     bool event_grad;    /* the event's own grad-enabled flag */
     const char *inference_region; /* the innermost open inference region, NULL if none */
+    uint32_t thread;              /* the buffer's thread (dense index) */
+    uint32_t grad_off_elsewhere;  /* another thread inside a grad-off scope while this one is
+                                   * in none, or 0 */
 } gp__grad_context;
 
 /*
  * A buffer of `size` bytes (birth number `seq`) entered graph category `cat` (lp_category_is_graph:
  * allocated so, or tagged or retagged into it), made at call stack `stack` under tag (op, module),
  * in context c: graph_without_grad inside a grad-off scope (not inside enable_grad or backward);
- * forgot_no_grad for a graph built (SAVED, AUTOGRAD) with grad on inside an inference region;
+ * forgot_no_grad for a graph built (SAVED, AUTOGRAD) with grad on inside an inference region
+ * (noting the first grad_off_elsewhere: gp_finding.grad_off_thread);
  * param_grad_in_inference for a GRADIENT inside an inference region (not inside backward).
  * Returns true when it counted the buffer in forgot_no_grad: the engine then calls
  * gp__detect_graph_left when the buffer leaves that category.

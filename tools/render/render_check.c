@@ -49,7 +49,7 @@ static void saved_ops_text(const gp_check_violation *v, char *buf, size_t size)
 }
 
 /* The one sentence that says what a violation is. */
-static void check_message(const gp_check_violation *v, char *buf, size_t size)
+static void check_message(const gp_profile *p, const gp_check_violation *v, char *buf, size_t size)
 {
     char b[64], l[64], t[32], s[64], g[64], ops[256];
     const char *cat = v->category < LP_CAT_COUNT ? lp_category_name(v->category) : "";
@@ -84,10 +84,14 @@ static void check_message(const gp_check_violation *v, char *buf, size_t size)
         snprintf(buf, size, "%s in %" PRIu64 " buffers still live at the end of the trace", b,
                  v->count);
         return;
-    case GP_CHECK_DETECTOR:
-        snprintf(buf, size, "%s; %s%s%s%s, %" PRIu64 " events", gp__finding_text(v->finding),
-                 *v->region ? "in region '" : "", v->region, *v->region ? "': " : "", b, v->count);
+    case GP_CHECK_DETECTOR: {
+        char note[512];
+        gp__finding_thread_note(p, v->finding, note, sizeof note);
+        snprintf(buf, size, "%s; %s%s%s%s, %" PRIu64 " events%s%s", gp__finding_text(v->finding),
+                 *v->region ? "in region '" : "", v->region, *v->region ? "': " : "", b, v->count,
+                 *note ? "; " : "", note);
         return;
+    }
     case GP_CHECK_BASELINE:
         saved_ops_text(v, ops, sizeof ops);
         snprintf(buf, size,
@@ -224,7 +228,7 @@ int gp_render_check_text(FILE *out, gp_profile *p, const gp_check_result *r)
         fprintf(out, "verdict: %s\n", msg);
     for (size_t i = 0; i < r->n_violations; i++) {
         const gp_check_violation *v = &r->violations[i];
-        check_message(v, msg, sizeof msg);
+        check_message(p, v, msg, sizeof msg);
         fprintf(out, "\n[%s] %s\n", v->rule, msg);
         if (!v->n_items && !v->more_items)
             continue;
@@ -264,7 +268,7 @@ static void json_violation(gp__jw *j, gp_profile *p, const gp_check_violation *v
 {
     char msg[1024];
     const gp_finding_item *top = v->n_items ? &v->items[0] : NULL;
-    check_message(v, msg, sizeof msg);
+    check_message(p, v, msg, sizeof msg);
     gp__jw_object(j, NULL, false);
     gp__jw_str(j, "rule", v->rule);
     gp__jw_str(j, "region", v->region);
@@ -427,7 +431,7 @@ static void junit_rule(FILE *out, gp_profile *p, const gp_check_result *r, const
     fputs("\">\n", out);
     for (size_t j = ru->first; j < ru->first + ru->n; j++) {
         const gp_check_violation *v = &r->violations[j];
-        check_message(v, msg, sizeof msg);
+        check_message(p, v, msg, sizeof msg);
         fputs("      <failure type=\"", out);
         xml_write(out, v->rule, true);
         fputs("\" message=\"", out);

@@ -916,6 +916,30 @@ const char *gp__finding_text(const gp_finding *f)
     }
 }
 
+/* "thread 2 (tid 4250, name)" of a dense thread index; the name when the trace has one. */
+static void thread_phrase(const gp_profile *p, uint32_t thread, char *buf, size_t size)
+{
+    const char *name = gp_trace_thread_name(p->trace, thread);
+    snprintf(buf, size, "thread %" PRIu32 " (tid %" PRIu64 "%s%s)", thread,
+             gp_trace_thread_os_tid(p->trace, thread), name && *name ? ", " : "", name ? name : "");
+}
+
+bool gp__finding_thread_note(const gp_profile *p, const gp_finding *f, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    if (f->kind != GP_FIND_FORGOT_NO_GRAD || !f->grad_off_thread)
+        return false;
+    char off[160], built[160];
+    thread_phrase(p, f->grad_off_thread, off, sizeof off);
+    thread_phrase(p, f->built_thread, built, sizeof built);
+    snprintf(buf, size,
+             "grad mode is per thread: %s was inside no_grad or inference_mode while %s built "
+             "these graphs with grad on; a thread does not inherit the no_grad of the thread "
+             "that started it (threading, ThreadPoolExecutor): enter it in the thread's function",
+             off, built);
+    return true;
+}
+
 const gp_finding *gp__finding_of(const gp_profile *p, gp_finding_kind kind)
 {
     for (size_t i = 0; i < p->n_findings; i++)
@@ -976,6 +1000,14 @@ const char *gp__verdict(const gp_profile *p, char *buf, size_t size)
                                   *it->module ? ", saved by " : "", it->module);
         if (f->where && *f->where && n < size)
             snprintf(buf + n, size - n, " at %s", f->where);
+        return buf;
+    }
+    if ((f = gp__finding_of(p, GP_FIND_FORGOT_NO_GRAD)) && f->grad_off_thread) {
+        snprintf(buf, size,
+                 "no_grad does not reach other threads: graphs built with grad on (%s) on thread "
+                 "%" PRIu32 " while thread %" PRIu32 " was inside no_grad%s%s",
+                 gp_format_bytes(f->bytes, b1, sizeof b1), f->built_thread, f->grad_off_thread,
+                 *by ? ", kept" : "", by);
         return buf;
     }
     if ((f = gp__finding_of(p, GP_FIND_GROWTH))) {

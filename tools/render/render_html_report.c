@@ -138,6 +138,12 @@ static void report_findings(FILE *out, gp_profile *p, const gp_render_options *o
                 gp_format_bytes(f->bytes, h, sizeof h), f->bytes,
                 gp__format_count(f->count, t, sizeof t),
                 gp__format_ns(f->first_time_ns, w, sizeof w));
+        char note[512];
+        if (gp__finding_thread_note(p, f, note, sizeof note)) {
+            fputs("<div class=\"fmeta\">", out);
+            gp__html_escape(out, note);
+            fputs("</div>\n", out);
+        }
         if (f->n_items > 0) {
             static const char *const cols[] = {"category", "op",     "module",
                                                "site",     "#bytes", "#count"};

@@ -264,6 +264,14 @@ static void findings(gp__jw *j, gp_profile *p)
         j_str(j, "error_kind", f->error_kind ? f->error_kind : "");
         j_str(j, "error", f->message ? f->message : "");
         j_str(j, "where", f->where ? f->where : "");
+        if (f->grad_off_thread) {
+            gp__jw_object(j, "per_thread_grad", true);
+            gp__jw_u64(j, "grad_off_thread", f->grad_off_thread);
+            gp__jw_u64(j, "grad_off_tid", gp_trace_thread_os_tid(p->trace, f->grad_off_thread));
+            gp__jw_u64(j, "built_thread", f->built_thread);
+            gp__jw_u64(j, "built_tid", gp_trace_thread_os_tid(p->trace, f->built_thread));
+            gp__jw_end(j);
+        }
         size_t *ix = gp__sorted_finding_items(f);
         if (f->n_items && !ix)
             gp__jw_fail(j);

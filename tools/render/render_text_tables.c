@@ -521,6 +521,11 @@ void gp__text_findings(gp__text_ctx *c)
             gp__text_put(c, "%s   at %s", GP__TEXT_INDENT, f->where);
             fputc('\n', c->out);
         }
+        char note[512];
+        if (gp__finding_thread_note(p, f, note, sizeof note)) {
+            gp__text_put(c, "%s   %s", GP__TEXT_INDENT, note);
+            fputc('\n', c->out);
+        }
         if (f->kind == GP_FIND_GROWTH || f->kind == GP_FIND_GRAPH_ESCAPES)
             gp__text_holders(c, GP__TEXT_INDENT "   ");
         if (!f->n_items)
