@@ -1386,12 +1386,9 @@ static void python_frames_of(gp_trace *t, gp_symbolizer *sym, uint32_t stack, ch
     }
 }
 
-/* A real /usr/bin/python3 program under the preload: its stacks hold its Python frames in
- * place of the interpreter's eval loop, with file, function and line; the same native path
- * reached from two Python lines is two stacks; the replay engine labels each site by the
- * program's line. Skipped when the feature is off (no python3.11-dev at build time, another
- * interpreter version). */
-static void test_python_frames(void **state)
+/* Skips a Python-frames test where the feature cannot be on: built without CPython 3.11's
+ * internal headers (python3.11-dev), or no /usr/bin/python3. */
+static void skip_without_python(void)
 {
 #ifndef GP_HAVE_PYTHON_FRAMES
     fprintf(stderr, "SKIPPED: built without CPython 3.11's internal headers (python3.11-dev): "
@@ -1402,6 +1399,54 @@ static void test_python_frames(void **state)
         fprintf(stderr, "SKIPPED: no /usr/bin/python3\n");
         skip();
     }
+}
+
+/* Skips (closing t, removing dir) when trace t says Python frames were off (another interpreter
+ * version). */
+static void skip_if_python_frames_off(gp_trace *t, const char *dir)
+{
+    const char *status = gp_trace_meta(t, "python_frames");
+    if (!status || strncmp(status, "on", 2) != 0) {
+        fprintf(stderr, "SKIPPED: Python frames are off here: %s\n", status ? status : "?");
+        gp_trace_close(t);
+        remove_dir(dir);
+        skip();
+    }
+}
+
+/* A symbolizer of trace t's modules. */
+static gp_symbolizer *trace_symbolizer(gp_trace *t)
+{
+    gp_symbolizer *sym = gp_symbolizer_new();
+    assert_non_null(sym);
+    for (uint32_t id = 1; id <= gp_trace_module_count(t); id++) {
+        const gp_module *m = gp_trace_module(t, id);
+        if (m)
+            assert_int_equal(
+                gp_symbolizer_add_module(sym, id, m->path, m->build_id, m->base, m->size), 0);
+    }
+    return sym;
+}
+
+/* The replay of the one trace process `pid` wrote in dir. */
+static gp_profile *load_trace_of(const char *dir, pid_t pid)
+{
+    char paths[4][PATH_MAX + 64], err[512];
+    assert_int_equal(traces_of(dir, pid, paths, 4), 1);
+    gp_profile *p = NULL;
+    if (gp_profile_load(paths[0], NULL, &p, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    return p;
+}
+
+/* A real /usr/bin/python3 program under the preload: its stacks hold its Python frames in
+ * place of the interpreter's eval loop, with file, function and line; the same native path
+ * reached from two Python lines is two stacks; the replay engine labels each site by the
+ * program's line. Skipped when the feature is off (no python3.11-dev at build time, another
+ * interpreter version). */
+static void test_python_frames(void **state)
+{
+    skip_without_python();
     char *argv[] = {"/usr/bin/python3", "-S", "-E", GP_PY_ALLOC, NULL};
     const char *dir = make_dir();
     run_result r;
@@ -1412,13 +1457,7 @@ static void test_python_frames(void **state)
     summary s;
     gp_trace *t;
     summarize_pid(dir, r.pid, sizes, 3, &s, &t);
-    const char *status = gp_trace_meta(t, "python_frames");
-    if (!status || strncmp(status, "on", 2) != 0) {
-        fprintf(stderr, "SKIPPED: Python frames are off here: %s\n", status ? status : "?");
-        gp_trace_close(t);
-        remove_dir(dir);
-        skip();
-    }
+    skip_if_python_frames_off(t, dir);
     if (strstr(r.err, "gradprof:"))
         fail_msg("python3 under the preload said: %s", r.err);
     /* one thread recorded the interpreter's start-up, long enough for the TSC stamps */
@@ -1430,14 +1469,7 @@ static void test_python_frames(void **state)
     /* Two lines of main() over one native path (make -> bytearray): two stacks. */
     assert_int_not_equal(s.sizes[0].stack, s.sizes[1].stack);
 
-    gp_symbolizer *sym = gp_symbolizer_new();
-    assert_non_null(sym);
-    for (uint32_t id = 1; id <= gp_trace_module_count(t); id++) {
-        const gp_module *m = gp_trace_module(t, id);
-        if (m)
-            assert_int_equal(
-                gp_symbolizer_add_module(sym, id, m->path, m->build_id, m->base, m->size), 0);
-    }
+    gp_symbolizer *sym = trace_symbolizer(t);
     char got[1024], want[1024];
     const int lines[3][3] = {{PA_MAKE_LINE, PA_LINE_A, PA_LINE_MODULE},
                              {PA_MAKE_LINE, PA_LINE_B, PA_LINE_MODULE},
@@ -1458,11 +1490,7 @@ static void test_python_frames(void **state)
     gp_trace_close(t);
 
     /* The replay engine names each site by the program's line. */
-    char paths[4][PATH_MAX + 64], err[512];
-    assert_int_equal(traces_of(dir, r.pid, paths, 4), 1);
-    gp_profile *p = NULL;
-    if (gp_profile_load(paths[0], NULL, &p, err, sizeof err) != 0)
-        fail_msg("%s", err);
+    gp_profile *p = load_trace_of(dir, r.pid);
     const char *labels[3] = {NULL, NULL, NULL};
     for (size_t i = 0; i < p->n_sites; i++)
         for (int k = 0; k < 3; k++)
@@ -1513,15 +1541,7 @@ static stack_shape shape_of(gp_trace *t, gp_symbolizer *sym, uint32_t stack, con
  * function that map() runs) and the frames that started the interpreter are left out. */
 static void test_python_frames_deep(void **state)
 {
-#ifndef GP_HAVE_PYTHON_FRAMES
-    fprintf(stderr, "SKIPPED: built without CPython 3.11's internal headers (python3.11-dev): "
-                    "no Python frames\n");
-    skip();
-#endif
-    if (access("/usr/bin/python3", X_OK) != 0) {
-        fprintf(stderr, "SKIPPED: no /usr/bin/python3\n");
-        skip();
-    }
+    skip_without_python();
     char *argv[] = {"/usr/bin/python3", "-S", "-E", GP_PY_DEEP, GP_DEEP_NATIVE_LIB, NULL};
     const char *dir = make_dir();
     run_result r;
@@ -1532,21 +1552,8 @@ static void test_python_frames_deep(void **state)
     summary s;
     gp_trace *t;
     summarize_pid(dir, r.pid, sizes, 2, &s, &t);
-    const char *status = gp_trace_meta(t, "python_frames");
-    if (!status || strncmp(status, "on", 2) != 0) {
-        fprintf(stderr, "SKIPPED: Python frames are off here: %s\n", status ? status : "?");
-        gp_trace_close(t);
-        remove_dir(dir);
-        skip();
-    }
-    gp_symbolizer *sym = gp_symbolizer_new();
-    assert_non_null(sym);
-    for (uint32_t id = 1; id <= gp_trace_module_count(t); id++) {
-        const gp_module *m = gp_trace_module(t, id);
-        if (m)
-            assert_int_equal(
-                gp_symbolizer_add_module(sym, id, m->path, m->build_id, m->base, m->size), 0);
-    }
+    skip_if_python_frames_off(t, dir);
+    gp_symbolizer *sym = trace_symbolizer(t);
     char got[1024], want[1024];
     for (int i = 0; i < 2; i++) {
         expect_size(&s, sizes[i], 1, 1);
@@ -1573,11 +1580,7 @@ static void test_python_frames_deep(void **state)
     gp_symbolizer_free(sym);
     gp_trace_close(t);
 
-    char paths[4][PATH_MAX + 64], err[512];
-    assert_int_equal(traces_of(dir, r.pid, paths, 4), 1);
-    gp_profile *p = NULL;
-    if (gp_profile_load(paths[0], NULL, &p, err, sizeof err) != 0)
-        fail_msg("%s", err);
+    gp_profile *p = load_trace_of(dir, r.pid);
     const char *label = NULL;
     for (size_t i = 0; i < p->n_sites; i++)
         if (p->sites[i].stats.total_bytes == PD_SIZE_DEEP && p->sites[i].stats.count == 1)
