@@ -414,18 +414,20 @@ static void test_python_frames_label_sites(void **state)
 
 /* ---- grad mode is per thread -------------------------------------------------------------- */
 
-/* Thread 1 enters no_grad and starts thread 2, which runs a model in an inference region: with
- * grad on there (worker_no_grad false) or inside its own no_grad (true). */
-static const char *threads_trace(bool worker_no_grad)
+/* Thread 1 turns grad off (a no_grad scope, or set_grad_enabled(False): main_scope false) and
+ * starts thread 2, which runs a model in an inference region: with grad on there
+ * (worker_no_grad false) or inside its own no_grad (true). */
+static const char *threads_trace(bool main_scope, bool worker_no_grad)
 {
     static char path[4096];
-    snprintf(path, sizeof path, "%s/grad_threads_%d_%d.gptrace", GRADPROF_TEST_TRACES,
-             (int)getpid(), worker_no_grad);
+    snprintf(path, sizeof path, "%s/grad_threads_%d_%d%d.gptrace", GRADPROF_TEST_TRACES,
+             (int)getpid(), main_scope, worker_no_grad);
     tb *b = tb_open(path, "python3 serve.py");
     assert_non_null(b);
     tb_thread(b, 1, "main");
     tb_at(b, 1000);
-    tb_region_push(b, LP_REGION_NO_GRAD);
+    if (main_scope)
+        tb_region_push(b, LP_REGION_NO_GRAD);
     tb_grad_mode(b, false, false);
     tb_thread(b, 2, "worker");
     tb_at(b, 2000);
@@ -443,7 +445,8 @@ static const char *threads_trace(bool worker_no_grad)
         tb_region_pop(b);
     tb_thread(b, 1, NULL);
     tb_at(b, 5000);
-    tb_region_pop(b);
+    if (main_scope)
+        tb_region_pop(b);
     tb_end(b);
     assert_int_equal(tb_close(b), 0);
     return path;
@@ -453,8 +456,9 @@ static void test_grad_per_thread(void **state)
 {
     (void)state;
     char err[512];
-    for (int worker_no_grad = 0; worker_no_grad < 2; worker_no_grad++) {
-        const char *path = threads_trace(worker_no_grad);
+    for (int run = 0; run < 3; run++) {
+        bool worker_no_grad = run == 2;
+        const char *path = threads_trace(run != 1, worker_no_grad);
         gp_profile *p = NULL;
         if (gp_profile_load(path, NULL, &p, err, sizeof err) != 0)
             fail_msg("%s", err);

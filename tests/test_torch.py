@@ -804,14 +804,14 @@ def test_helper(E):
     saved = sorted({(x["module"], x["op"]) for x in r["saved_tensors"]})
     expect(saved == [("Sequential.1", "aten::relu")],
            "a model four threads call at once: one name (%s)" % saved)
-    # The threads built graphs while the main thread was inside no_grad: the finding says that
+    # The threads built graphs while the main thread had grad off: the finding says that
     # grad mode is per thread, naming both; with no_grad in the threads' own function, none.
     forgot = [f for f in r["findings"] if f["kind"] == "forgot_no_grad"]
     per = forgot[0].get("per_thread_grad", {}) if forgot else {}
     expect(per.get("grad_off_thread") == 1 and per.get("built_thread", 1) != 1,
            "graphs built on worker threads while the main thread was in no_grad: %s" % per)
     text = run([E.gradprof, "report", trace]).stdout
-    expect("verdict: no_grad does not reach other threads" in text,
+    expect("verdict: grad mode does not reach other threads" in text,
            "the verdict names the per-thread grad mode (%s)" % text.splitlines()[1:2])
     record_prog(E, trace, prog, ["inside"], env)()
     r = report_json(E, trace)()

@@ -247,7 +247,7 @@ struct gp__profile_internal {
 
     thread_state *threads;
     size_t n_threads;
-    uint32_t grad_off_threads; /* threads inside a grad-off scope now */
+    uint32_t grad_off_threads; /* threads with grad off now (grad_off) */
     uint32_t grad_off_hint;    /* the one grad_off_thread found last (0: none yet) */
     device_state *devices;
     size_t cap_devices;
@@ -768,16 +768,23 @@ static const char *inference_region(gp_profile *p, const thread_state *t)
     return NULL;
 }
 
-/* A thread other than `self` inside a grad-off scope now (its index), or 0. */
+/* Whether grad is off on thread t: inside no_grad or inference_mode, or turned off
+ * (set_grad_enabled(False)). engine.grad_off_threads counts the threads where it is. */
+static bool grad_off(const thread_state *t)
+{
+    return t->no_grad_depth > 0 || t->grad_disabled;
+}
+
+/* A thread other than `self` with grad off now (its index), or 0. */
 static uint32_t grad_off_thread(engine *e, uint32_t self)
 {
     if (e->grad_off_threads == 0)
         return 0;
     uint32_t h = e->grad_off_hint;
-    if (h && h != self && h < e->n_threads && e->threads[h].no_grad_depth > 0)
+    if (h && h != self && h < e->n_threads && grad_off(&e->threads[h]))
         return h;
     for (uint32_t i = 1; i < e->n_threads; i++)
-        if (i != self && e->threads[i].no_grad_depth > 0)
+        if (i != self && grad_off(&e->threads[i]))
             return e->grad_off_hint = i;
     return 0;
 }
@@ -800,8 +807,7 @@ static void detect(gp_profile *p, const thread_state *t, object *o, bool grad_fl
                           .event_grad = grad_flag,
                           .inference_region = inference_region(p, t),
                           .thread = self,
-                          .grad_off_elsewhere =
-                              t->no_grad_depth == 0 ? grad_off_thread(e, self) : 0};
+                          .grad_off_elsewhere = grad_off(t) ? 0 : grad_off_thread(e, self)};
     o->counted = gp__detect_graph_buffer(p->internal->detectors, &c, o->category, k->op, k->module,
                                          site_stack(p, o->site), o->size, o->seq, p->internal->now);
 }
@@ -1049,8 +1055,9 @@ static enum grad_scope grad_scope(const char *name)
 static void grad_scope_enter(engine *e, thread_state *t, enum grad_scope k, int d)
 {
     if (k == SCOPE_GRAD_OFF) {
-        e->grad_off_threads += (t->no_grad_depth + d > 0) - (t->no_grad_depth > 0);
+        bool was_off = grad_off(t);
         t->no_grad_depth += d;
+        e->grad_off_threads += grad_off(t) - was_off;
     } else if (k == SCOPE_GRAD_ON)
         t->enable_grad_depth += d;
     else if (k == SCOPE_BACKWARD)
@@ -1538,9 +1545,12 @@ static void on_event(gp_profile *p, const gp_event *ev)
     case GP_EV_MARK:
         iteration_mark(p, ev->name);
         break;
-    case GP_EV_GRAD_MODE:
+    case GP_EV_GRAD_MODE: {
+        bool was_off = grad_off(t);
         t->grad_disabled = !ev->grad_enabled;
+        p->internal->grad_off_threads += grad_off(t) - was_off;
         break;
+    }
     case GP_EV_NOTE:
         note_add(p, ev);
         break;

@@ -163,9 +163,9 @@ typedef struct gp_finding {
      * and where the program was ("" for other kinds); strings owned by the trace */
     const char *error_kind, *message, *where;
     /* forgot_no_grad: grad mode is per thread. A thread (the trace's dense thread index) that
-     * was inside no_grad or inference_mode while thread built_thread, inside neither, built
-     * part of this graph (a worker a no_grad caller started: threads do not inherit it); 0 and
-     * 0 when no graph of the finding was built so */
+     * had grad off (no_grad, inference_mode, set_grad_enabled(False)) while thread built_thread,
+     * with grad on, built part of this graph (a worker that a thread with grad off started:
+     * threads do not inherit it); 0 and 0 when no graph of the finding was built so */
     uint32_t grad_off_thread, built_thread;
 } gp_finding;
 

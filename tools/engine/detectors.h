@@ -40,8 +40,8 @@ typedef struct gp__grad_context {
     bool event_grad;    /* the event's own grad-enabled flag */
     const char *inference_region; /* the innermost open inference region, NULL if none */
     uint32_t thread;              /* the buffer's thread (dense index) */
-    uint32_t grad_off_elsewhere;  /* another thread inside a grad-off scope while this one is
-                                   * in none, or 0 */
+    uint32_t grad_off_elsewhere;  /* another thread with grad off (a grad-off scope, or turned
+                                   * off) while this one has it on, or 0 */
 } gp__grad_context;
 
 /*

@@ -933,9 +933,10 @@ bool gp__finding_thread_note(const gp_profile *p, const gp_finding *f, char *buf
     thread_phrase(p, f->grad_off_thread, off, sizeof off);
     thread_phrase(p, f->built_thread, built, sizeof built);
     snprintf(buf, size,
-             "grad mode is per thread: %s was inside no_grad or inference_mode while %s built "
-             "these graphs with grad on; a thread does not inherit the no_grad of the thread "
-             "that started it (threading, ThreadPoolExecutor): enter it in the thread's function",
+             "grad mode is per thread: %s had grad off (no_grad, inference_mode or "
+             "set_grad_enabled(False)) while %s built these graphs with grad on; a thread does "
+             "not inherit the grad mode of the thread that started it (threading, "
+             "ThreadPoolExecutor): turn grad off in the thread's own function",
              off, built);
     return true;
 }
@@ -1004,8 +1005,8 @@ const char *gp__verdict(const gp_profile *p, char *buf, size_t size)
     }
     if ((f = gp__finding_of(p, GP_FIND_FORGOT_NO_GRAD)) && f->grad_off_thread) {
         snprintf(buf, size,
-                 "no_grad does not reach other threads: graphs built with grad on (%s) on thread "
-                 "%" PRIu32 " while thread %" PRIu32 " was inside no_grad%s%s",
+                 "grad mode does not reach other threads: graphs built with grad on (%s) on thread "
+                 "%" PRIu32 " while thread %" PRIu32 " had grad off%s%s",
                  gp_format_bytes(f->bytes, b1, sizeof b1), f->built_thread, f->grad_off_thread,
                  *by ? ", kept" : "", by);
         return buf;

@@ -135,7 +135,7 @@ const gp_finding *gp__finding_of(const gp_profile *p, gp_finding_kind kind);
 
 /*
  * One line that says what is wrong in PyTorch terms, from the most telling finding (an autograd
- * error, then a graph built on a thread while another was inside no_grad, growth, escapes,
+ * error, then a graph built on a thread while another had grad off, growth, escapes,
  * forgot_no_grad, gradients in inference, graph memory where grad is off), naming who keeps the
  * graphs (p->holders) when the PyTorch helper found it:
  *   "forgot no_grad: 102 MiB saved for backward at the peak by 53 modules, 1 graph alive then"
@@ -145,7 +145,7 @@ const gp_finding *gp__finding_of(const gp_profile *p, gp_finding_kind kind);
 const char *gp__verdict(const gp_profile *p, char *buf, size_t size);
 
 /* A forgot_no_grad finding's note that grad mode is per thread (gp_finding.grad_off_thread),
- * written to buf: "grad mode is per thread: thread 1 (tid 4242) was inside no_grad while thread
+ * written to buf: "grad mode is per thread: thread 1 (tid 4242) had grad off (...) while thread
  * 2 (tid 4250) built these graphs ..."; false, buf empty, when the finding has none. */
 bool gp__finding_thread_note(const gp_profile *p, const gp_finding *f, char *buf, size_t size);
 
