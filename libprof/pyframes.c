@@ -275,7 +275,24 @@ bool lp__py_is_interpreter(uintptr_t ip)
     return ip > P.text_lo && ip <= P.text_hi;
 }
 
-int lp__py_walk(lp__pyframe *out, int max)
+/* Reads frame f into o; false when f is not a frame this walk can read (its code is not a code
+ * object). */
+static bool lp__py_read(const _PyInterpreterFrame *f, lp__pyframe *o)
+{
+    PyCodeObject *code = f->f_code;
+    if (!code || (const void *)Py_TYPE(code) != P.code_type)
+        return false;
+    o->code = code;
+    o->filename = code->co_filename;
+    o->qualname = code->co_qualname;
+    o->firstlineno = code->co_firstlineno;
+    ptrdiff_t lasti = f->prev_instr - _PyCode_CODE(code);
+    o->lasti = lasti >= 0 && lasti < Py_SIZE(code) ? (int32_t)lasti : -1;
+    o->entry = f->is_entry;
+    return true;
+}
+
+int lp__py_walk(lp__pyframe *out, int max, int outer)
 {
     if (!P.is_initialized() || (P.is_finalizing && P.is_finalizing()))
         return 0;
@@ -283,20 +300,28 @@ int lp__py_walk(lp__pyframe *out, int max)
     if (!ts || !ts->cframe)
         return 0;
     int n = 0, walked = 0;
-    for (_PyInterpreterFrame *f = ts->cframe->current_frame;
-         f && n < max && walked < LP__PY_MAX_WALK; f = f->previous, walked++) {
-        PyCodeObject *code = f->f_code;
-        if (!code || (const void *)Py_TYPE(code) != P.code_type)
-            break; /* not a frame this walk can read: stop rather than guess */
-        lp__pyframe *o = &out[n++];
-        o->code = code;
-        o->filename = code->co_filename;
-        o->qualname = code->co_qualname;
-        o->firstlineno = code->co_firstlineno;
-        ptrdiff_t lasti = f->prev_instr - _PyCode_CODE(code);
-        o->lasti = lasti >= 0 && lasti < Py_SIZE(code) ? (int32_t)lasti : -1;
-        o->entry = f->is_entry;
+    _PyInterpreterFrame *f = ts->cframe->current_frame;
+    for (; f && n < max && walked < LP__PY_MAX_WALK; f = f->previous, walked++)
+        if (!lp__py_read(f, &out[n++]))
+            return n - 1; /* stop rather than guess */
+    if (!f || outer <= 0)
+        return n;
+    /* Beyond max: only the links (and that each frame runs a code object) are read, the last
+     * `outer` frames kept in a ring. */
+    enum { RING = LP_MAX_STACK_DEPTH };
+    const _PyInterpreterFrame *ring[RING];
+    int seen = 0;
+    if (outer > RING)
+        outer = RING;
+    for (; f && walked < LP__PY_MAX_WALK; f = f->previous, walked++) {
+        if (!f->f_code || (const void *)Py_TYPE(f->f_code) != P.code_type)
+            break;
+        ring[seen++ % outer] = f;
     }
+    int keep = seen < outer ? seen : outer;
+    for (int j = seen - keep; j < seen; j++)
+        if (!lp__py_read(ring[j % outer], &out[n++]))
+            return n - 1;
     return n;
 }
 
@@ -420,10 +445,11 @@ bool lp__py_is_interpreter(uintptr_t ip)
     return false;
 }
 
-int lp__py_walk(lp__pyframe *out, int max)
+int lp__py_walk(lp__pyframe *out, int max, int outer)
 {
     (void)out;
     (void)max;
+    (void)outer;
     return 0;
 }
 

@@ -45,9 +45,11 @@ bool lp__py_is_eval(uintptr_t ip);
  * the eval loop: libpython, or the python executable), the eval loop included. */
 bool lp__py_is_interpreter(uintptr_t ip);
 
-/* The calling thread's Python frames, innermost first, at most `max`; 0 when the thread has no
- * Python state or the interpreter is not running (starting, finalizing). */
-int lp__py_walk(lp__pyframe *out, int max);
+/* The calling thread's Python frames, innermost first: at most `max` of them, then, when there
+ * are more, the outermost `outer` (at most LP_MAX_STACK_DEPTH) of the rest; the frames between
+ * are passed over unread. Returns the frames written; 0 when the thread has no Python state or
+ * the interpreter is not running (starting, finalizing). A frame that cannot be read ends it. */
+int lp__py_walk(lp__pyframe *out, int max, int outer);
 
 /* The frame's line (PyCode_Addr2Line; the first line when no instruction ran yet). */
 int lp__py_line(const lp__pyframe *f);

@@ -1723,25 +1723,26 @@ static uint64_t lp__py_where(lp__thread *th, const lp__pyframe *f, uint64_t k1, 
  * without frames, a mismatch, stays as it is), and the interpreter's other frames are left out
  * once a frame of other code or Python's is below them (the calls from one Python frame to the
  * next, or into an extension), and so are the frames outside the outermost Python frame (libc
- * starting the interpreter or a thread). A stack deeper than `depth` keeps its `depth` innermost
- * native frames with the Python frames among them, and adds up to depth / 2 of the Python frames
- * outside them (the innermost and the outermost half each): the program's own line stays in the
- * stack however deep the C++ below it. Returns the merged count, at most depth + depth / 2.
+ * starting the interpreter or a thread). A stack deeper than `depth` keeps its innermost `depth`
+ * frames and adds up to depth / 2 of the Python frames beyond them, the innermost and the
+ * outermost half each: the program's own line stays in the stack however deep the C++ below it.
+ * Returns the merged count, at most depth + depth / 2.
  */
 static int lp__merge_python(lp__thread *th, const uintptr_t *ips, int n, int depth)
 {
-    int limit = depth + depth / 2, np = -1, k = 0, m = 0, i = 0;
+    /* th->py: the innermost `depth` Python frames, then the outermost depth / 2 of the rest */
+    int np = -1, k = 0, m = 0, i = 0;
     bool calls = false; /* the interpreter's frames from here out are calls between frames */
-    for (; i < n && m < limit; i++) {
+    for (; i < n && m < depth; i++) {
         uintptr_t ip = ips[i];
         if (lp__py_is_eval(ip)) {
             if (np < 0)
-                np = lp__py_walk(th->py, limit);
+                np = lp__py_walk(th->py, depth, depth / 2);
             calls = true;
             if (k < np) {
                 do
                     th->merged[m++] = (struct lp__mframe){0, (int16_t)k};
-                while (!th->py[k++].entry && k < np && m < limit);
+                while (!th->py[k++].entry && k < np && m < depth);
                 continue;
             }
         } else if (!lp__py_is_interpreter(ip)) {
@@ -1751,15 +1752,14 @@ static int lp__merge_python(lp__thread *th, const uintptr_t *ips, int n, int dep
         }
         th->merged[m++] = (struct lp__mframe){ip, -1};
     }
-    if (n < depth && i == n) { /* the whole stack fitted */
+    if (n < depth && i == n && m < depth) { /* the whole stack fitted */
         while (np > 0 && k == np && th->merged[m - 1].py < 0)
             m--; /* what started the outermost Python frame: the interpreter's main, a thread */
         return m;
     }
-    if (np < 0 || np == limit)
-        np = lp__py_walk(th->py, LP_MAX_STACK_FRAMES);
-    int rest = np - k, room = limit - m < depth / 2 ? limit - m : depth / 2;
-    int take = rest < room ? rest : room;
+    if (np < 0)
+        np = lp__py_walk(th->py, depth, depth / 2);
+    int rest = np - k, take = rest < depth / 2 ? rest : depth / 2;
     for (int j = 0; j < take; j++) /* the innermost take - take / 2, then the outermost */
         th->merged[m++] =
             (struct lp__mframe){0, (int16_t)(j < take - take / 2 ? k + j : np - take + j)};

@@ -1535,9 +1535,10 @@ static stack_shape shape_of(gp_trace *t, gp_symbolizer *sym, uint32_t stack, con
     return sh;
 }
 
-/* Python frames stay in a stack however deep the native code below them: 60 native frames under
- * a Python call (ctypes) keep the depth's 32 innermost ones and add the 3 Python frames above,
- * and the site is named by the program's line; the interpreter's calls between Python frames (a
+/* Python frames stay in a stack however deep the code below them: 60 native frames under a
+ * Python call (ctypes) keep the depth's 32 innermost ones and add the 3 Python frames above, 101
+ * Python frames keep the innermost and the outermost, and each site is named by the program's
+ * line; the interpreter's calls between Python frames (a
  * function that map() runs) and the frames that started the interpreter are left out. */
 static void test_python_frames_deep(void **state)
 {
@@ -1548,14 +1549,14 @@ static void test_python_frames_deep(void **state)
     run(argv, true, dir, (const char *[]){"GRADPROF_STACK_DEPTH=32", NULL}, &r);
     assert_true(exited_with(&r, 0));
     assert_string_equal(r.out, PD_STDOUT);
-    const uint64_t sizes[] = {PD_SIZE_DEEP, PD_SIZE_MAP};
+    const uint64_t sizes[] = {PD_SIZE_DEEP, PD_SIZE_MAP, PD_SIZE_NEST};
     summary s;
     gp_trace *t;
-    summarize_pid(dir, r.pid, sizes, 2, &s, &t);
+    summarize_pid(dir, r.pid, sizes, 3, &s, &t);
     skip_if_python_frames_off(t, dir);
     gp_symbolizer *sym = trace_symbolizer(t);
     char got[1024], want[1024];
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         expect_size(&s, sizes[i], 1, 1);
         assert_int_not_equal(s.sizes[i].stack, 0);
     }
@@ -1577,17 +1578,39 @@ static void test_python_frames_deep(void **state)
     if (made.native_after_python != 0 || !made.outermost_python)
         fail_msg("map stack: %d native frames after the first Python one, outermost %s",
                  made.native_after_python, made.outermost_python ? "Python" : "native");
+    /* 101 Python frames of nest(): the depth's 32 innermost frames, then 16 of the Python
+     * frames beyond them, 8 of nest's and the outermost 8, main's and the module's among them. */
+    stack_shape nest = shape_of(t, sym, s.sizes[2].stack, "");
+    python_frames_of(t, sym, s.sizes[2].stack, got, sizeof got);
+    char head[64];
+    snprintf(head, sizeof head, "py_deep.py:nest:%d ", PD_NEST_LINE);
+    snprintf(want, sizeof want, " py_deep.py:main:%d py_deep.py:<module>:%d", PD_MAIN_NEST_LINE,
+             PD_MODULE_LINE);
+    size_t n_got = strlen(got), n_want = strlen(want);
+    bool ends = n_got > n_want && strcmp(got + n_got - n_want, want) == 0;
+    if (nest.frames != 32 + 16 || strncmp(got, head, strlen(head)) != 0 || !ends ||
+        nest.native_after_python != 0)
+        fail_msg("nest stack: %d frames, %d native after Python; Python frames %s", nest.frames,
+                 nest.native_after_python, got);
     gp_symbolizer_free(sym);
     gp_trace_close(t);
 
     gp_profile *p = load_trace_of(dir, r.pid);
-    const char *label = NULL;
-    for (size_t i = 0; i < p->n_sites; i++)
-        if (p->sites[i].stats.total_bytes == PD_SIZE_DEEP && p->sites[i].stats.count == 1)
+    const char *label = NULL, *nest_label = NULL;
+    for (size_t i = 0; i < p->n_sites; i++) {
+        if (p->sites[i].stats.count != 1)
+            continue;
+        if (p->sites[i].stats.total_bytes == PD_SIZE_DEEP)
             label = gp_site_label(p, p->sites[i].stack);
+        if (p->sites[i].stats.total_bytes == PD_SIZE_NEST)
+            nest_label = gp_site_label(p, p->sites[i].stack);
+    }
     snprintf(want, sizeof want, "py_deep.py:%d (deep)", PD_DEEP_LINE);
     assert_non_null(label);
     assert_string_equal(label, want);
+    snprintf(want, sizeof want, "py_deep.py:%d (nest)", PD_NEST_LINE);
+    assert_non_null(nest_label);
+    assert_string_equal(nest_label, want);
     gp_profile_free(p);
     remove_dir(dir);
 }
