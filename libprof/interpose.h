@@ -6,13 +6,15 @@
  * thread is not already inside it (the guard); a free is stamped *before* the real free, because
  * after it another thread may get the same address back, and an allocation after the real
  * allocation returned, so that by time the free of an address always comes first; a failed
- * allocation records nothing. Sizes are what the program asked for, not what the allocator
+ * allocation (out of memory) records only that it failed, as a timed note LP_NOTE_ALLOC_FAILED
+ * with the bytes asked. Sizes are what the program asked for, not what the allocator
  * rounded them up to. errno is left as the real function left it (the recorder keeps it on the
  * paths where it makes system calls: per chunk, per new thread, per new module, per stack).
  */
 #ifndef GRADPROF_LIBPROF_INTERPOSE_H
 #define GRADPROF_LIBPROF_INTERPOSE_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/auxv.h>
@@ -23,10 +25,23 @@
  * its own frames by address range, or a fixed count when linked statically). */
 #define LP__IP_INLINE static inline __attribute__((always_inline))
 
-/* Records that `p` (NULL: nothing) was just allocated with `size` bytes on the host. */
+/* Records that an allocation of `size` bytes (0: nothing) just failed. errno is kept. */
+LP__IP_INLINE void lp__ip_failed(size_t size)
+{
+    if (size == 0 || !lp__recording() || !lp__guard_enter())
+        return;
+    lp__record_failed(size);
+    lp__guard_exit();
+}
+
+/* Records that `p` was just allocated with `size` bytes on the host (NULL: that it failed). */
 LP__IP_INLINE void lp__ip_alloc(const void *p, size_t size)
 {
-    if (p == NULL || !lp__recording())
+    if (p == NULL) {
+        lp__ip_failed(size);
+        return;
+    }
+    if (!lp__recording())
         return;
     if (!lp__guard_enter())
         return;
@@ -48,8 +63,8 @@ LP__IP_INLINE void lp__ip_free(const void *p)
 /*
  * realloc through `real`, recorded as free(old) + alloc(new). realloc(NULL, n) is an allocation;
  * realloc(old, 0) frees `old` (glibc returns NULL, other allocators a minimal block), so its free
- * is recorded before the call; a failed realloc records nothing, since `old` is still the
- * program's. Otherwise whether `old` is freed is known only after the call, but another thread
+ * is recorded before the call; a failed realloc records only its failure, since `old` is still
+ * the program's. Otherwise whether `old` is freed is known only after the call, but another thread
  * may get `old` back as soon as the real realloc let go of it: so the free is stamped with a time
  * taken before the call, and recorded after it when the call succeeded. By time, the free comes
  * before any allocation that reuses `old`. (Only if this very thread records something during the
@@ -73,6 +88,8 @@ LP__IP_INLINE void *lp__ip_realloc(void *(*real)(void *, size_t), void *old, siz
     uint64_t before = lp__stamp();
     lp__guard_exit();
     void *p = real(old, size);
+    if (p == NULL)
+        lp__ip_failed(size); /* old is still the program's */
     if (p == NULL || before == 0 || !lp__guard_enter())
         return p;
     lp__record_free_at(old, LP_DEVICE_HOST, before);
@@ -88,6 +105,8 @@ LP__IP_INLINE int lp__ip_posix_memalign(int (*real)(void **, size_t, size_t), vo
     int rc = real(out, align, size);
     if (rc == 0)
         lp__ip_alloc(*out, size);
+    else if (rc == ENOMEM)
+        lp__ip_failed(size);
     return rc;
 }
 

@@ -200,7 +200,7 @@ static void *lp__no_memory(void)
 static inline __attribute__((always_inline)) void lp__alloc_from(const void *ra, void *p,
                                                                   size_t size)
 {
-    if (__builtin_expect(lp__cxx_depth != 0, 0) && lp__cxx_internal(ra)) {
+    if (p != NULL && __builtin_expect(lp__cxx_depth != 0, 0) && lp__cxx_internal(ra)) {
         lp__cxx_inner(p, size);
         return;
     }
@@ -240,7 +240,10 @@ LP__EXPORT void *calloc(size_t n, size_t size)
     if (g_real.calloc == NULL)
         return lp__no_memory();
     void *p = g_real.calloc(n, size);
-    lp__alloc_from(__builtin_return_address(0), p, n * size); /* p != NULL: no overflow */
+    size_t bytes;
+    if (__builtin_mul_overflow(n, size, &bytes))
+        bytes = SIZE_MAX; /* failed: what was asked does not fit */
+    lp__alloc_from(__builtin_return_address(0), p, bytes);
     return p;
 }
 
@@ -323,6 +326,8 @@ LP__EXPORT int posix_memalign(void **out, size_t align, size_t size)
     int rc = g_real.posix_memalign(out, align, size);
     if (rc == 0)
         lp__alloc_from(__builtin_return_address(0), *out, size);
+    else if (rc == ENOMEM)
+        lp__ip_failed(size);
     return rc;
 }
 

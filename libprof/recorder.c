@@ -2304,6 +2304,18 @@ void lp__record_note(const char *key, const char *value)
     lp__release(th, now, cancel);
 }
 
+void lp__record_failed(size_t size)
+{
+    char digits[24], *d = digits + sizeof digits;
+    *--d = '\0';
+    do
+        *--d = (char)('0' + size % 10);
+    while ((size /= 10) != 0);
+    int saved_errno = errno;
+    lp__record_note(LP_NOTE_ALLOC_FAILED, d);
+    errno = saved_errno;
+}
+
 /* ---- flushing -------------------------------------------------------------------------------- */
 
 void lp_flush(void)

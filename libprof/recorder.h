@@ -60,6 +60,9 @@ void lp__record_mark(const char *name);
 void lp__record_grad_mode(bool grad_enabled, bool inference);
 /* A NOTE record (trace_format.h); a value over LP_NOTE_MAX_VALUE bytes is cut (lp_note). */
 void lp__record_note(const char *key, const char *value);
+/* An allocation of `size` bytes failed: the note LP_NOTE_ALLOC_FAILED, its value the size in
+ * decimal. Keeps errno. */
+void lp__record_failed(size_t size);
 
 /* Lifecycle hooks for the interposer. Each writes the "end_reason" metadata. */
 /* Before exec*: end reason "exec", flushes everything (the new image starts its own trace). */

@@ -30,6 +30,7 @@
  */
 #define _GNU_SOURCE
 #include <stddef.h>
+#include <stdint.h>
 
 #include "interpose.h"
 #include "recorder.h"
@@ -66,7 +67,10 @@ void __wrap_free(void *p)
 void *__wrap_calloc(size_t n, size_t size)
 {
     void *p = __real_calloc(n, size);
-    lp__ip_alloc(p, n * size); /* p != NULL: no overflow */
+    size_t bytes;
+    if (__builtin_mul_overflow(n, size, &bytes))
+        bytes = SIZE_MAX; /* failed: what was asked does not fit */
+    lp__ip_alloc(p, bytes);
     return p;
 }
 

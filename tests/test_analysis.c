@@ -476,11 +476,53 @@ static void test_grad_per_thread(void **state)
     }
 }
 
+/* ---- allocations that failed -------------------------------------------------------------- */
+
+/* The recorder's notes that allocations failed: counted, the first kept with what was live then
+ * (graph memory apart) and the region its thread was in; a note that is not a size is not one. */
+static void test_failed_allocs(void **state)
+{
+    (void)state;
+    char path[4096], err[512];
+    snprintf(path, sizeof path, "%s/failed_%d.gptrace", GRADPROF_TEST_TRACES, (int)getpid());
+    tb *b = tb_open(path, "python3 eval.py");
+    assert_non_null(b);
+    tb_thread(b, 1, "main");
+    tb_at(b, 1000);
+    tb_alloc(b, 0x10000, 3000, 0);
+    tb_tag(b, 0x10000, 3000, LP_CAT_SAVED, "aten::relu", "Net.relu", "", true, 0);
+    tb_alloc(b, 0x20000, 500, 0);
+    tb_region_push(b, "Net.fc");
+    tb_at(b, 2000);
+    tb_note(b, LP_NOTE_ALLOC_FAILED, "not a size");
+    tb_at(b, 3000);
+    tb_note(b, LP_NOTE_ALLOC_FAILED, "1048576");
+    tb_region_pop(b);
+    tb_at(b, 4000);
+    tb_note(b, LP_NOTE_ALLOC_FAILED, "64");
+    tb_end(b);
+    assert_int_equal(tb_close(b), 0);
+    gp_profile *p = NULL;
+    if (gp_profile_load(path, NULL, &p, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    assert_int_equal(p->failed_allocs, 2);
+    const gp_failed_alloc *f = &p->first_failed;
+    assert_int_equal(f->size, 1048576);
+    assert_int_equal(f->time_ns, 3000);
+    assert_int_equal(f->thread, 1);
+    assert_int_equal(f->live_bytes, 3500);
+    assert_int_equal(f->graph_bytes, 3000);
+    assert_string_equal(f->region, "Net.fc");
+    gp_profile_free(p);
+    remove(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mlp_grad),
         cmocka_unit_test(test_grad_per_thread),
+        cmocka_unit_test(test_failed_allocs),
         cmocka_unit_test(test_mlp_nograd),
         cmocka_unit_test(test_leak_accumulate_grows),
         cmocka_unit_test(test_raw_sites_temporaries_leaks_devices),

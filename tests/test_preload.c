@@ -322,6 +322,8 @@ typedef struct summary {
     uint64_t unmatched_frees; /* FREEs of addresses not live in this trace */
     uint64_t double_allocs;   /* ALLOCs of an address already live */
     uint64_t huge_allocs;     /* ALLOCs of >= 2^62 bytes (a failed allocation recorded) */
+    uint64_t failed_notes;    /* LP_NOTE_ALLOC_FAILED notes */
+    uint64_t failed_not_huge; /* of them, notes whose size is not SIZE_MAX / 2 */
     uint64_t tracked_bytes;   /* bytes of the ALLOCs of the tracked sizes */
     uint64_t tracked_frees;   /* FREEs of blocks of the tracked sizes */
     uint64_t not_increasing;  /* events whose time is not after their thread's previous one */
@@ -388,6 +390,9 @@ static void summarize(const char *path, const uint64_t *sizes, int n, summary *s
                 st->last_alloc_seq = seq;
                 s->tracked_bytes += ev.size;
             }
+        } else if (ev.kind == GP_EV_NOTE && strcmp(ev.name, LP_NOTE_ALLOC_FAILED) == 0) {
+            s->failed_notes++;
+            s->failed_not_huge += strtoull(ev.detail, NULL, 10) != SIZE_MAX / 2;
         } else if (ev.kind == GP_EV_FREE) {
             int64_t size = live_take(&live, ev.addr);
             if (size < 0) {
@@ -486,7 +491,10 @@ static void expect_known_common(summary *s)
     assert_false(s->info.damaged);
     assert_int_equal(s->info.lost_events, 0);
     assert_int_equal(s->double_allocs, 0);
-    assert_int_equal(s->huge_allocs, 0); /* the failed malloc and realloc recorded nothing */
+    /* the failed malloc, realloc and posix_memalign: no allocation, a note each */
+    assert_int_equal(s->huge_allocs, 0);
+    assert_int_equal(s->failed_notes, AK_FAILED_COUNT);
+    assert_int_equal(s->failed_not_huge, 0);
     expect_size(s, AK_MALLOC_SIZE, AK_MALLOC_COUNT, AK_MALLOC_COUNT);
     expect_size(s, AK_BIG_SIZE, 1, 1);
     expect_size(s, AK_CALLOC_N * AK_CALLOC_SIZE, AK_CALLOC_COUNT, AK_CALLOC_COUNT);

@@ -73,6 +73,10 @@ static inline bool lp_category_is_graph_structure(lp_category c)
 #define LP_REGION_BACKWARD "backward"
 #define LP_REGION_INFERENCE "inference"
 
+/* Notes (lp_note) the recorder writes itself: an allocation failed (out of memory); the value
+ * is the bytes asked, in decimal. */
+#define LP_NOTE_ALLOC_FAILED "alloc_failed"
+
 /* Recorder options (GRADPROF_* variables, `gradprof run` options): defaults and limits. */
 #define LP_DEFAULT_OUTPUT "gradprof.%p.gptrace"
 #define LP_DEFAULT_STACK_DEPTH 32

@@ -50,7 +50,7 @@ int main(void)
     void *big = malloc(AK_BIG_SIZE);
     use(big, AK_BIG_SIZE);
 
-    /* A failing malloc records nothing. */
+    /* A failing malloc records only that it failed (a note with the size). */
     volatile size_t huge = SIZE_MAX / 2;
     if (malloc(huge) != NULL)
         failures++;
@@ -73,7 +73,7 @@ int main(void)
     r = realloc(r, 0); /* glibc: frees and returns NULL */
     free(r);
 
-    /* A failing realloc records nothing and leaves the block the program's. */
+    /* A failing realloc records only that it failed and leaves the block the program's. */
     char *keep = malloc(AK_REALLOC_KEEP);
     use(keep, AK_REALLOC_KEEP);
     if (realloc(opaque(keep), huge) != NULL)
@@ -88,6 +88,8 @@ int main(void)
     check_aligned(pm, AK_POSIX_MEMALIGN_ALIGN);
     void *bad = NULL;
     if (posix_memalign(&bad, 3, 100) == 0) /* EINVAL: records nothing */
+        failures++;
+    if (posix_memalign(&bad, AK_POSIX_MEMALIGN_ALIGN, huge) == 0) /* ENOMEM: that it failed */
         failures++;
 
     void *aa = aligned_alloc(AK_ALIGNED_ALLOC_ALIGN, AK_ALIGNED_ALLOC_SIZE);

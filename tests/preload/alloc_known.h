@@ -6,6 +6,8 @@
 #ifndef GRADPROF_TESTS_ALLOC_KNOWN_H
 #define GRADPROF_TESTS_ALLOC_KNOWN_H
 
+/* malloc, realloc and posix_memalign of SIZE_MAX / 2 fail: each leaves a note, no allocation */
+#define AK_FAILED_COUNT 3
 #define AK_MALLOC_SIZE 777 /* malloc, AK_MALLOC_COUNT times */
 #define AK_MALLOC_COUNT 7
 #define AK_BIG_SIZE 1234567 /* malloc, once: above the mmap threshold */

@@ -23,6 +23,7 @@
 #include "hashmap.h"
 #include "rules.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1494,6 +1495,34 @@ static void autograd_error_note(gp_profile *p, const gp_event *ev)
 
 /* Keeps a note (the first GP_MAX_NOTES; the rest are counted) and takes in what the engine
  * understands of it: holders and autograd errors. */
+/* The recorder's note that an allocation failed: counted, and the first one kept with what was
+ * live then and where its thread was. */
+static void failed_note(gp_profile *p, const gp_event *ev)
+{
+    char *end;
+    errno = 0;
+    unsigned long long size = strtoull(ev->detail, &end, 10);
+    if (errno || end == ev->detail || *end)
+        return; /* not a size: not the recorder's */
+    if (p->failed_allocs++)
+        return;
+    engine *e = p->internal;
+    const thread_state *t = thread_get(p, ev->thread);
+    const device_state *d = NULL; /* the host's, if it has allocated yet */
+    for (size_t i = 0; i < p->n_devices && !d; i++)
+        if (e->devices[i].pub.device == LP_DEVICE_HOST)
+            d = &e->devices[i];
+    uint64_t graph = 0;
+    for (int c = 0; d && c < LP_CAT_COUNT; c++)
+        graph += lp_category_is_graph((lp_category)c) ? d->live_by_cat[c] : 0;
+    p->first_failed = (gp_failed_alloc){.size = size,
+                                        .time_ns = ev->time_ns,
+                                        .thread = ev->thread,
+                                        .live_bytes = d ? d->pub.live_bytes : 0,
+                                        .graph_bytes = graph,
+                                        .region = t->top != NONE ? e->instances[t->top].name : ""};
+}
+
 static void note_add(gp_profile *p, const gp_event *ev)
 {
     engine *e = p->internal;
@@ -1501,6 +1530,8 @@ static void note_add(gp_profile *p, const gp_event *ev)
         holder_note(p, ev);
     else if (!strcmp(ev->name, "autograd_error"))
         autograd_error_note(p, ev);
+    else if (!strcmp(ev->name, LP_NOTE_ALLOC_FAILED))
+        failed_note(p, ev);
     gp_note *n = p->n_notes < GP_MAX_NOTES ? gp__push((void **)&p->notes, &p->n_notes,
                                                       &e->cap_notes, sizeof *n)
                                            : NULL;

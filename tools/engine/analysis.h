@@ -183,6 +183,17 @@ typedef struct gp_holder {
     uint64_t time_ns;      /* when the helper looked */
 } gp_holder;
 
+/* An allocation that failed (out of memory), as the recorder noted it (LP_NOTE_ALLOC_FAILED). */
+typedef struct gp_failed_alloc {
+    uint64_t size; /* bytes asked */
+    uint64_t time_ns;
+    uint32_t thread;      /* dense thread index */
+    uint64_t live_bytes;  /* host bytes live then */
+    uint64_t graph_bytes; /* of them graph memory (saved, autograd, gradient) */
+    const char *region;   /* the innermost region open on its thread then (a module's path under
+                           * the PyTorch helper), "" if none; owned by the profile */
+} gp_failed_alloc;
+
 typedef struct gp_device_stats {
     int32_t device; /* LP_DEVICE_HOST or a CUDA ordinal */
     uint64_t peak_bytes, peak_time_ns;
@@ -270,6 +281,8 @@ struct gp_profile {
     uint64_t leaked_bytes, leaked_count; /* live at the end, all devices */
     uint64_t temporary_count;
     uint64_t unknown_frees; /* frees of addresses never seen allocated (before recording) */
+    uint64_t failed_allocs; /* allocations that failed (out of memory) */
+    gp_failed_alloc first_failed; /* the first of them, when failed_allocs > 0 */
 
     gp_device_stats *devices;
     size_t n_devices;

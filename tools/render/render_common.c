@@ -916,6 +916,21 @@ const char *gp__finding_text(const gp_finding *f)
     }
 }
 
+bool gp__failed_alloc_text(const gp_profile *p, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    if (!p->failed_allocs)
+        return false;
+    const gp_failed_alloc *f = &p->first_failed;
+    char asked[32], at[32], live[32], graph[32];
+    snprintf(buf, size, "%s asked at %s%s%s, with %s live, %s of it graph memory",
+             gp_format_bytes(f->size, asked, sizeof asked),
+             gp__format_ns(f->time_ns, at, sizeof at), *f->region ? " in " : "", f->region,
+             gp_format_bytes(f->live_bytes, live, sizeof live),
+             gp_format_bytes(f->graph_bytes, graph, sizeof graph));
+    return true;
+}
+
 /* "thread 2 (tid 4250, name)" of a dense thread index; the name when the trace has one. */
 static void thread_phrase(const gp_profile *p, uint32_t thread, char *buf, size_t size)
 {
@@ -1001,6 +1016,11 @@ const char *gp__verdict(const gp_profile *p, char *buf, size_t size)
                                   *it->module ? ", saved by " : "", it->module);
         if (f->where && *f->where && n < size)
             snprintf(buf + n, size - n, " at %s", f->where);
+        return buf;
+    }
+    char oom[320];
+    if (gp__failed_alloc_text(p, oom, sizeof oom)) {
+        snprintf(buf, size, "out of memory: %s", oom);
         return buf;
     }
     if ((f = gp__finding_of(p, GP_FIND_FORGOT_NO_GRAD)) && f->grad_off_thread) {

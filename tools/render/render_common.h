@@ -135,7 +135,8 @@ const gp_finding *gp__finding_of(const gp_profile *p, gp_finding_kind kind);
 
 /*
  * One line that says what is wrong in PyTorch terms, from the most telling finding (an autograd
- * error, then a graph built on a thread while another had grad off, growth, escapes,
+ * error, an allocation that failed out of memory, then a graph built on a thread while another
+ * had grad off, growth, escapes,
  * forgot_no_grad, gradients in inference, graph memory where grad is off), naming who keeps the
  * graphs (p->holders) when the PyTorch helper found it:
  *   "forgot no_grad: 102 MiB saved for backward at the peak by 53 modules, 1 graph alive then"
@@ -143,6 +144,11 @@ const gp_finding *gp__finding_of(const gp_profile *p, gp_finding_kind kind);
  * Written into buf; NULL (nothing written) when there is no finding.
  */
 const char *gp__verdict(const gp_profile *p, char *buf, size_t size);
+
+/* The first allocation that failed out of memory, into buf: "64.00 MiB asked at 3.21 s in
+ * ResNet.layer4, with 7.94 GiB live, 6.10 GiB of it graph memory"; false, buf empty, when none
+ * failed. */
+bool gp__failed_alloc_text(const gp_profile *p, char *buf, size_t size);
 
 /* A forgot_no_grad finding's note that grad mode is per thread (gp_finding.grad_off_thread),
  * written to buf: "grad mode is per thread: thread 1 (tid 4242) had grad off (...) while thread

@@ -20,7 +20,7 @@ static const char *trace_command(const gp_profile *p)
 
 static void report_header(FILE *out, gp_profile *p)
 {
-    char a[64], b[64], c[64], d[160];
+    char a[64], b[64], c[64], d[400];
     fputs("<header>\n<h1>gradprof report <span class=\"sub\">", out);
     gp__html_escape(out, p->path ? p->path : "");
     fputs("</span></h1>\n<p class=\"cmd\">command: <code>", out);
@@ -42,6 +42,9 @@ static void report_header(FILE *out, gp_profile *p)
                   gp_format_bytes(p->leaked_bytes, c, sizeof c), d);
     snprintf(d, sizeof d, "%s temporaries", gp__format_count(p->temporary_count, a, sizeof a));
     gp__html_card(out, NULL, "duration", gp__format_ns(p->duration_ns, b, sizeof b), d);
+    if (gp__failed_alloc_text(p, d, sizeof d))
+        gp__html_card(out, "bad", "out of memory",
+                      gp_format_bytes(p->first_failed.size, a, sizeof a), d);
     snprintf(a, sizeof a, "%zu", p->n_findings);
     gp__html_card(out, p->n_findings ? "bad" : "good", "findings", a,
                   p->n_findings ? "gradient-leak findings below" : "no gradient leak found");

@@ -360,6 +360,17 @@ int gp_render_json(FILE *out, gp_profile *p, const gp_render_options *o)
     gp__jw_u64(&j, "leaked_count", p->leaked_count);
     gp__jw_u64(&j, "temporary_count", p->temporary_count);
     gp__jw_u64(&j, "unknown_frees", p->unknown_frees);
+    gp__jw_u64(&j, "failed_allocs", p->failed_allocs);
+    const gp_failed_alloc none = {.region = ""};
+    const gp_failed_alloc *f = p->failed_allocs ? &p->first_failed : &none;
+    gp__jw_object(&j, "first_failed", true);
+    gp__jw_u64(&j, "size", f->size);
+    gp__jw_u64(&j, "time_ns", f->time_ns);
+    gp__jw_u64(&j, "thread", f->thread);
+    gp__jw_u64(&j, "live_bytes", f->live_bytes);
+    gp__jw_u64(&j, "graph_bytes", f->graph_bytes);
+    j_str(&j, "region", f->region);
+    gp__jw_end(&j);
     gp__jw_u64(&j, "graphs_at_peak", p->graphs_at_peak);
     by_category(&j, "by_category", gp__primary_device(p));
     devices(&j, p);

@@ -217,6 +217,12 @@ static void headline(gp__text_ctx *c)
     gp__text_field(c, "Temporaries", "%s allocation%s freed before their thread's next allocation",
                    gp__format_count(p->temporary_count, n1, sizeof n1),
                    p->temporary_count == 1 ? "" : "s");
+    char oom[320];
+    if (gp__failed_alloc_text(p, oom, sizeof oom))
+        gp__text_field(c, "Failed", "%s allocation%s (out of memory); %s%s",
+                       gp__format_count(p->failed_allocs, n1, sizeof n1),
+                       p->failed_allocs == 1 ? "" : "s",
+                       p->failed_allocs == 1 ? "" : "the first: ", oom);
 }
 
 /* ---- categories ------------------------------------------------------------------------------ */
