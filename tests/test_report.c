@@ -362,12 +362,51 @@ static void test_numbers_damaged(void **state)
 /* ---- JSON schema ----------------------------------------------------------------------------- */
 
 /* Every documented key is present even when its list is empty (no regions, no saved tensors). */
+/* Allocations that failed: the Failed line, and the verdict (after a finding's, or alone). */
+static void test_out_of_memory(void **state)
+{
+    (void)state;
+    char trace[512];
+    snprintf(trace, sizeof trace, "%s/oom.gptrace", tmpdir);
+    for (int with_finding = 0; with_finding < 2; with_finding++) {
+        tb *b = tb_open(trace, "python3 eval.py");
+        assert_non_null(b);
+        tb_thread(b, 1, "main");
+        tb_at(b, 1000);
+        if (with_finding)
+            tb_region_push(b, "inference"); /* grad on there: a forgot_no_grad finding */
+        tb_alloc(b, 0x10000, 4096, 0);
+        tb_tag(b, 0x10000, 4096, LP_CAT_SAVED, "aten::relu", "net.1", "", true, 0);
+        tb_region_push(b, "net.2");
+        tb_at(b, 2000000);
+        tb_note(b, LP_NOTE_ALLOC_FAILED, "1048576");
+        tb_at(b, 3000000);
+        tb_note(b, LP_NOTE_ALLOC_FAILED, "1048576");
+        tb_end(b);
+        assert_int_equal(tb_close(b), 0);
+        assert_int_equal(run("'%s' report '%s'", GRADPROF_BIN, trace), 0);
+        char *text = e2e_slurp(out_path, NULL);
+        assert_non_null(text);
+        assert_contains(text, "\nFailed        2 allocations (out of memory); the first: 1.00 MiB "
+                              "asked at 2.00 ms in net.2, with 4.00 KiB live, 4.00 KiB of it graph "
+                              "memory\n");
+        if (with_finding)
+            assert_contains(text, "; out of memory at 2.00 ms\n");
+        else
+            assert_contains(text, "\nverdict: out of memory: 1.00 MiB asked at 2.00 ms in net.2, "
+                                  "with 4.00 KiB live, 4.00 KiB of it graph memory\n");
+        free(text);
+        remove(trace);
+    }
+}
+
 static void test_json_keys_always_present(void **state)
 {
     static const char *const keys[] = {
         "schema",       "trace",        "primary_device",  "peak_bytes",    "peak_time_ns",
         "duration_ns",  "alloc_count",  "free_count",      "retag_count",   "total_allocated_bytes",
-        "leaked_bytes", "leaked_count", "temporary_count", "unknown_frees", "by_category",
+        "leaked_bytes", "leaked_count", "temporary_count", "unknown_frees", "failed_allocs",
+        "first_failed", "by_category",
         "devices",      "order",        "counts",          "tag_keys",      "sites",
         "modules",      "regions",      "iterations",      "saved_tensors", "findings",
         "notes"};
@@ -892,6 +931,7 @@ int main(void)
         cmocka_unit_test(test_odd_strings),
         cmocka_unit_test(test_site_ties_by_label),
         cmocka_unit_test(test_leaks_by_tag_without_stacks),
+        cmocka_unit_test(test_out_of_memory),
         cmocka_unit_test(test_mark_labels_do_not_overlap),
         cmocka_unit_test(test_job_without_ranks),
         cmocka_unit_test(test_unwritable_output),

@@ -997,7 +997,8 @@ static void holder_phrase(const gp_profile *p, char *buf, size_t size)
              *h->where ? " at " : "", h->where);
 }
 
-const char *gp__verdict(const gp_profile *p, char *buf, size_t size)
+/* gp__verdict from the findings alone; NULL when there is none. */
+static const char *finding_verdict(const gp_profile *p, char *buf, size_t size)
 {
     char b1[32], b2[32], by[300];
     const gp_finding *f;
@@ -1016,11 +1017,6 @@ const char *gp__verdict(const gp_profile *p, char *buf, size_t size)
                                   *it->module ? ", saved by " : "", it->module);
         if (f->where && *f->where && n < size)
             snprintf(buf + n, size - n, " at %s", f->where);
-        return buf;
-    }
-    char oom[320];
-    if (gp__failed_alloc_text(p, oom, sizeof oom)) {
-        snprintf(buf, size, "out of memory: %s", oom);
         return buf;
     }
     if ((f = gp__finding_of(p, GP_FIND_FORGOT_NO_GRAD)) && f->grad_off_thread) {
@@ -1069,6 +1065,23 @@ const char *gp__verdict(const gp_profile *p, char *buf, size_t size)
         return buf;
     }
     return NULL;
+}
+
+const char *gp__verdict(const gp_profile *p, char *buf, size_t size)
+{
+    char oom[320], at[32];
+    bool failed = gp__failed_alloc_text(p, oom, sizeof oom);
+    if (finding_verdict(p, buf, size)) {
+        size_t n = strlen(buf);
+        if (failed && n < size)
+            snprintf(buf + n, size - n, "; out of memory at %s",
+                     gp__format_ns(p->first_failed.time_ns, at, sizeof at));
+        return buf;
+    }
+    if (!failed)
+        return NULL;
+    snprintf(buf, size, "out of memory: %s", oom);
+    return buf;
 }
 
 const gp_device_stats *gp__primary_device(const gp_profile *p)

@@ -135,13 +135,14 @@ const gp_finding *gp__finding_of(const gp_profile *p, gp_finding_kind kind);
 
 /*
  * One line that says what is wrong in PyTorch terms, from the most telling finding (an autograd
- * error, an allocation that failed out of memory, then a graph built on a thread while another
- * had grad off, growth, escapes,
+ * error, then a graph built on a thread while another had grad off, growth, escapes,
  * forgot_no_grad, gradients in inference, graph memory where grad is off), naming who keeps the
  * graphs (p->holders) when the PyTorch helper found it:
  *   "forgot no_grad: 102 MiB saved for backward at the peak by 53 modules, 1 graph alive then"
  *   "graph kept across iterations by total_loss at eval.py:36: +8.2 MiB per iteration (...)"
- * Written into buf; NULL (nothing written) when there is no finding.
+ * When allocations failed it adds "; out of memory at 33.3 s", or without a finding says
+ * "out of memory: " and gp__failed_alloc_text. Written into buf; NULL (nothing written) when
+ * there is neither.
  */
 const char *gp__verdict(const gp_profile *p, char *buf, size_t size);
 
