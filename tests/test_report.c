@@ -402,14 +402,20 @@ static void test_out_of_memory(void **state)
 
 static void test_json_keys_always_present(void **state)
 {
-    static const char *const keys[] = {
-        "schema",       "trace",        "primary_device",  "peak_bytes",    "peak_time_ns",
-        "duration_ns",  "alloc_count",  "free_count",      "retag_count",   "total_allocated_bytes",
-        "leaked_bytes", "leaked_count", "temporary_count", "unknown_frees", "failed_allocs",
-        "first_failed", "by_category",
-        "devices",      "order",        "counts",          "tag_keys",      "sites",
-        "modules",      "regions",      "iterations",      "saved_tensors", "findings",
-        "notes"};
+    static const char *const keys[] = {"schema",          "trace",
+                                       "primary_device",  "peak_bytes",
+                                       "peak_time_ns",    "duration_ns",
+                                       "alloc_count",     "free_count",
+                                       "retag_count",     "total_allocated_bytes",
+                                       "leaked_bytes",    "leaked_count",
+                                       "temporary_count", "unknown_frees",
+                                       "failed_allocs",   "first_failed",
+                                       "by_category",     "devices",
+                                       "order",           "counts",
+                                       "tag_keys",        "sites",
+                                       "modules",         "regions",
+                                       "iterations",      "saved_tensors",
+                                       "findings",        "notes"};
     char *doc = json_report("raw");
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         char pat[64];
