@@ -312,13 +312,24 @@ void gp_analysis_options_default(gp_analysis_options *o)
 
 /* ---- keys and stats -------------------------------------------------------------------------- */
 
-static device_state *device_get(gp_profile *p, int32_t device)
+/* The state of `device`, or NULL when it has not allocated yet. */
+static device_state *device_find(gp_profile *p, int32_t device)
 {
     engine *e = p->internal;
     for (size_t i = 0; i < p->n_devices; i++)
         if (e->devices[i].pub.device == device)
             return &e->devices[i];
-    device_state *d = gp__push((void **)&e->devices, &p->n_devices, &e->cap_devices, sizeof *d);
+    return NULL;
+}
+
+/* The state of `device`, made on first use. */
+static device_state *device_get(gp_profile *p, int32_t device)
+{
+    engine *e = p->internal;
+    device_state *d = device_find(p, device);
+    if (d)
+        return d;
+    d = gp__push((void **)&e->devices, &p->n_devices, &e->cap_devices, sizeof *d);
     if (!d) {
         e->oom = true;
         return &e->devices[0];
@@ -790,17 +801,15 @@ static uint32_t grad_off_thread(engine *e, uint32_t self)
     return 0;
 }
 
-/* Buffer o has just entered its category on thread t (an allocation, a first tag or a retag
- * that changed it; grad_flag: the event's): the per-buffer detectors judge graph memory. */
-static void detect(gp_profile *p, const thread_state *t, object *o, bool grad_flag)
+/* Buffer o has just entered its category on thread t, index `self` (an allocation, a first tag
+ * or a retag that changed it; grad_flag: the event's): the per-buffer detectors judge graph
+ * memory. */
+static void detect(gp_profile *p, const thread_state *t, uint32_t self, object *o, bool grad_flag)
 {
     if (!lp_category_is_graph(o->category))
         return;
     const gp_tag_key *k = &p->tag_keys[o->tag_key];
     engine *e = p->internal;
-    uint32_t self = t >= e->threads && t < e->threads + e->n_threads
-                        ? (uint32_t)(t - e->threads)
-                        : 0; /* 0: the spare state of a failed allocation */
     gp__grad_context c = {.grad_off_depth = t->no_grad_depth,
                           .grad_on_depth = t->enable_grad_depth,
                           .backward_depth = t->backward_depth,
@@ -1355,7 +1364,7 @@ static void on_alloc(gp_profile *p, thread_state *t, const gp_event *ev, bool ta
     t->last_alloc_valid = true;
     regions_note_alloc(p, t, o, true);
     regions_note_live(p, t, device_get(p, o->device)->pub.live_bytes);
-    detect(p, t, o, ev->grad_enabled);
+    detect(p, t, ev->thread, o, ev->grad_enabled);
 }
 
 /* A TAG: the first one of a raw allocation gives it its role (its counts move from OTHER); a
@@ -1410,7 +1419,7 @@ static void on_tag(gp_profile *p, thread_state *t, const gp_event *ev)
     }
     if (first_tag || o->category != before) {
         regions_note_alloc(p, t, o, false);
-        detect(p, t, o, ev->grad_enabled);
+        detect(p, t, ev->thread, o, ev->grad_enabled);
     }
 }
 
@@ -1493,8 +1502,6 @@ static void autograd_error_note(gp_profile *p, const gp_event *ev)
         gp__detect_autograd_error(p->internal->detectors, f, p->internal->now);
 }
 
-/* Keeps a note (the first GP_MAX_NOTES; the rest are counted) and takes in what the engine
- * understands of it: holders and autograd errors. */
 /* The recorder's note that an allocation failed: counted, and the first one kept with what was
  * live then and where its thread was. */
 static void failed_note(gp_profile *p, const gp_event *ev)
@@ -1508,10 +1515,7 @@ static void failed_note(gp_profile *p, const gp_event *ev)
         return;
     engine *e = p->internal;
     const thread_state *t = thread_get(p, ev->thread);
-    const device_state *d = NULL; /* the host's, if it has allocated yet */
-    for (size_t i = 0; i < p->n_devices && !d; i++)
-        if (e->devices[i].pub.device == LP_DEVICE_HOST)
-            d = &e->devices[i];
+    const device_state *d = device_find(p, LP_DEVICE_HOST);
     uint64_t graph = 0;
     for (int c = 0; d && c < LP_CAT_COUNT; c++)
         graph += lp_category_is_graph((lp_category)c) ? d->live_by_cat[c] : 0;
@@ -1523,6 +1527,8 @@ static void failed_note(gp_profile *p, const gp_event *ev)
                                         .region = t->top != NONE ? e->instances[t->top].name : ""};
 }
 
+/* Keeps a note (the first GP_MAX_NOTES; the rest are counted) and takes in what the engine
+ * understands of it: holders, autograd errors and failed allocations. */
 static void note_add(gp_profile *p, const gp_event *ev)
 {
     engine *e = p->internal;
