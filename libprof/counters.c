@@ -110,15 +110,26 @@ void lp_retag(const void *addr, size_t bytes, lp_device device, lp_category from
     }
 }
 
-void lp_region_push(const char *name)
+static void region_push(const char *name, bool module)
 {
     lp__region_depth++;
-    lp_event ev = {.kind = LP_EV_REGION_PUSH, .device = LP_DEVICE_HOST, .name = name};
+    lp_event ev = {
+        .kind = LP_EV_REGION_PUSH, .device = LP_DEVICE_HOST, .name = name, .module_region = module};
     lp__emit(&ev);
     if (lp__recording() && lp__guard_enter()) {
-        lp__record_region_push(name);
+        lp__record_region_push(name, module);
         lp__guard_exit();
     }
+}
+
+void lp_region_push(const char *name)
+{
+    region_push(name, false);
+}
+
+void lp_module_push(const char *path)
+{
+    region_push(path, true);
 }
 
 void lp_region_pop(void)

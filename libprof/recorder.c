@@ -2232,9 +2232,9 @@ static void lp__record_simple(uint8_t type, uint8_t flags, const char *name, boo
     lp__release(th, now, cancel);
 }
 
-void lp__record_region_push(const char *name)
+void lp__record_region_push(const char *name, bool module)
 {
-    lp__record_simple(GP_REC_REGION_PUSH, 0, name, true, 0, false);
+    lp__record_simple(GP_REC_REGION_PUSH, module ? GP_FLAG_MODULE : 0, name, true, 0, false);
 }
 void lp__record_region_pop(void) { lp__record_simple(GP_REC_REGION_POP, 0, NULL, false, 0, false); }
 void lp__record_mark(const char *name) { lp__record_simple(GP_REC_MARK, 0, name, true, 0, false); }

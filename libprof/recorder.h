@@ -54,7 +54,7 @@ void lp__record_free_at(const void *addr, lp_device device, uint64_t when);
 uint64_t lp__stamp(void);
 void lp__record_tag(const void *addr, size_t size, lp_device device, const lp_tag *tag,
                     bool is_new);
-void lp__record_region_push(const char *name);
+void lp__record_region_push(const char *name, bool module);
 void lp__record_region_pop(void);
 void lp__record_mark(const char *name);
 void lp__record_grad_mode(bool grad_enabled, bool inference);

@@ -194,7 +194,7 @@ const char *tn__module_enter(const tn_module *m)
     tn__context *ctx = tn__ctx();
     const char *saved = ctx->module;
     ctx->module = m->path;
-    lp_region_push(m->path);
+    lp_module_push(m->path);
     return saved;
 }
 

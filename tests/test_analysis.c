@@ -517,12 +517,111 @@ static void test_failed_allocs(void **state)
     remove(path);
 }
 
+/* The tag key (category, op, module) of p, or NULL. */
+static const gp_tag_key *tag_key(const gp_profile *p, lp_category cat, const char *op,
+                                 const char *module)
+{
+    for (size_t i = 0; i < p->n_tag_keys; i++) {
+        const gp_tag_key *k = &p->tag_keys[i];
+        if (k->category == cat && !strcmp(k->op, op) && !strcmp(k->module, module))
+            return k;
+    }
+    return NULL;
+}
+
+static const gp_module_stats *module_stats(const gp_profile *p, const char *module)
+{
+    for (size_t i = 0; i < p->n_modules; i++)
+        if (!strcmp(p->modules[i].module, module))
+            return &p->modules[i];
+    return NULL;
+}
+
+/* An untagged buffer belongs to the module whose forward made it: the innermost module region
+ * (lp_module_push) open on its thread, through other regions; a region not marked as a module
+ * (an older trace's) names none. Its key is then not its site's raw key: each key's top site
+ * counts only the bytes that entered it. */
+static void test_module_regions(void **state)
+{
+    (void)state;
+    char path[4096], err[512];
+    snprintf(path, sizeof path, "%s/modules_%d.gptrace", GRADPROF_TEST_TRACES, (int)getpid());
+    tb *b = tb_open(path, "python3 eval.py");
+    assert_non_null(b);
+    tb_thread(b, 1, "main");
+    tb_at(b, 1000);
+    uint32_t s1 = tb_stack(b, 1, (const uint32_t[]){0}, (const uint64_t[]){0x1111});
+    uint32_t s2 = tb_stack(b, 1, (const uint32_t[]){0}, (const uint64_t[]){0x2222});
+    tb_alloc(b, 0x1000, 100, s1); /* outside any module */
+    tb_module_push(b, "Net");
+    tb_alloc(b, 0x2000, 200, s1);
+    tb_region_push(b, "inference");
+    tb_alloc(b, 0x3000, 300, s2);
+    tb_module_push(b, "Net.fc");
+    tb_alloc(b, 0x4000, 400, s2);
+    tb_tag(b, 0x4000, 400, LP_CAT_ACTIVATION, "aten::linear", "Net.fc", "", true, 0);
+    tb_alloc(b, 0x5000, 500, s2);
+    tb_region_pop(b);
+    tb_region_pop(b);
+    tb_region_push(b, "Net.head"); /* a region, not a module: its buffers are Net's */
+    tb_alloc(b, 0x6000, 600, s2);
+    tb_region_pop(b);
+    tb_region_pop(b);
+    tb_alloc(b, 0x7000, 150, s2);
+    tb_end(b);
+    assert_int_equal(tb_close(b), 0);
+
+    gp_profile *p = NULL, *lean = NULL;
+    if (gp_profile_load(path, NULL, &p, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    assert_int_equal(module_stats(p, "")->stats.total_bytes, 100 + 150);
+    assert_int_equal(module_stats(p, "Net")->stats.total_bytes, 200 + 300 + 600);
+    assert_int_equal(module_stats(p, "Net.fc")->stats.total_bytes, 400 + 500);
+    assert_null(module_stats(p, "Net.head"));
+    const gp_tag_key *raw = tag_key(p, LP_CAT_OTHER, "", ""),
+                     *net = tag_key(p, LP_CAT_OTHER, "", "Net"),
+                     *fc = tag_key(p, LP_CAT_OTHER, "", "Net.fc"),
+                     *linear = tag_key(p, LP_CAT_ACTIVATION, "aten::linear", "Net.fc");
+    assert_non_null(raw);
+    assert_non_null(net);
+    assert_non_null(fc);
+    assert_non_null(linear);
+    assert_int_equal(raw->stats.total_bytes, 100 + 150);
+    assert_int_equal(net->stats.total_bytes, 200 + 300 + 600);
+    assert_int_equal(fc->stats.total_bytes, 500); /* the tagged buffer left it */
+    assert_int_equal(linear->stats.total_bytes, 400);
+    /* top sites by the bytes each key got there: the raw key 150 at s2 against 100 at s1 (s1's
+     * module buffer is not the raw key's), Net 900 at s2 against 200 at s1 */
+    const uint64_t s2_total = 300 + 400 + 500 + 600 + 150;
+    assert_int_equal(p->sites[raw->top_site].stats.total_bytes, s2_total);
+    assert_int_equal(p->sites[net->top_site].stats.total_bytes, s2_total);
+    assert_int_equal(p->sites[fc->top_site].stats.total_bytes, s2_total);
+    assert_int_equal(p->sites[linear->top_site].stats.total_bytes, s2_total);
+    assert_tables_sum_to_peak(p);
+
+    gp_analysis_options o;
+    gp_analysis_options_default(&o);
+    o.without_sites = true;
+    if (gp_profile_load(path, &o, &lean, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    assert_int_equal(lean->n_tag_keys, p->n_tag_keys);
+    for (size_t i = 0; i < p->n_tag_keys; i++)
+        assert_same_stats(&lean->tag_keys[i].stats, &p->tag_keys[i].stats);
+    assert_int_equal(lean->n_modules, p->n_modules);
+    for (size_t i = 0; i < p->n_modules; i++)
+        assert_same_stats(&lean->modules[i].stats, &p->modules[i].stats);
+    gp_profile_free(lean);
+    gp_profile_free(p);
+    remove(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mlp_grad),
         cmocka_unit_test(test_grad_per_thread),
         cmocka_unit_test(test_failed_allocs),
+        cmocka_unit_test(test_module_regions),
         cmocka_unit_test(test_mlp_nograd),
         cmocka_unit_test(test_leak_accumulate_grows),
         cmocka_unit_test(test_raw_sites_temporaries_leaks_devices),

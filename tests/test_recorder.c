@@ -28,6 +28,7 @@
 
 #include "gradprof/libprof.h"
 #include "gradprof/tensor.h"
+#include "gradprof/trace_format.h"
 #include "gradprof/trace.h"
 #include "analysis.h"
 #include "tsc_clock.h"
@@ -98,6 +99,7 @@ static void test_api_events_round_trip(void **state)
     static char buf[4][64] __attribute__((aligned(16)));
     lp_thread_name("main-test");
     lp_region_push("inference");
+    lp_module_push("encoder.0");
     lp_mark("iter 0");
     lp_tag act = {LP_CAT_ACTIVATION, "relu", "encoder.0", "[2,32]", true};
     lp_alloc(buf[0], 256, LP_DEVICE_HOST, &act);
@@ -110,6 +112,7 @@ static void test_api_events_round_trip(void **state)
     lp_free(buf[1], 100, 2, LP_CAT_GRADIENT);
     lp_free(buf[0], 256, LP_DEVICE_HOST, LP_CAT_SAVED);
     lp_region_pop();
+    lp_region_pop();
     char path[4096];
     gp_trace *t = stop_and_open(path, sizeof path);
     lp_set_unwinder(NULL, NULL);
@@ -118,6 +121,11 @@ static void test_api_events_round_trip(void **state)
     assert_int_equal(next(t, &ev), 1);
     assert_int_equal(ev.kind, GP_EV_REGION_PUSH);
     assert_string_equal(ev.name, "inference");
+    assert_false(ev.module_region);
+    assert_int_equal(next(t, &ev), 1);
+    assert_int_equal(ev.kind, GP_EV_REGION_PUSH);
+    assert_string_equal(ev.name, "encoder.0");
+    assert_true(ev.module_region); /* lp_module_push */
     assert_int_equal(next(t, &ev), 1);
     assert_int_equal(ev.kind, GP_EV_MARK);
     assert_string_equal(ev.name, "iter 0");
@@ -172,6 +180,8 @@ static void test_api_events_round_trip(void **state)
     assert_int_equal(next(t, &ev), 1);
     assert_int_equal(ev.kind, GP_EV_FREE);
     assert_int_equal(ev.addr, (uint64_t)(uintptr_t)buf[0]);
+    assert_int_equal(next(t, &ev), 1);
+    assert_int_equal(ev.kind, GP_EV_REGION_POP);
     assert_int_equal(next(t, &ev), 1);
     assert_int_equal(ev.kind, GP_EV_REGION_POP);
     assert_int_equal(next(t, &ev), 1);
@@ -278,7 +288,7 @@ static void test_notes_round_trip(void **state)
     assert_int_equal(next(t, &ev), 1);
     assert_int_equal(ev.kind, GP_EV_END);
     assert_false(gp_trace_info_get(t)->damaged);
-    assert_int_equal(gp_trace_info_get(t)->version_minor, 1);
+    assert_int_equal(gp_trace_info_get(t)->version_minor, GP_VERSION_MINOR);
     gp_trace_close(t);
 
     /* The replay engine keeps them, in time order, strings owned by the profile's trace. */
@@ -422,6 +432,7 @@ static void test_tensor_library_tags(void **state)
         } else if (ev.kind == GP_EV_GRAD_MODE && !ev.grad_enabled) {
             grad_off++;
         } else if (ev.kind == GP_EV_REGION_PUSH && !strcmp(ev.name, "mlp.1")) {
+            assert_true(ev.module_region); /* a module's forward */
             regions++;
         }
     }

@@ -1020,6 +1020,14 @@ def test_aligned(E, prog):
 
     graph = expect_aligned(prog, d, truth)
     expect_aligned(prog + " --instrument", di, truth, graph_bytes=graph)
+    # The forward runs in the attached model's module regions: what it holds is named by module,
+    # the raw buffers too (the module whose forward made them), not left to "(no module)".
+    outside = sum(r["held_bytes"] for r in d["modules"] if not r["module"])
+    log("%s: held outside any module %d B; by module: %s" % (prog, outside, "; ".join(
+        "%s %d" % (r["module"] or "-", r["held_bytes"])
+        for r in sorted(d["modules"], key=lambda r: -r["held_bytes"])[:5])))
+    expect(outside <= NOISE * truth["saved_bytes"] + NOISE_BUFFER,
+           "%s: held outside any module %d B <= 2%% of the truth + 128 KiB" % (prog, outside))
     # gradprof's startup hook runs `import torch` for the program: it is never the program's line
     hook = [r["label"] for r in d["call_sites"] if "sitecustomize.py" in r["key"]]
     expect(not hook, "%s: no call site labelled by gradprof's startup hook (%d: %s)"

@@ -66,8 +66,12 @@ void lp_free(const void *addr, size_t bytes, lp_device device, lp_category categ
 void lp_retag(const void *addr, size_t bytes, lp_device device, lp_category from, const lp_tag *to);
 
 /* Scopes: a region has a name (a module path, "no_grad", "inference", a user label); regions nest
- * per thread. A mark is a point label such as "iter 3". Names are borrowed for the call. */
+ * per thread. A mark is a point label such as "iter 3". Names are borrowed for the call.
+ * lp_module_push opens the region of a module's forward, named by its path: the analysers give a
+ * buffer no tag names a module (an interposed malloc) the module whose forward made it. Both are
+ * closed by lp_region_pop. */
 void lp_region_push(const char *name);
+void lp_module_push(const char *path);
 void lp_region_pop(void);
 void lp_mark(const char *label);
 
@@ -213,6 +217,7 @@ typedef struct lp_event {
     lp_category from_category; /* FREE: the category freed; RETAG: the previous category */
     const lp_tag *tag;         /* ALLOC, RETAG: the (new) tag; NULL otherwise */
     const char *name;          /* REGION_PUSH, MARK: the name; NOTE: the key; NULL otherwise */
+    bool module_region;        /* REGION_PUSH: lp_module_push (name is the module's path) */
     const char *value;         /* NOTE: the value (whole, never cut); NULL otherwise */
 } lp_event;
 

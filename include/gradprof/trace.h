@@ -69,6 +69,7 @@ typedef struct gp_event {
     const char *name;      /* REGION_PUSH, MARK; NOTE: the key */
     bool grad_enabled;     /* TAG, GRAD_MODE */
     bool inference;        /* GRAD_MODE */
+    bool module_region;    /* REGION_PUSH: a module's forward, name its path (format 1.2) */
     uint64_t count;        /* LOST */
 } gp_event;
 

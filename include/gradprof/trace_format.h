@@ -80,7 +80,8 @@
  *                    address that is not live is an allocation of `size` bytes made at `stack`
  *                    (in-process recording, where no raw ALLOC precedes it). GP_FLAG_GRAD: grad
  *                    was enabled.
- * GP_REC_REGION_PUSH dt, varint name (string id)
+ * GP_REC_REGION_PUSH dt, varint name (string id); GP_FLAG_MODULE (since 1.2): the region is a
+ *                    module's forward and its name the module's path (lp_module_push)
  * GP_REC_REGION_POP  dt
  * GP_REC_MARK        dt, varint name (string id)
  * GP_REC_GRAD_MODE   dt; GP_FLAG_GRAD: grad enabled, GP_FLAG_INFERENCE: inference mode
@@ -106,7 +107,7 @@
 #define GP_FILE_MAGIC "GPTRACE\0"
 #define GP_FILE_HEADER_BYTES 16
 #define GP_VERSION_MAJOR 1
-#define GP_VERSION_MINOR 1
+#define GP_VERSION_MINOR 2
 
 #define GP_CHUNK_MAGIC 0x4B434750u /* "GPCK" */
 #define GP_CHUNK_HEADER_BYTES 32
@@ -134,6 +135,7 @@ enum gp_record_type {
 #define GP_FLAG_ADDR16 0x20u    /* daddr is in units of 16 bytes */
 #define GP_FLAG_DEVICE 0x40u    /* a device varint follows daddr */
 #define GP_FLAG_GRAD 0x80u      /* TAG, GRAD_MODE: grad enabled */
+#define GP_FLAG_MODULE 0x80u    /* REGION_PUSH only: a module's forward (since 1.2) */
 #define GP_FLAG_INFERENCE 0x40u /* GRAD_MODE only: inference mode */
 
 /* ---- codec helpers shared by the writer and the reader (header-only, static inline) ---------- */

@@ -1246,6 +1246,8 @@ static int dec_event_fields(decoder *d, unsigned type, uint8_t flags, gp_event *
         return get_stack_ref(d, &ev->stack, "stack");
     }
     case GP_REC_REGION_PUSH:
+        ev->module_region = (flags & GP_FLAG_MODULE) != 0;
+        return get_string_ref(d, &ev->name);
     case GP_REC_MARK:
         return get_string_ref(d, &ev->name);
     case GP_REC_GRAD_MODE:

@@ -279,6 +279,10 @@ class _Lib:
             fn = getattr(lib, name)
             fn.restype = res
             fn.argtypes = args
+        # newer libprof: module regions (an untagged buffer is given the module that made it)
+        self.module_push = getattr(lib, "lp_module_push", lib.lp_region_push)
+        self.module_push.restype = None
+        self.module_push.argtypes = [ctypes.c_char_p]
         if hasattr(lib, "lp_note"):  # newer libprof: timed notes (who holds a graph)
             lib.lp_note.restype = None
             lib.lp_note.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
@@ -459,7 +463,8 @@ class _State:
         if not self.on:
             return None
         try:
-            self.lib.lib.lp_region_push(_b(name))
+            lib = self.lib
+            (lib.module_push if kind == "module" else lib.lib.lp_region_push)(_b(name))
             e = _Entry(kind, key, name, frame)
             self.tls.stack.append(e)
             if kind == "module":

@@ -260,12 +260,22 @@ void tb_tag(tb *b, uint64_t addr, uint64_t size, lp_category cat, const char *op
     tb_commit(b, p);
 }
 
-void tb_region_push(tb *b, const char *name)
+static void region_push(tb *b, const char *name, uint8_t flags)
 {
     uint32_t s = tb_string(b, name);
     uint8_t *type_at, *p = tb_begin(b, GP_REC_REGION_PUSH, &type_at);
+    *type_at |= flags;
     p += gp_put_varint(p, s);
     tb_commit(b, p);
+}
+
+void tb_region_push(tb *b, const char *name)
+{
+    region_push(b, name, 0);
+}
+void tb_module_push(tb *b, const char *path)
+{
+    region_push(b, path, GP_FLAG_MODULE);
 }
 
 void tb_region_pop(tb *b)

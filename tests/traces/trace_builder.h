@@ -38,6 +38,7 @@ void tb_free_dev(tb *b, uint64_t addr, int32_t device);
 void tb_tag(tb *b, uint64_t addr, uint64_t size, lp_category cat, const char *op,
             const char *module, const char *detail, bool grad, uint32_t stack);
 void tb_region_push(tb *b, const char *name);
+void tb_module_push(tb *b, const char *path); /* a module's forward (GP_FLAG_MODULE) */
 void tb_region_pop(tb *b);
 void tb_mark(tb *b, const char *name);
 void tb_note(tb *b, const char *key, const char *value); /* a timed note (lp_note) */

@@ -49,6 +49,7 @@ typedef struct object { /* a live buffer (its address is its key in the live set
     int16_t device;                        /* -1 .. GP_TRACE_MAX_DEVICE */
     uint8_t category;                      /* an lp_category */
     bool tagged : 1;
+    bool keyed : 1;   /* its key is not its site's raw key: tagged, or untagged in a module */
     bool counted : 1; /* counted in forgot_no_grad, in its graph category (uncount) */
 } object;
 _Static_assert(GP_TRACE_MAX_DEVICE <= INT16_MAX, "object.device holds every device id");
@@ -143,6 +144,7 @@ static void live_remove(live_map *m, live_slot *s)
 
 typedef struct instance {
     const char *name;
+    const char *module; /* the innermost module region's name, this one or above it ("": none) */
     uint32_t parent, region, thread, depth;
     uint32_t refs; /* live objects made inside + child instances */
     uint64_t ordinal; /* regions of this name entered before this one (all threads) */
@@ -204,7 +206,7 @@ typedef struct site_side {
                                       * a buffer's bytes to its new category) */
 } site_side;
 
-/* The keys of the untagged buffers of one frame-rule class on one device. */
+/* The keys of the untagged buffers of one frame-rule class made in one module on one device. */
 typedef struct raw_keys {
     uint32_t tag_key, module;
 } raw_keys;
@@ -283,7 +285,7 @@ struct gp__profile_internal {
     uint32_t classified; /* stack ids up to this one are classified, in id order */
     uint32_t *path;      /* stack_classify_walk's path */
     size_t cap_path;
-    gp_map raw_key_map;   /* (class, device) -> index into raw_keys */
+    gp_map raw_key_map; /* (class, device, module) -> index into raw_keys */
     raw_keys *raw_keys;
     size_t n_raw_keys, cap_raw_keys;
     frame_info *frames; /* by the trace's frame id (gp_trace_stack_node); [0] unused */
@@ -575,22 +577,27 @@ static uint32_t stack_classify(gp_profile *p, uint32_t stack)
     return memo ? memo - 1 : stack_classify_walk(p, stack);
 }
 
-/* The raw keys (tag key, module) of untagged buffers of class `cls` on `device`, made on first
- * use; NULL when out of memory. */
-static raw_keys *raw_keys_get(gp_profile *p, uint32_t cls, int32_t device,
-                              void (*make)(gp_profile *, uint32_t, int32_t, raw_keys *))
+static uint32_t tag_key_get(gp_profile *p, lp_category cat, const char *op, const char *module,
+                            int32_t device);
+static uint32_t module_get(gp_profile *p, const char *module, int32_t device);
+
+/* The keys (tag key, module) of untagged buffers of class `cls` made in `module` (a canonical
+ * string, "" for none) on `device`, made on first use; NULL when out of memory. */
+static raw_keys *raw_keys_get(gp_profile *p, uint32_t cls, int32_t device, const char *module)
 {
     engine *e = p->internal;
-    struct gp_map_slot *s = gp__map_find(&e->raw_key_map, cls, (uint32_t)device, 0);
+    struct gp_map_slot *s = gp__map_find(&e->raw_key_map, cls, (uint32_t)device, (uintptr_t)module);
     if (s)
         return &e->raw_keys[s->v];
     raw_keys *k = gp__push((void **)&e->raw_keys, &e->n_raw_keys, &e->cap_raw_keys, sizeof *k);
-    if (!k || !gp__map_put(&e->raw_key_map, cls, (uint32_t)device, 0,
+    if (!k || !gp__map_put(&e->raw_key_map, cls, (uint32_t)device, (uintptr_t)module,
                            (uint32_t)(e->n_raw_keys - 1))) {
         e->oom = true;
         return NULL;
     }
-    make(p, cls, device, k);
+    const stack_class *c = &e->classes[cls];
+    k->tag_key = tag_key_get(p, c->category, c->op, module, device);
+    k->module = module_get(p, module, device);
     return k;
 }
 
@@ -653,10 +660,6 @@ static uint32_t site_get(gp_profile *p, uint32_t stack, int32_t device)
     return index;
 }
 
-static uint32_t tag_key_get(gp_profile *p, lp_category cat, const char *op, const char *module,
-                            int32_t device);
-static uint32_t module_get(gp_profile *p, const char *module, int32_t device);
-
 /* The frame-rule class of a site's untagged buffers (CLASS_NONE without rules or stack). */
 static uint32_t site_class(gp_profile *p, uint32_t site)
 {
@@ -671,18 +674,10 @@ static uint32_t site_class(gp_profile *p, uint32_t site)
     return stack_classify(p, stack);
 }
 
-/* The keys an untagged buffer of class `cls` gets (object_set_role with the class's labels). */
-static void raw_keys_make(gp_profile *p, uint32_t cls, int32_t device, raw_keys *k)
-{
-    const stack_class *c = &p->internal->classes[cls];
-    k->tag_key = tag_key_get(p, c->category, c->op, empty_label, device);
-    k->module = module_get(p, empty_label, device);
-}
-
-/* The raw tag key of a site that made untagged buffers (SITE_RAW_SEEN). */
+/* The raw tag key of a site that made untagged buffers outside any module (SITE_RAW_SEEN). */
 static uint32_t site_raw_key(gp_profile *p, uint32_t site)
 {
-    const raw_keys *k = raw_keys_get(p, site_class(p, site), site_device(p, site), raw_keys_make);
+    const raw_keys *k = raw_keys_get(p, site_class(p, site), site_device(p, site), empty_label);
     return k ? k->tag_key : NONE;
 }
 
@@ -933,7 +928,7 @@ static void object_enter(gp_profile *p, object *o, bool count, bool count_site)
     device_state *d = device_get(p, o->device);
     stats_add(&p->tag_keys[o->tag_key].stats, d, o->size, count);
     if (count)
-        key_site_add(p, o->tag_key, o->site, (int64_t)o->size, !o->tagged);
+        key_site_add(p, o->tag_key, o->site, (int64_t)o->size, !o->keyed);
     if (e->want_sites)
         stats_add(&p->sites[o->site].stats, d, o->size, count_site);
     if (count_site)
@@ -1076,16 +1071,26 @@ static void grad_scope_enter(engine *e, thread_state *t, enum grad_scope k, int 
 
 static void inference_entered(gp_profile *p, thread_state *t, uint32_t i);
 
-static void region_push(gp_profile *p, thread_state *t, uint32_t thread, const char *name)
+/* The region `name` opens on thread t (index `thread`); `module`: it is a module's forward. */
+static void region_push(gp_profile *p, thread_state *t, uint32_t thread, const char *name,
+                        bool module)
 {
     engine *e = p->internal;
     uint32_t i = instance_new(e);
     if (i == NONE)
         return;
     instance *in = &e->instances[i];
-    *in = (instance){.name = name, .parent = t->top, .region = region_get(p, name),
-                     .thread = thread, .depth = t->depth, .refs = 1, .open = true,
-                     .inference = is_inference_name(e, name), .begin_ns = e->now,
+    const char *outer = t->top != NONE ? e->instances[t->top].module : empty_label;
+    *in = (instance){.name = name,
+                     .module = module ? name : outer,
+                     .parent = t->top,
+                     .region = region_get(p, name),
+                     .thread = thread,
+                     .depth = t->depth,
+                     .refs = 1,
+                     .open = true,
+                     .inference = is_inference_name(e, name),
+                     .begin_ns = e->now,
                      .scope = (uint8_t)grad_scope(name)};
     if (t->top != NONE)
         e->instances[t->top].refs++;
@@ -1321,21 +1326,26 @@ static void on_alloc(gp_profile *p, thread_state *t, const gp_event *ev, bool ta
         return;
     if (tagged) {
         site_unpure(p, o->site);
-        o->tagged = true;
+        o->tagged = o->keyed = true;
         object_set_role(p, o, ev->category, ev->op, ev->module, ev->detail);
-    } else { /* untagged: what the frame rules say, if anything (keys cached per class) */
+    } else { /* untagged: what the frame rules say, if anything, in the module whose forward
+              * made it, if any (keys cached per class and module) */
         uint32_t cls = site_class(p, o->site);
         const stack_class *c = &e->classes[cls];
         site_extra *x = &e->extra[o->site];
-        if (!x->side && !(x->flags & SITE_PURE)) { /* its first buffer */
+        const char *module = t->top != NONE ? e->instances[t->top].module : empty_label;
+        if (*module) { /* not the site's raw key: counted per key, as a tagged buffer is */
+            site_unpure(p, o->site);
+            o->keyed = true;
+        } else if (!x->side && !(x->flags & SITE_PURE)) { /* its first buffer */
             x->flags |= SITE_PURE;
             x->cat = (uint8_t)c->category;
         }
         if (!(x->flags & SITE_RAW_SEEN) || c->category == LP_CAT_SAVED) {
-            object_set_role(p, o, c->category, c->op, empty_label, empty_label);
+            object_set_role(p, o, c->category, c->op, module, empty_label);
             x->flags |= SITE_RAW_SEEN;
         } else {
-            const raw_keys *k = raw_keys_get(p, cls, o->device, raw_keys_make);
+            const raw_keys *k = raw_keys_get(p, cls, o->device, module);
             o->category = c->category;
             o->tag_key = k ? k->tag_key : 0;
             o->module = k ? k->module : 0;
@@ -1393,10 +1403,10 @@ static void on_tag(gp_profile *p, thread_state *t, const gp_event *ev)
             undo[i]->total_bytes -= o->size;
             undo[i]->frees--;
         }
-        key_site_add(p, o->tag_key, o->site, -(int64_t)o->size, true);
+        key_site_add(p, o->tag_key, o->site, -(int64_t)o->size, !o->keyed);
         site_cat_add(p, o->site, o->category, -(int64_t)o->size);
         site_cat_add(p, o->site, ev->category, (int64_t)o->size);
-        o->tagged = true;
+        o->tagged = o->keyed = true;
     } else {
         p->retag_count++;
     }
@@ -1574,7 +1584,7 @@ static void on_event(gp_profile *p, const gp_event *ev)
         on_free(p, t, ev);
         break;
     case GP_EV_REGION_PUSH:
-        region_push(p, t, ev->thread, ev->name);
+        region_push(p, t, ev->thread, ev->name, ev->module_region);
         break;
     case GP_EV_REGION_POP:
         region_pop(p, t);
@@ -1688,8 +1698,9 @@ static int finish(gp_profile *p)
             continue;
         uint64_t bytes = e->key_site_bytes[s->v];
         const site_extra *x = &e->extra[s->k2];
-        if (x->flags & SITE_RAW_SEEN && s->k1 == site_raw_key(p, (uint32_t)s->k2))
-            bytes += site_raw_key_bytes(p, s->k2);
+        uint64_t raw = x->flags & SITE_RAW_SEEN ? site_raw_key_bytes(p, s->k2) : 0;
+        if (raw && s->k1 == site_raw_key(p, (uint32_t)s->k2))
+            bytes += raw;
         top_site_consider(p, best, (uint32_t)s->k1, (uint32_t)s->k2, bytes);
     }
     for (size_t i = 0; i < p->n_sites; i++) {
