@@ -398,6 +398,13 @@ static void test_python_frames_label_sites(void **state)
     assert_string_equal(frames[1], "linear.py:114 (Linear.forward)");
     assert_string_equal(frames[2], "eval.py:36 (main)");
     assert_string_equal(frames[3], "eval.py:50 (<module>)");
+    /* the program's own lines: not torch's Python, not native code */
+    n = gp_site_program_frames(p, a->stack, frames, 8);
+    assert_int_equal(n, 2);
+    assert_string_equal(frames[0], "eval.py:36 (main)");
+    assert_string_equal(frames[1], "eval.py:50 (<module>)");
+    assert_int_equal(gp_site_program_frames(p, a->stack, frames, 1), 1);
+    assert_int_equal(gp_site_program_frames(p, site_of_size(p, 1002)->stack, frames, 8), 0);
     /* only torch's Python frames: the native label */
     assert_string_equal(gp_site_label(p, site_of_size(p, 1002)->stack),
                         "libtorch_cpu.so.1.13+0x20");

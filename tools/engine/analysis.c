@@ -2113,6 +2113,23 @@ size_t gp_site_frames(gp_profile *p, uint32_t stack, const char **frames, size_t
     return n;
 }
 
+size_t gp_site_program_frames(gp_profile *p, uint32_t stack, const char **frames, size_t max)
+{
+    sync_modules(p);
+    if (!p->internal->python_modules)
+        return 0;
+    size_t n = 0;
+    uint32_t parent;
+    for (uint32_t id = stack; id && n < max; id = parent) {
+        frame_info *f = stack_frame(p, id, &parent);
+        if (!f)
+            break;
+        if (f->sym && is_python(f->sym) && !is_python_library(f->sym))
+            frames[n++] = frame_label(p, f);
+    }
+    return n;
+}
+
 /* The innermost Python frame of the program's own code on a stack (not torch's, not gradprof's:
  * is_python_library), or NULL. */
 static frame_info *program_python_frame(gp_profile *p, uint32_t stack)

@@ -352,6 +352,10 @@ const char *gp_site_module(const gp_profile *p, const gp_site *s);
  * allocator/libprof frames. Returns the count written (<= max). */
 size_t gp_site_frames(gp_profile *p, uint32_t stack, const char **frames, size_t max);
 
+/* The Python frames of the program's own code on a stack (not torch's, not gradprof's), innermost
+ * first, as "file.py:LINE (function)" strings owned by p. Returns the count written (<= max). */
+size_t gp_site_program_frames(gp_profile *p, uint32_t stack, const char **frames, size_t max);
+
 /* Bytes allocated at site `site` (an index in p->sites) in category c: the buffers born there,
  * each under its first role (a raw buffer's first tag replaces its frame-rule category). */
 uint64_t gp_site_allocated(const gp_profile *p, size_t site, lp_category c);

@@ -14,6 +14,7 @@
 #include "render_text_common.h"
 
 #define LEAK_FRAMES 4 /* frames printed per leaking site */
+#define GP__LEAK_STACK_MAX 256 /* frames counted per leaking site */
 
 static uint64_t device_peak(const gp_profile *p, int32_t device)
 {
@@ -324,22 +325,31 @@ void gp__text_leaks(gp__text_ctx *c)
                 gp__format_bytes_exact(s->stats.live_bytes, x1, sizeof x1),
                 gp__format_count(s->stats.live_count, n1, sizeof n1),
                 s->stats.live_count == 1 ? "" : "s", lp_category_name(gp_site_category(p, s)));
+        const char *op = gp_site_op(p, s); /* "relu", not "parameter, parameter" */
+        if (*op && strcmp(op, lp_category_name(gp_site_category(p, s))) != 0)
+            fprintf(c->out, ", %s", op);
         if (p->n_devices > 1)
             fprintf(c->out, ", %s", gp__device_name(gp_site_device(p, s), dev, sizeof dev));
         fputc('\n', c->out);
-        const char *frames[64];
-        size_t nf = gp_site_frames(p, s->stack, frames, 64);
+        /* A Python program's own lines where it has some: its innermost native frames are the
+         * interpreter's and torch's, the same for every leak */
+        const char *frames[GP__LEAK_STACK_MAX];
+        size_t nf = gp_site_frames(p, s->stack, frames, GP__LEAK_STACK_MAX);
+        size_t np = gp_site_program_frames(p, s->stack, frames, LEAK_FRAMES);
         if (nf == 0) {
             gp__text_put(c, GP__TEXT_INDENT "     at %s", gp_site_label(p, s->stack));
             fputc('\n', c->out);
         }
-        for (size_t f = 0; f < nf && f < LEAK_FRAMES; f++) {
+        size_t shown_frames = np ? np : nf < LEAK_FRAMES ? nf : LEAK_FRAMES;
+        for (size_t f = 0; f < shown_frames; f++) {
             gp__text_put(c, GP__TEXT_INDENT "     %s %s", f ? "  " : "at", frames[f]);
             fputc('\n', c->out);
         }
-        if (nf > LEAK_FRAMES)
-            fprintf(c->out, GP__TEXT_INDENT "        (%zu more frame%s)\n", nf - LEAK_FRAMES,
-                    nf - LEAK_FRAMES == 1 ? "" : "s");
+        if (nf > shown_frames)
+            fprintf(c->out, GP__TEXT_INDENT "        (%s%zu more frame%s%s)\n",
+                    nf == GP__LEAK_STACK_MAX ? "at least " : "", nf - shown_frames,
+                    nf - shown_frames == 1 ? "" : "s",
+                    np ? " of torch and native code; --format folded shows whole stacks" : "");
     }
     if (total > shown)
         fprintf(c->out, GP__TEXT_INDENT "(%zu more; --top 0 shows all)\n", total - shown);
