@@ -411,6 +411,37 @@ static void test_region(void **state)
     gp_profile_free(p);
 }
 
+/* A program that ran backward (the detectors fixture: gradients inside a backward region) and is
+ * failed by forbid over the whole run gets a hint naming --region inference; not once the rules
+ * are scoped to a region, nor a program that never ran backward (mlp_grad). */
+static void test_training_hint(void **state)
+{
+    (void)state;
+    gp_check_rules rules;
+    gp_check_rules_default(&rules);
+    gp_profile *p = load(FIXTURE("detectors"));
+    gp_check_result *r = run(p, &rules);
+    assert_non_null(find(r, "forbid", LP_CAT_GRADIENT));
+    contains(r->hint, "ran backward 1 time (it trains)");
+    contains(r->hint, "'--region inference' judges its evaluation alone");
+    gp_check_result_free(r);
+    const char *regions[] = {"inference"};
+    rules.regions = regions;
+    rules.n_regions = 1;
+    r = run(p, &rules);
+    assert_string_equal(r->hint, "");
+    gp_check_result_free(r);
+    gp_profile_free(p);
+
+    gp_check_rules_default(&rules);
+    p = load(FIXTURE("mlp_grad"));
+    r = run(p, &rules);
+    assert_int_equal(r->verdict, GP_CHECK_FAILED);
+    assert_string_equal(r->hint, "");
+    gp_check_result_free(r);
+    gp_profile_free(p);
+}
+
 static void test_peak_growth_leaks(void **state)
 {
     (void)state;
@@ -522,6 +553,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_every_save_seen, setup, teardown),
         cmocka_unit_test(test_forbid),
         cmocka_unit_test(test_region),
+        cmocka_unit_test(test_training_hint),
         cmocka_unit_test(test_peak_growth_leaks),
         cmocka_unit_test(test_baseline),
     };

@@ -569,6 +569,30 @@ static void judge(gp_check_result *r, const gp_profile *p, const gp_check_rules 
         doubt_add(r, GP_EUNCLASSIFIED, "--allow-unclassified", o->allow_unclassified, why);
 }
 
+/* The hint of a program that trains (it ran backward) failed by `forbid` over the whole run:
+ * its training graphs count too, where the user likely meant its evaluation. */
+static void hint_training(gp_check_result *r, const gp_profile *p, const gp_check_rules *o)
+{
+    const gp_region_stats *backward = find_region(p, LP_REGION_BACKWARD);
+    bool forbid_failed = false;
+    for (size_t i = 0; i < r->n_violations; i++)
+        forbid_failed = forbid_failed || r->violations[i].kind == GP_CHECK_FORBID;
+    if (o->n_regions || !forbid_failed || !backward || !backward->entries)
+        return;
+    const gp_region_stats *inference = find_region(p, LP_REGION_INFERENCE);
+    int n = snprintf(r->hint, sizeof r->hint,
+                     "the program ran backward %llu time%s (it trains): forbid counts the graphs "
+                     "of its training steps too; ",
+                     (unsigned long long)backward->entries, backward->entries == 1 ? "" : "s");
+    if (n > 0 && (size_t)n < sizeof r->hint)
+        snprintf(r->hint + n, sizeof r->hint - (size_t)n, "%s",
+                 inference && inference->entries
+                     ? "'--region inference' judges its evaluation alone (the calls of a model "
+                       "in eval mode)"
+                     : "'--region NAME' scopes it to a region of the trace, '--forbid none' "
+                       "keeps the other rules");
+}
+
 static void evaluate(builder *b, const gp_profile *p, const gp_check_rules *o)
 {
     for (int c = 0; c < LP_CAT_COUNT; c++) {
@@ -627,6 +651,7 @@ int gp_check_run(const gp_profile *p, const gp_check_rules *rules, gp_check_resu
         r->rules_failed += r->rules[i].n > 0;
         r->rules_skipped += r->rules[i].skipped[0] != '\0';
     }
+    hint_training(r, p, rules);
     r->verdict = r->n_violations ? GP_CHECK_FAILED : GP_CHECK_PASSED;
     for (size_t i = 0; i < r->n_doubts; i++)
         if (!r->doubts[i].accepted)

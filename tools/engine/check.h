@@ -153,6 +153,9 @@ typedef struct gp_check_result {
     size_t n_violations;
     gp_check_doubt doubts[3]; /* the trace incomplete, the baseline incomplete, unclassified */
     size_t n_doubts;
+    /* What to try when the rules judged more than the user likely meant ("" if nothing): a
+     * program that trains fails `forbid` over the whole run on its training graphs. */
+    char hint[320];
 } gp_check_result;
 
 /*

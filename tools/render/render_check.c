@@ -182,6 +182,8 @@ static void text_headline(FILE *out, const gp_check_result *r)
     for (size_t i = 0; i < r->n_rules; i++)
         if (r->rules[i].skipped[0])
             fprintf(out, "skipped %s: %s\n", r->rules[i].name, r->rules[i].skipped);
+    if (r->hint[0])
+        fprintf(out, "hint: %s\n", r->hint);
 }
 
 /* The stacks of the first rows with one, each printed in full once per output (`printed`). */
@@ -313,6 +315,7 @@ int gp_render_check_json(FILE *out, gp_profile *p, const gp_check_result *r)
     char summary[512];
     gp__jw_str(&j, "summary", gp__verdict(p, summary, sizeof summary) ? summary : "");
     gp__jw_bool(&j, "passed", r->verdict == GP_CHECK_PASSED);
+    gp__jw_str(&j, "hint", r->hint);
     gp__jw_array(&j, "doubts", false);
     for (size_t i = 0; i < r->n_doubts; i++) {
         const gp_check_doubt *d = &r->doubts[i];
