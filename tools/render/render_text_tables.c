@@ -14,7 +14,7 @@
 #include "render_text_common.h"
 
 #define LEAK_FRAMES 4 /* frames printed per leaking site */
-#define GP__LEAK_STACK_MAX 256 /* frames counted per leaking site */
+#define LEAK_STACK_MAX 256 /* frames counted per leaking site */
 
 static uint64_t device_peak(const gp_profile *p, int32_t device)
 {
@@ -331,10 +331,10 @@ void gp__text_leaks(gp__text_ctx *c)
         if (p->n_devices > 1)
             fprintf(c->out, ", %s", gp__device_name(gp_site_device(p, s), dev, sizeof dev));
         fputc('\n', c->out);
-        /* A Python program's own lines where it has some: its innermost native frames are the
-         * interpreter's and torch's, the same for every leak */
-        const char *frames[GP__LEAK_STACK_MAX];
-        size_t nf = gp_site_frames(p, s->stack, frames, GP__LEAK_STACK_MAX);
+        /* The innermost frames, or a Python program's own lines where it has some (written over
+         * them): its innermost native frames are torch's, the same for every leak. */
+        const char *frames[LEAK_STACK_MAX];
+        size_t nf = gp_site_frames(p, s->stack, frames, LEAK_STACK_MAX);
         size_t np = gp_site_program_frames(p, s->stack, frames, LEAK_FRAMES);
         if (nf == 0) {
             gp__text_put(c, GP__TEXT_INDENT "     at %s", gp_site_label(p, s->stack));
@@ -347,9 +347,9 @@ void gp__text_leaks(gp__text_ctx *c)
         }
         if (nf > shown_frames)
             fprintf(c->out, GP__TEXT_INDENT "        (%s%zu more frame%s%s)\n",
-                    nf == GP__LEAK_STACK_MAX ? "at least " : "", nf - shown_frames,
+                    nf == LEAK_STACK_MAX ? "at least " : "", nf - shown_frames,
                     nf - shown_frames == 1 ? "" : "s",
-                    np ? " of torch and native code; --format folded shows whole stacks" : "");
+                    np ? "; --format folded shows whole stacks" : "");
     }
     if (total > shown)
         fprintf(c->out, GP__TEXT_INDENT "(%zu more; --top 0 shows all)\n", total - shown);
