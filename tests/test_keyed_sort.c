@@ -96,9 +96,26 @@ static size_t frames_in_common(const char *a, const char *b)
     return n;
 }
 
+/* Frame n of key (its first is 0), copied into buf by its short name when `shorten`; NULL past
+ * the end. */
+static const char *nth_frame(const char *key, size_t n, bool shorten, char *buf, size_t size)
+{
+    for (size_t k = 0; k < n && key; k++) {
+        key = strchr(key, ';');
+        key = key ? key + 1 : NULL;
+    }
+    if (!key)
+        return NULL;
+    char frame[256];
+    snprintf(frame, sizeof frame, "%.*s", (int)strcspn(key, ";"), key);
+    snprintf(buf, size, "%s", shorten ? gp_function_short_name(frame, buf + size, size) : frame);
+    return buf;
+}
+
 /* What gp_labels_distinct promises for row i, from every other row: NULL when no row with another
  * key has its label; else "LABEL via F", F the first frame of its key past the most frames it
- * shares with such a row, or "LABEL (outermost)" when its key has no frame there. */
+ * shares with such a row, by its short name unless such a row sharing as many frames has one of
+ * that short name there, or "LABEL (outermost)" when its key has no frame there. */
 static char *reference_label(const char *const *labels, const char *const *keys, size_t n, size_t i)
 {
     size_t lcp = 0;
@@ -112,16 +129,17 @@ static char *reference_label(const char *const *labels, const char *const *keys,
     }
     if (!others)
         return NULL;
-    const char *f = keys[i];
-    for (size_t k = 0; k < lcp && f; k++) {
-        f = strchr(f, ';');
-        f = f ? f + 1 : NULL;
-    }
+    char mine[512], theirs[512];
+    bool shorten = nth_frame(keys[i], lcp, true, mine, 256) != NULL;
+    for (size_t j = 0; j < n && shorten; j++)
+        if (j != i && !strcmp(labels[j], labels[i]) && strcmp(keys[j], keys[i]) &&
+            frames_in_common(keys[i], keys[j]) == lcp && nth_frame(keys[j], lcp, true, theirs, 256))
+            shorten = strcmp(mine, theirs) != 0;
+    const char *f = nth_frame(keys[i], lcp, shorten, mine, 256);
     char *out = malloc(strlen(labels[i]) + strlen(keys[i]) + 16);
     assert_non_null(out);
-    size_t flen = f ? strcspn(f, ";") : 0;
-    if (flen)
-        sprintf(out, "%s via %.*s", labels[i], (int)flen, f);
+    if (f)
+        sprintf(out, "%s via %s", labels[i], f);
     else
         sprintf(out, "%s (outermost)", labels[i]);
     return out;
@@ -161,12 +179,34 @@ static void test_labels_by_hand(void **state)
     for (int i = 0; i < 5; i++)
         free(got[i]);
     check_labels(labels, keys, 5);
+
+    /* C++ frames by their short names, unless two keys would then read the same */
+    const char *same[] = {"at::empty", "at::empty", "at::empty", "x"};
+    const char *overloads[] = {"at::empty(int);ns::run(int)", "at::empty(int);ns::go<int>(int)",
+                               "at::empty(long);ns::run(int)", "x"};
+    assert_int_equal(gp_labels_distinct(same, overloads, 4, got), 0);
+    assert_string_equal(got[0], "at::empty via ns::run");
+    assert_string_equal(got[1], "at::empty via ns::go");
+    assert_string_equal(got[2], "at::empty via at::empty(long)"); /* its neighbour's, when short */
+    assert_null(got[3]);
+    for (int i = 0; i < 4; i++)
+        free(got[i]);
+    const char *callers[] = {"at::empty(int);ns::run(int)", "at::empty(int);ns::go<int>(int)",
+                             "at::empty(int)", "x"};
+    assert_int_equal(gp_labels_distinct(same, callers, 4, got), 0);
+    assert_string_equal(got[0], "at::empty via ns::run");
+    assert_string_equal(got[1], "at::empty via ns::go");
+    assert_string_equal(got[2], "at::empty (outermost)");
+    for (int i = 0; i < 4; i++)
+        free(got[i]);
+    check_labels(same, overloads, 4);
+    check_labels(same, callers, 4);
 }
 
 static void test_labels_random_against_reference(void **state)
 {
     (void)state;
-    static const char *const frames[] = {"a", "b", "cc", "d", "main"};
+    static const char *const frames[] = {"a", "b(int)", "b(long)", "cc<int>(int)", "main"};
     for (int round = 0; round < 40; round++) {
         size_t n = 1 + rng(60);
         char **labels = calloc(n, sizeof *labels), **keys = calloc(n, sizeof *keys);

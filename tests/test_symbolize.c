@@ -262,6 +262,55 @@ static void test_demangle(void **state)
     assert_null(gp__sym_demangle(NULL));
 }
 
+/* Names as tables show them: what a person reads in a C++ name, each case a form the demangler
+ * writes. */
+static void test_short_name(void **state)
+{
+    (void)state;
+    static const char *const cases[][2] = {
+        {"at::native::empty_cpu(c10::ArrayRef<long>, c10::optional<c10::ScalarType>)",
+         "at::native::empty_cpu"},
+        {"std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> "
+         ">::_M_replace("
+         "unsigned long, unsigned long, char const*, unsigned long)",
+         "std::__cxx11::basic_string::_M_replace"},
+        {"c10::DefaultCPUAllocator::allocate(unsigned long) const",
+         "c10::DefaultCPUAllocator::allocate"},
+        {"void at::native::(anonymous namespace)::cpu_kernel<float>(at::TensorIteratorBase&, "
+         "float)",
+         "at::native::(anonymous namespace)::cpu_kernel"},
+        {"unsigned long ns::count<int>(int) &&", "ns::count"},
+        {"ns::Functor::operator()(int) const", "ns::Functor::operator()"},
+        {"std::ostream& std::operator<< <std::char_traits<char> >(std::ostream&, char const*)",
+         "std::operator<<"},
+        {"ns::Cmp::operator<(ns::Cmp const&) const", "ns::Cmp::operator<"},
+        {"operator new(unsigned long)", "operator new"},
+        {"operator delete[](void*, unsigned long)", "operator delete[]"},
+        {"ns::Str::operator std::basic_string<char>() const",
+         "ns::Str::operator std::basic_string<char>"},
+        {"at::foo(int)::{lambda(int)#1}::operator()(int) const", "at::foo::{lambda#1}::operator()"},
+        {"std::function<void (int)>::operator()(int) const", "std::function::operator()"},
+        {"ns::f[abi:cxx11](int)", "ns::f"},
+        {"ns::g(int (&) [3]) [clone .isra.0]", "ns::g"},
+        {"std::vector<int, std::allocator<int> >::push_back(int const&)", "std::vector::push_back"},
+    };
+    char buf[256];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *got = gp_function_short_name(cases[i][0], buf, sizeof buf);
+        if (strcmp(got, cases[i][1]) != 0)
+            fail_msg("'%s' -> '%s', expected '%s'", cases[i][0], got, cases[i][1]);
+    }
+    /* Nothing to drop, or not a name it reads: the name itself, not a copy. */
+    static const char *const kept[] = {
+        "malloc",    "libtorch_cpu.so.1.13+0x1e04278", "ns::h(int", "ns::h)(", "a>b", "operator",
+        "void (int)"};
+    for (size_t i = 0; i < sizeof kept / sizeof *kept; i++)
+        assert_ptr_equal(gp_function_short_name(kept[i], buf, sizeof buf), kept[i]);
+    /* Too long for the buffer: the whole name. */
+    const char *name = "ns::long_function_name(int)";
+    assert_ptr_equal(gp_function_short_name(name, buf, 8), name);
+}
+
 static void test_mangled_symbol(void **state)
 {
     gp_symbolizer *s = *state;
@@ -574,6 +623,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_return_address, setup, teardown),
         cmocka_unit_test_setup_teardown(test_inlined_function, setup, teardown),
         cmocka_unit_test_setup_teardown(test_demangle, setup, teardown),
+        cmocka_unit_test(test_short_name),
         cmocka_unit_test_setup_teardown(test_mangled_symbol, setup, teardown),
         cmocka_unit_test_setup_teardown(test_libc_malloc, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_file, setup, teardown),

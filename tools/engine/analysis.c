@@ -2025,18 +2025,24 @@ static bool is_python_library(const gp_symbol *s)
            !strncmp(file, "<frozen importlib", 17);
 }
 
-/* "function (file:line)" for native frames; "file:line (function)" for Python frames, as Python
- * tracebacks put them. */
+/* "function (file:line)" for native frames, a C++ function by its short name
+ * (gp_function_short_name); "file:line (function)" for Python frames, as Python tracebacks put
+ * them. */
 static const char *frame_text(const gp_symbol *s, char *buf, size_t size)
 {
     if (is_python(s) && s->file) {
         const char *base = strrchr(s->file, '/');
         snprintf(buf, size, "%s:%d (%s)", base ? base + 1 : s->file, s->line, s->function);
-    } else if (s->file && s->line > 0) {
+        return buf;
+    }
+    char name[1024];
+    const char *fn =
+        s->resolved ? gp_function_short_name(s->function, name, sizeof name) : s->function;
+    if (s->file && s->line > 0) {
         const char *base = strrchr(s->file, '/');
-        snprintf(buf, size, "%s (%s:%d)", s->function, base ? base + 1 : s->file, s->line);
+        snprintf(buf, size, "%s (%s:%d)", fn, base ? base + 1 : s->file, s->line);
     } else {
-        snprintf(buf, size, "%s", s->function);
+        snprintf(buf, size, "%s", fn);
     }
     return buf;
 }
@@ -2428,15 +2434,51 @@ static int by_label_then_key(const void *pa, const void *pb)
     return strcmp(a->key, b->key);
 }
 
-/* "LABEL via F" (F the frame of key after its first lcp frames) or "LABEL (outermost)". */
-static char *label_via(const char *label, const char *key, size_t lcp)
+/* Frame n of key (its first is 0) and its length; NULL and 0 past the end. */
+static const char *key_frame(const char *key, size_t n, size_t *len)
 {
-    const char *f = key;
-    for (size_t k = 0; k < lcp && f; k++) {
-        f = strchr(f, ';');
-        f = f ? f + 1 : NULL;
+    for (size_t k = 0; k < n && key; k++) {
+        key = strchr(key, ';');
+        key = key ? key + 1 : NULL;
     }
-    size_t flen = f ? strcspn(f, ";") : 0, llen = strlen(label);
+    *len = key ? strcspn(key, ";") : 0;
+    return key;
+}
+
+/* Frame n of key by its short name (gp_function_short_name), in buf (2 * size bytes); NULL past
+ * the end or for a frame of size bytes or more. */
+static const char *key_short_frame(const char *key, size_t n, char *buf, size_t size)
+{
+    size_t len;
+    const char *f = key_frame(key, n, &len);
+    if (!f || len >= size)
+        return NULL;
+    memcpy(buf, f, len);
+    buf[len] = '\0';
+    return gp_function_short_name(buf, buf + size, size);
+}
+
+/* Whether frame n of keys a and b, which differ there, reads the same by their short names: two
+ * overloads of one function. */
+static bool same_short_frame(const char *a, const char *b, size_t n)
+{
+    char ba[2048], bb[2048];
+    const char *sa = key_short_frame(a, n, ba, sizeof ba / 2),
+               *sb = key_short_frame(b, n, bb, sizeof bb / 2);
+    return sa && sb && !strcmp(sa, sb);
+}
+
+/* "LABEL via F" (F frame lcp of key, by its short name when `shorten`) or "LABEL (outermost)" when
+ * key has no frame there. */
+static char *label_via(const char *label, const char *key, size_t lcp, bool shorten)
+{
+    size_t flen, llen = strlen(label);
+    const char *f = key_frame(key, lcp, &flen), *short_f;
+    char buf[2048];
+    if (flen && shorten && (short_f = key_short_frame(key, lcp, buf, sizeof buf / 2))) {
+        f = short_f;
+        flen = strlen(f);
+    }
     static const char via[] = " via ", outermost[] = " (outermost)";
     char *s = malloc(llen + (flen ? sizeof via - 1 + flen : sizeof outermost - 1) + 1);
     if (!s)
@@ -2507,11 +2549,15 @@ int gp_labels_distinct(const char *const *labels, const char *const *keys, size_
         bool after = b < m && by[b].label == by[a].label;
         if (!before && !after)
             continue; /* the only key with its label */
-        size_t lcp = before ? common_frames(by[a - 1].key, by[a].key) : 0, c;
-        if (after && (c = common_frames(by[b].key, by[a].key)) > lcp)
-            lcp = c;
+        size_t lcp_before = before ? common_frames(by[a - 1].key, by[a].key) : 0;
+        size_t lcp_after = after ? common_frames(by[b].key, by[a].key) : 0;
+        size_t lcp = lcp_before > lcp_after ? lcp_before : lcp_after;
+        /* the frame where the key parts by its short name, unless that is the neighbour's too */
+        bool shorten =
+            !(before && lcp_before == lcp && same_short_frame(by[a - 1].key, by[a].key, lcp)) &&
+            !(after && lcp_after == lcp && same_short_frame(by[b].key, by[a].key, lcp));
         for (size_t i = a; i < b && rc == 0; i++)
-            if (!(out[by[i].i] = label_via(labels[by[i].i], by[i].key, lcp)))
+            if (!(out[by[i].i] = label_via(labels[by[i].i], by[i].key, lcp, shorten)))
                 rc = -1;
     }
     free(by);

@@ -136,6 +136,95 @@ char *gp__sym_demangle(const char *name)
     return out;
 }
 
+/* ---- names as tables show them ------------------------------------------------------------ */
+
+static bool sym_ident_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+/* The length of the operator's name after the word "operator" at `p` ("()", "<<", " new[]",
+ * " unsigned long"), up to the '(' of its parameter list; 0 when `p` is no operator name. */
+static size_t sym_operator_len(const char *p)
+{
+    if (!strncmp(p, "()", 2) || !strncmp(p, "[]", 2))
+        return 2;
+    if (*p == ' ') { /* new, delete, a conversion: up to the parameter list */
+        size_t n = strcspn(p, "(");
+        return p[n] ? n : 0;
+    }
+    size_t n = strspn(p, "+-*/%^&|~!=<>,");
+    return n && (p[n] == '(' || (p[n] == ' ' && p[n + 1] == '<')) ? n : 0; /* "<< <T>(" */
+}
+
+const char *gp_function_short_name(const char *name, char *buf, size_t size)
+{
+    if (!strpbrk(name, "(<[ ") || size == 0)
+        return name; /* a C name, or a fallback */
+    static const char anon[] = "(anonymous namespace)";
+    size_t o = 0, start = 0; /* start: after the return type, if there is one */
+    int braces = 0;
+    for (const char *p = name; *p;) {
+        size_t copy = 1;
+        bool op = false;
+        if (!strncmp(p, anon, sizeof anon - 1)) {
+            copy = sizeof anon - 1;
+        } else if (!strncmp(p, "operator", 8) && (p == name || !sym_ident_char(p[-1])) &&
+                   !sym_ident_char(p[8])) {
+            size_t n = sym_operator_len(p + 8);
+            if (n == 0)
+                return name;
+            copy = 8 + n;
+            op = true;
+        } else if (*p == '<' || *p == '(' || *p == '[') {
+            /* template arguments, parameters or an ABI tag: dropped, with what they hold */
+            int d = 0;
+            do {
+                if (*p == '<' || *p == '(' || *p == '[')
+                    d++;
+                else if (*p == '>' || *p == ')' || *p == ']')
+                    d--;
+                p++;
+            } while (*p && d > 0);
+            if (d != 0)
+                return name;
+            /* a parameter list's qualifiers, a clone's suffix */
+            for (;;) {
+                static const char *const after[] = {" const", " volatile", " &&", " &",
+                                                    " noexcept"};
+                size_t k = 0, n = 0;
+                for (; k < sizeof after / sizeof *after; k++)
+                    if (!strncmp(p, after[k], n = strlen(after[k])) && !sym_ident_char(p[n]))
+                        break;
+                if (k < sizeof after / sizeof *after)
+                    p += n;
+                else if (!strncmp(p, " [clone ", 8) && strchr(p, ']'))
+                    p = strchr(p, ']') + 1;
+                else
+                    break;
+            }
+            continue;
+        } else if (*p == '>' || *p == ')' || *p == ']') {
+            return name; /* unbalanced: not a name this reads */
+        } else if (*p == '{') {
+            braces++;
+        } else if (*p == '}') {
+            braces--;
+        } else if (*p == ' ' && braces == 0) { /* what came before is the return type */
+            start = o + 1;
+        }
+        if (o + copy >= size)
+            return name;
+        memcpy(buf + o, p, copy);
+        o += copy;
+        p += copy;
+        if (op && p[0] == ' ' && p[1] == '<')
+            p++; /* the space between an operator and its template arguments */
+    }
+    buf[o] = '\0';
+    return start < o && braces == 0 ? buf + start : name;
+}
+
 /* ---- string interning --------------------------------------------------------------------- */
 
 /* The hash of a string for the string table. */

@@ -43,6 +43,7 @@
 #define GRADPROF_TOOLS_SYMBOLIZE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -116,6 +117,14 @@ gp_sym_quality gp_symbolizer_module_quality(gp_symbolizer *s, uint32_t module_id
 
 /* The lookup counters so far. */
 gp_sym_stats gp_symbolizer_stats(const gp_symbolizer *s);
+
+/* A demangled C++ function name as a table shows it: the qualified name without return type,
+ * parameter lists, template arguments, ABI tags, qualifiers or clone suffix
+ * ("std::vector<int>::push_back(int const&) const" -> "std::vector::push_back", as pprof shows
+ * names); operator names and "(anonymous namespace)" are kept. Returns `name` itself when there
+ * is nothing to drop or it does not read as C++ (unbalanced, or longer than `size`), else a
+ * string in `buf`. */
+const char *gp_function_short_name(const char *name, char *buf, size_t size);
 
 /* Demangles a C++ (Itanium ABI, "_Z...") name into a malloc'd string the caller frees; NULL when
  * `name` is not a mangled name or out of memory. Exposed for tests. */
