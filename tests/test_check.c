@@ -414,7 +414,7 @@ static void test_region(void **state)
 /* A program that ran backward (the detectors fixture: gradients inside a backward region) and is
  * failed by forbid over the whole run gets a hint naming --region inference; not once the rules
  * are scoped to a region, nor a program that never ran backward (mlp_grad). */
-static void test_training_hint(void **state)
+static void test_backward_hint(void **state)
 {
     (void)state;
     gp_check_rules rules;
@@ -422,14 +422,48 @@ static void test_training_hint(void **state)
     gp_profile *p = load(FIXTURE("detectors"));
     gp_check_result *r = run(p, &rules);
     assert_non_null(find(r, "forbid", LP_CAT_GRADIENT));
-    contains(r->hint, "ran backward 1 time (it trains)");
+    contains(r->hint, "ran backward 1 time: forbid counts the graphs backward needed too");
     contains(r->hint, "'--region inference' judges its evaluation alone");
+    contains(r->hint, "which built graphs too"); /* its inference region made 12 KiB of graph */
     gp_check_result_free(r);
     const char *regions[] = {"inference"};
     rules.regions = regions;
     rules.n_regions = 1;
     r = run(p, &rules);
     assert_string_equal(r->hint, "");
+    gp_check_result_free(r);
+    gp_profile_free(p);
+
+    /* a training step, then an evaluation that builds no graph */
+    tb *b = tb_open(tmp_path("train_eval.gptrace"), "train_eval");
+    assert_non_null(b);
+    tb_thread(b, 1, "main");
+    tb_at(b, 1000);
+    tb_alloc(b, 0x1000, 256, 0);
+    tb_tag(b, 0x1000, 256, LP_CAT_SAVED, "relu", "m", NULL, true, 0);
+    tb_region_push(b, "backward");
+    tb_free(b, 0x1000);
+    tb_region_pop(b);
+    tb_at(b, 2000);
+    tb_region_push(b, "inference");
+    tb_alloc(b, 0x2000, 128, 0);
+    tb_tag(b, 0x2000, 128, LP_CAT_ACTIVATION, "relu", "m", NULL, false, 0);
+    tb_free(b, 0x2000);
+    tb_region_pop(b);
+    tb_end(b);
+    assert_int_equal(tb_close(b), 0);
+    gp_check_rules_default(&rules);
+    p = load(tmp_path("train_eval.gptrace"));
+    r = run(p, &rules);
+    assert_non_null(find(r, "forbid", LP_CAT_SAVED));
+    contains(r->hint, "ran backward 1 time: ");
+    contains(r->hint, "'--region inference' judges its evaluation alone (the calls of a model in "
+                      "eval mode), which built none");
+    gp_check_result_free(r);
+    rules.regions = regions;
+    rules.n_regions = 1;
+    r = run(p, &rules);
+    assert_int_equal(r->verdict, GP_CHECK_PASSED);
     gp_check_result_free(r);
     gp_profile_free(p);
 
@@ -553,7 +587,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_every_save_seen, setup, teardown),
         cmocka_unit_test(test_forbid),
         cmocka_unit_test(test_region),
-        cmocka_unit_test(test_training_hint),
+        cmocka_unit_test_setup_teardown(test_backward_hint, setup, teardown),
         cmocka_unit_test(test_peak_growth_leaks),
         cmocka_unit_test(test_baseline),
     };

@@ -2130,7 +2130,7 @@ size_t gp_site_program_frames(gp_profile *p, uint32_t stack, const char **frames
         frame_info *f = stack_frame(p, id, &parent);
         if (!f)
             break;
-        if (f->sym && is_python(f->sym) && !is_python_library(f->sym))
+        if (is_python(f->sym) && !is_python_library(f->sym))
             frames[n++] = frame_label(p, f);
     }
     return n;

@@ -569,9 +569,10 @@ static void judge(gp_check_result *r, const gp_profile *p, const gp_check_rules 
         doubt_add(r, GP_EUNCLASSIFIED, "--allow-unclassified", o->allow_unclassified, why);
 }
 
-/* The hint of a program that trains (it ran backward) failed by `forbid` over the whole run:
- * its training graphs count too, where the user likely meant its evaluation. */
-static void hint_training(gp_check_result *r, const gp_profile *p, const gp_check_rules *o)
+/* The hint of a program that ran backward (it trains, or asks for gradients of its inputs) and
+ * failed `forbid` over the whole run: the graphs backward needed count too, where the user likely
+ * meant its evaluation. */
+static void hint_backward(gp_check_result *r, const gp_profile *p, const gp_check_rules *o)
 {
     const gp_region_stats *backward = find_region(p, LP_REGION_BACKWARD);
     bool forbid_failed = false;
@@ -581,16 +582,20 @@ static void hint_training(gp_check_result *r, const gp_profile *p, const gp_chec
         return;
     const gp_region_stats *inference = find_region(p, LP_REGION_INFERENCE);
     int n = snprintf(r->hint, sizeof r->hint,
-                     "the program ran backward %llu time%s (it trains): forbid counts the graphs "
-                     "of its training steps too; ",
+                     "the program ran backward %llu time%s: forbid counts the graphs backward "
+                     "needed too; ",
                      (unsigned long long)backward->entries, backward->entries == 1 ? "" : "s");
+    const char *then =
+        !inference || !inference->entries
+            ? "'--region NAME' scopes it to a region of the trace, '--forbid none' keeps the "
+              "other rules"
+        : inference->graph_bytes
+            ? "'--region inference' judges its evaluation alone (the calls of a model in eval "
+              "mode), which built graphs too"
+            : "'--region inference' judges its evaluation alone (the calls of a model in eval "
+              "mode), which built none";
     if (n > 0 && (size_t)n < sizeof r->hint)
-        snprintf(r->hint + n, sizeof r->hint - (size_t)n, "%s",
-                 inference && inference->entries
-                     ? "'--region inference' judges its evaluation alone (the calls of a model "
-                       "in eval mode)"
-                     : "'--region NAME' scopes it to a region of the trace, '--forbid none' "
-                       "keeps the other rules");
+        snprintf(r->hint + n, sizeof r->hint - (size_t)n, "%s", then);
 }
 
 static void evaluate(builder *b, const gp_profile *p, const gp_check_rules *o)
@@ -651,7 +656,7 @@ int gp_check_run(const gp_profile *p, const gp_check_rules *rules, gp_check_resu
         r->rules_failed += r->rules[i].n > 0;
         r->rules_skipped += r->rules[i].skipped[0] != '\0';
     }
-    hint_training(r, p, rules);
+    hint_backward(r, p, rules);
     r->verdict = r->n_violations ? GP_CHECK_FAILED : GP_CHECK_PASSED;
     for (size_t i = 0; i < r->n_doubts; i++)
         if (!r->doubts[i].accepted)
