@@ -81,6 +81,36 @@ static void test_first_rule_wins_and_outermost_op(void **state)
     gp_rules_free(r);
 }
 
+/* A pattern matches the name without its parameters, templates kept, or the name as the tables
+ * show it (gp_function_short_name), as a user copies it from a report. */
+static void test_names_as_shown(void **state)
+{
+    (void)state;
+    char err[256];
+    gp_rules *r = gp_rules_parse("activation std::vector::push_back\n"
+                                 "temporary std::vector<int>::*\n"
+                                 "op ns::Kernel::run_*\n"
+                                 "boundary ns::(anonymous*)::enter\n",
+                                 "t", err, sizeof err);
+    assert_non_null(r);
+    gp_rule_match m;
+    gp_rules_match(r, "std::vector<long, std::allocator<long> >::push_back(long const&)", &m);
+    assert_int_equal(m.rule, 0);
+    gp_rules_match(r, "std::vector<int>::reserve(unsigned long)", &m); /* templates kept */
+    assert_int_equal(m.rule, 1);
+    assert_int_equal(m.category, LP_CAT_TEMPORARY);
+    gp_rules_match(r, "void ns::Kernel<float>::run_relu<4>(float*) const", &m);
+    assert_int_equal(m.rule, -1);
+    assert_string_equal(m.op, "relu");
+    gp_rules_match(r, "int ns::(anonymous namespace)::enter<int>(int)", &m);
+    assert_true(m.boundary);
+    gp_rules_match(r, "std::list<int>::push_back(int const&)", &m);
+    assert_int_equal(m.rule, -1);
+    assert_string_equal(m.op, "");
+    assert_false(m.boundary);
+    gp_rules_free(r);
+}
+
 static void test_builtin_pytorch_rules(void **state)
 {
     gp_rules *r = gp_rules_default();
@@ -192,6 +222,7 @@ int main(void)
         cmocka_unit_test(test_glob),
         cmocka_unit_test(test_parse_errors_name_the_line),
         cmocka_unit_test(test_first_rule_wins_and_outermost_op),
+        cmocka_unit_test(test_names_as_shown),
         cmocka_unit_test(test_builtin_pytorch_rules),
         cmocka_unit_test(test_boundary),
     };

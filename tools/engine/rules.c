@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "symbolize.h" /* gp_function_short_name */
+
 typedef struct rule {
     bool is_op;           /* an "op" rule */
     bool aten;            /* an op rule whose capture is an ATen operator's (struct) name */
@@ -282,19 +284,28 @@ void gp_rules_match(const gp_rules *r, const char *function, gp_rule_match *m)
     m->boundary = false;
     if (!r)
         return;
-    char name[1024];
+    char name[1024], shown_buf[1024];
     strip_params(function, name, sizeof name);
+    /* the name as the tables show it, for a pattern copied from a report */
+    const char *shown = gp_function_short_name(function, shown_buf, sizeof shown_buf);
+    if (!strcmp(shown, name))
+        shown = NULL;
     for (size_t k = 0; k < r->n; k++) {
         const rule *it = &r->items[k];
+        const char *hit = gp__glob(it->pattern, name) ? name : NULL;
+        if (!hit && shown && gp__glob(it->pattern, shown))
+            hit = shown;
+        if (!hit)
+            continue;
         if (it->is_op) {
-            if (!m->op[0] && gp__glob(it->pattern, name)) {
-                capture(it->pattern, name, m->op, sizeof m->op);
+            if (!m->op[0]) {
+                capture(it->pattern, hit, m->op, sizeof m->op);
                 if (it->aten)
                     aten_name(m->op, sizeof m->op);
             }
         } else if (it->is_boundary) {
-            m->boundary = m->boundary || gp__glob(it->pattern, name);
-        } else if (m->rule < 0 && gp__glob(it->pattern, name)) {
+            m->boundary = true;
+        } else if (m->rule < 0) {
             m->rule = (int)k;
             m->category = it->category;
         }

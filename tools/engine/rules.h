@@ -21,7 +21,8 @@ gp_rules *gp_rules_load(const char *path, char *err, size_t err_size);
 gp_rules *gp_rules_default(void);
 void gp_rules_free(gp_rules *r); /* NULL is a no-op */
 
-/* What one frame's function says (parameter lists are ignored): `rule`, the index of the first
+/* What one frame's function says (a pattern matches its name without the parameter lists, or
+ * its short name as the tables show it: gp_function_short_name): `rule`, the index of the first
  * category rule it matches (-1 if none) and that rule's category; `op`, the label an op rule
  * captures from it ("" if none); `boundary`, whether a boundary rule matches it. A stack's
  * classification combines its frames inside the innermost boundary frame (the frames outside it
