@@ -1,12 +1,14 @@
 /*
  * libFuzzer harness: the frame-rules parser (gp_rules_parse) on the input as text, then matching
- * a few function names against whatever parsed, so patterns and captures are exercised.
+ * a few function names against whatever parsed, so patterns and captures are exercised; and the
+ * input as a demangled name to shorten (gp_function_short_name, which rules match too).
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "rules.h"
+#include "symbolize.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -17,7 +19,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     memcpy(text, data, size);
     text[size] = '\0';
-    char err[512];
+    char err[512], shown[64];
+    const char *s = gp_function_short_name(text, shown, sizeof shown);
+    if (s != text && strlen(s) >= sizeof shown) /* a short name fits the buffer it was given */
+        abort();
     gp_rules *r = gp_rules_parse(text, "fuzz.rules", err, sizeof err);
     if (r) {
         static const char *const functions[] = {
