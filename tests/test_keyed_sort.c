@@ -234,10 +234,57 @@ static void test_labels_random_against_reference(void **state)
     }
 }
 
+/* Names in the tables' tie order: digit runs by value, the rest by byte, a total order. */
+static void test_natural_order(void **state)
+{
+    (void)state;
+    static const char *const ascending[] = {"",
+                                            "0",
+                                            "1",
+                                            "2",
+                                            "10",
+                                            "a",
+                                            "enc.2",
+                                            "enc.10",
+                                            "encoder_layer_2",
+                                            "encoder_layer_10",
+                                            "tensor.c:54",
+                                            "tensor.c:120",
+                                            "x9y",
+                                            "x10a"};
+    size_t n = sizeof ascending / sizeof *ascending;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < n; j++) {
+            int c = gp_natural_cmp(ascending[i], ascending[j]);
+            if ((i < j && c >= 0) || (i > j && c <= 0) || (i == j && c != 0))
+                fail_msg("'%s' vs '%s': %d", ascending[i], ascending[j], c);
+        }
+    /* equal by value, still ordered and never 0 */
+    assert_true(gp_natural_cmp("07", "7") != 0);
+    assert_true(gp_natural_cmp("07", "7") == -gp_natural_cmp("7", "07"));
+    /* antisymmetric and transitive on random names of digits and letters */
+    char names[200][8];
+    for (size_t i = 0; i < 200; i++) {
+        size_t len = rng(7);
+        for (size_t k = 0; k < len; k++)
+            names[i][k] = "0019ab_"[rng(7)];
+        names[i][len] = '\0';
+    }
+    for (size_t i = 0; i < 200; i++)
+        for (size_t j = 0; j < 200; j++) {
+            int ij = gp_natural_cmp(names[i], names[j]), ji = gp_natural_cmp(names[j], names[i]);
+            assert_true((ij > 0) == (ji < 0) && (ij == 0) == (strcmp(names[i], names[j]) == 0));
+            for (size_t k = 0; ij < 0 && k < 200; k += 7)
+                if (gp_natural_cmp(names[j], names[k]) < 0)
+                    assert_true(gp_natural_cmp(names[i], names[k]) < 0);
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sort_keyed_like_qsort),
+        cmocka_unit_test(test_natural_order),
         cmocka_unit_test(test_labels_by_hand),
         cmocka_unit_test(test_labels_random_against_reference),
     };

@@ -2390,6 +2390,35 @@ static size_t *sorted(size_t n, const gp_stats *(*get)(const gp_profile *, size_
 static const gp_stats *site_stats(const gp_profile *p, size_t i) { return &p->sites[i].stats; }
 static const gp_stats *tag_stats(const gp_profile *p, size_t i) { return &p->tag_keys[i].stats; }
 
+int gp_natural_cmp(const char *a, const char *b)
+{
+    const char *a0 = a, *b0 = b;
+    while (*a && *b) {
+        if (*a >= '0' && *a <= '9' && *b >= '0' && *b <= '9') {
+            while (a[0] == '0' && a[1] >= '0' && a[1] <= '9')
+                a++;
+            while (b[0] == '0' && b[1] >= '0' && b[1] <= '9')
+                b++;
+            size_t la = strspn(a, "0123456789"), lb = strspn(b, "0123456789");
+            if (la != lb)
+                return la < lb ? -1 : 1;
+            int c = memcmp(a, b, la);
+            if (c)
+                return c;
+            a += la;
+            b += lb;
+        } else if (*a != *b) {
+            return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
+        } else {
+            a++;
+            b++;
+        }
+    }
+    if (*a || *b)
+        return *a ? 1 : -1;
+    return strcmp(a0, b0);
+}
+
 size_t *gp_sites_by(const gp_profile *p, const char *measure)
 {
     return sorted(p->n_sites, site_stats, p, measure);

@@ -378,6 +378,11 @@ const char *gp_site_key(gp_profile *p, uint32_t stack);
  * NULL then). */
 int gp_labels_distinct(const char *const *labels, const char *const *keys, size_t n, char **out);
 
+/* The order of names where the tables break ties: runs of digits compare as numbers
+ * ("encoder_layer_2" before "encoder_layer_10", "tensor.c:54" before "tensor.c:120"), the rest
+ * byte by byte; names equal that way ("07", "7") by strcmp, so the order is total. */
+int gp_natural_cmp(const char *a, const char *b);
+
 /* Sorting helpers: return arrays of indexes (caller frees) ordered by the given measure. */
 size_t *gp_sites_by(const gp_profile *p, const char *measure); /* "peak", "total", "count", "leaked" */
 size_t *gp_tag_keys_by(const gp_profile *p, const char *measure);

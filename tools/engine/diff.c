@@ -140,11 +140,11 @@ static int row_by_delta(const void *pa, const void *pb)
         return a->a_bytes > b->a_bytes ? -1 : 1;
     if (a->category != b->category)
         return a->category < b->category ? -1 : 1;
-    int c = strcmp(a->module, b->module);
+    int c = gp_natural_cmp(a->module, b->module);
     if (c)
         return c;
-    c = strcmp(a->op, b->op);
-    return c ? c : strcmp(a->key, b->key);
+    c = gp_natural_cmp(a->op, b->op);
+    return c ? c : strcmp(a->key, b->key); /* keys are not shown: the faster order */
 }
 
 static int row_by_held(const void *pa, const void *pb)

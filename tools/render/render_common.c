@@ -260,7 +260,7 @@ static int cmp_u64_desc(uint64_t a, uint64_t b)
 
 static int cmp_str(const char *a, const char *b)
 {
-    return strcmp(a ? a : "", b ? b : "");
+    return gp_natural_cmp(a ? a : "", b ? b : "");
 }
 
 static int cmp_index(size_t a, size_t b)
@@ -284,8 +284,8 @@ static size_t *index_array(size_t n)
  * numbers are common (one allocation of 32 bytes...), so the order is made in passes on plain
  * arrays instead of a qsort whose comparator reads the site and symbolizes its label: sort by
  * (measure, total bytes, index); then, only for runs that tie on both numbers, look up the
- * labels, rank the distinct labels by strcmp (equal strings share a rank) and sort each run by
- * (rank, index). The result is the order of (measure desc, total desc, label, index).
+ * labels, rank the distinct labels by gp_natural_cmp (equal strings share a rank) and sort each
+ * run by (rank, index). The result is the order of (measure desc, total desc, label, index).
  */
 typedef struct site_key {
     uint64_t measure, total;
@@ -429,7 +429,7 @@ static uint32_t label_set_id(label_set *ls, const char *s)
 
 static int cmp_label_ptr(const void *a, const void *b)
 {
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
+    return gp_natural_cmp(*(const char *const *)a, *(const char *const *)b);
 }
 
 /* (rank, index) of a tied site, sorted within its run. */
@@ -448,8 +448,8 @@ static int cmp_rank_index(const void *a, const void *b)
 /* Orders each run ix[start[r]..start[r+1]) of sites tied on the numbers (runs of one need
  * nothing) by (label, index), for the runs that begin before position `want` (later ones stay in
  * index order: nobody reads them, and their labels would cost the most): labels are numbered by
- * pointer, the distinct ones ranked by strcmp (equal strings share a rank), then each run sorted
- * by (rank, index). -1 when out of memory. */
+ * pointer, the distinct ones ranked by gp_natural_cmp (equal strings share a rank), then each run
+ * sorted by (rank, index). -1 when out of memory. */
 static int rank_ties(gp_profile *p, size_t *ix, const uint32_t *start, size_t nruns, size_t want)
 {
     while (nruns > 0 && start[nruns - 1] >= want)
