@@ -2474,13 +2474,11 @@ static const char *key_frame(const char *key, size_t n, size_t *len)
     return key;
 }
 
-/* Frame n of key by its short name (gp_function_short_name), in buf (2 * size bytes); NULL past
- * the end or for a frame of size bytes or more. */
-static const char *key_short_frame(const char *key, size_t n, char *buf, size_t size)
+/* The frame f (len bytes, no NUL) by its short name (gp_function_short_name), in buf (2 * size
+ * bytes); NULL for a frame of size bytes or more. */
+static const char *short_frame(const char *f, size_t len, char *buf, size_t size)
 {
-    size_t len;
-    const char *f = key_frame(key, n, &len);
-    if (!f || len >= size)
+    if (len >= size)
         return NULL;
     memcpy(buf, f, len);
     buf[len] = '\0';
@@ -2491,9 +2489,11 @@ static const char *key_short_frame(const char *key, size_t n, char *buf, size_t 
  * overloads of one function. */
 static bool same_short_frame(const char *a, const char *b, size_t n)
 {
+    size_t la, lb;
+    const char *fa = key_frame(a, n, &la), *fb = key_frame(b, n, &lb);
     char ba[2048], bb[2048];
-    const char *sa = key_short_frame(a, n, ba, sizeof ba / 2),
-               *sb = key_short_frame(b, n, bb, sizeof bb / 2);
+    const char *sa = fa ? short_frame(fa, la, ba, sizeof ba / 2) : NULL;
+    const char *sb = fb ? short_frame(fb, lb, bb, sizeof bb / 2) : NULL;
     return sa && sb && !strcmp(sa, sb);
 }
 
@@ -2504,7 +2504,7 @@ static char *label_via(const char *label, const char *key, size_t lcp, bool shor
     size_t flen, llen = strlen(label);
     const char *f = key_frame(key, lcp, &flen), *short_f;
     char buf[2048];
-    if (flen && shorten && (short_f = key_short_frame(key, lcp, buf, sizeof buf / 2))) {
+    if (flen && shorten && (short_f = short_frame(f, flen, buf, sizeof buf / 2))) {
         f = short_f;
         flen = strlen(f);
     }

@@ -585,17 +585,17 @@ static void hint_backward(gp_check_result *r, const gp_profile *p, const gp_chec
                      "the program ran backward %llu time%s: forbid counts the graphs backward "
                      "needed too; ",
                      (unsigned long long)backward->entries, backward->entries == 1 ? "" : "s");
-    const char *then =
-        !inference || !inference->entries
-            ? "'--region NAME' scopes it to a region of the trace, '--forbid none' keeps the "
-              "other rules"
-        : inference->graph_bytes
-            ? "'--region inference' judges its evaluation alone (the calls of a model in eval "
-              "mode), which built graphs too"
-            : "'--region inference' judges its evaluation alone (the calls of a model in eval "
-              "mode), which built none";
-    if (n > 0 && (size_t)n < sizeof r->hint)
-        snprintf(r->hint + n, sizeof r->hint - (size_t)n, "%s", then);
+    if (n <= 0 || (size_t)n >= sizeof r->hint)
+        return;
+    if (!inference || !inference->entries)
+        snprintf(r->hint + n, sizeof r->hint - (size_t)n, "%s",
+                 "'--region NAME' scopes it to a region of the trace, '--forbid none' keeps the "
+                 "other rules");
+    else
+        snprintf(r->hint + n, sizeof r->hint - (size_t)n,
+                 "'--region inference' judges its evaluation alone (the calls of a model in eval "
+                 "mode), which built %s",
+                 inference->graph_bytes ? "graphs too" : "none");
 }
 
 static void evaluate(builder *b, const gp_profile *p, const gp_check_rules *o)
