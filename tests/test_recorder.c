@@ -783,12 +783,15 @@ static void *free_what_is_handed(void *arg)
 {
     (void)arg;
     for (;;) {
+        /* done is read before the exchange: the last block, handed before done was set, is
+         * then still taken (read after, done could hide a block handed in between) */
+        bool done = atomic_load(&relay.done);
         char *p = atomic_exchange(&relay.handed, NULL);
         if (p) {
             lp_free(p, 16, LP_DEVICE_HOST, LP_CAT_TEMPORARY);
             continue;
         }
-        if (atomic_load(&relay.done))
+        if (done)
             return NULL;
     }
 }
