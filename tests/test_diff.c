@@ -220,6 +220,17 @@ static void assert_sums(const gp_diff *d)
     }
     for (size_t i = 1; i < d->n_keys; i++)
         assert_true(d->keys[i - 1].delta >= d->keys[i].delta); /* sorted by delta, desc */
+    /* call sites: the changed rows first, sorted by held, their labels distinct; then the rest */
+    assert_true(d->n_call_sites_changed <= d->n_call_sites);
+    for (size_t i = 0; i < d->n_call_sites; i++) {
+        const gp_diff_row *r = &d->call_sites[i];
+        bool changed = r->delta != 0 || r->held_bytes != 0 || r->saved_inferred_bytes != 0;
+        assert_int_equal(changed, i < d->n_call_sites_changed);
+        if (i > 0 && changed)
+            assert_true(d->call_sites[i - 1].held_bytes >= r->held_bytes);
+        for (size_t k = 0; changed && k < i; k++)
+            assert_string_not_equal(d->call_sites[k].label, r->label);
+    }
     assert_int_equal(d->remainder.categories, 0);
     assert_int_equal(d->remainder.keys, 0);
     assert_int_equal(d->remainder.call_sites, 0);

@@ -215,6 +215,20 @@ static int order_layers(gp_diff_row *rows, size_t n, const gp_profile *a, const 
     return 0;
 }
 
+/* Moves the rows that changed or hold something (delta, held or saved bytes) before the rows
+ * that both runs hold alike, keeping no order; returns how many changed. */
+static size_t changed_first(gp_diff_row *rows, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (rows[i].delta != 0 || rows[i].held_bytes != 0 || rows[i].saved_inferred_bytes != 0) {
+            gp_diff_row r = rows[k];
+            rows[k++] = rows[i];
+            rows[i] = r;
+        }
+    return k;
+}
+
 /* Call sites whose labels collide get the first frame where their keys part appended
  * (gp_labels_distinct). Returns 0 or -1 (out of memory). */
 static int disambiguate_sites(gp_diff *d, gp_diff_row *rows, size_t n)
@@ -626,10 +640,12 @@ int gp_diff_compute(gp_profile *a, gp_profile *b, const gp_align *al, const char
     if (build_rows(&tb, T_MODULES, &d->modules, &d->n_modules))
         goto oom;
     qsort(d->modules, d->n_modules, sizeof *d->modules, row_by_held);
-    if (build_rows(&tb, T_SITES, &d->call_sites, &d->n_call_sites) ||
-        disambiguate_sites(d, d->call_sites, d->n_call_sites))
+    if (build_rows(&tb, T_SITES, &d->call_sites, &d->n_call_sites))
         goto oom;
-    qsort(d->call_sites, d->n_call_sites, sizeof *d->call_sites, row_by_held);
+    d->n_call_sites_changed = changed_first(d->call_sites, d->n_call_sites);
+    if (disambiguate_sites(d, d->call_sites, d->n_call_sites_changed))
+        goto oom;
+    qsort(d->call_sites, d->n_call_sites_changed, sizeof *d->call_sites, row_by_held);
     d->remainder.call_sites = d->aligned_delta - sum_delta(d->call_sites, d->n_call_sites);
     if (build_rows(&tb, T_LAYERS, &d->layers, &d->n_layers))
         goto oom;

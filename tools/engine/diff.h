@@ -111,8 +111,12 @@ typedef struct gp_diff {
     size_t n_ops; /* (op, module), held desc then delta desc */
     gp_diff_row *modules;
     size_t n_modules; /* module, held desc then delta desc */
+    /* call sites (gp_site_key): first the n_call_sites_changed rows that changed or hold
+     * something (delta, held or saved bytes), held desc then delta desc, their labels distinct;
+     * then the rest, rows that both runs hold alike (most of a PyTorch program's 10^5), in no
+     * order and with labels that may repeat: no table shows them one by one */
     gp_diff_row *call_sites;
-    size_t n_call_sites; /* gp_site_key, held desc then delta desc */
+    size_t n_call_sites, n_call_sites_changed;
     gp_diff_row *layers;
     size_t n_layers; /* module paths in model order: by when A first entered their regions (a
                         parent before its children), then B-only ones, then those without a

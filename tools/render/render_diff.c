@@ -463,10 +463,8 @@ static void json_rows(gp__jw *j, const gp_diff *d)
     /* Call sites that neither changed nor hold anything for the graph are left out (a PyTorch
      * program has 10^5 of them); the deltas of the rows written still add up. */
     gp__jw_array(j, "call_sites", false);
-    for (size_t i = 0; i < d->n_call_sites; i++) {
+    for (size_t i = 0; i < d->n_call_sites_changed; i++) {
         const gp_diff_row *r = &d->call_sites[i];
-        if (r->delta == 0 && r->held_bytes == 0 && r->saved_inferred_bytes == 0)
-            continue;
         gp__jw_object(j, NULL, true);
         json_str(j, "label", r->label);
         json_str(j, "key", r->key);

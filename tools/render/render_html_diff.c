@@ -255,10 +255,11 @@ int gp_render_html_diff(FILE *out, const gp_diff *d, const gp_render_options *o)
     static const char *const scols[] = {"call site", "#A", "#B", "#delta", "#held by graph"};
     if (gp_diff_has_stacks(d))
         diff_table(out, d, "sites", "Per call site",
-                   "Matched across runs by symbolized frames (hover a site for its key).",
-                   d->call_sites, d->n_call_sites, gp__html_limit_rows(d->n_call_sites, o), scols,
-                   5, labels_site, false, "peak delta minus the call-site deltas",
-                   d->remainder.call_sites);
+                   "The sites that changed or hold something, matched across runs by "
+                   "symbolized frames (hover a site for its key).",
+                   d->call_sites, d->n_call_sites_changed,
+                   gp__html_limit_rows(d->n_call_sites_changed, o), scols, 5, labels_site, false,
+                   "peak delta minus the call-site deltas", d->remainder.call_sites);
     else
         fputs("<section id=\"sites\">\n<h2>Per call site</h2>\n<p "
               "class=\"note\">None: " GP__NO_STACKS_NOTE ".</p>\n</section>\n",
