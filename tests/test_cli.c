@@ -1082,6 +1082,19 @@ static void test_run_exit_status(void **state)
     contains(S.err, "trace written to gradprof.sh.");
 }
 
+/* A program that starts many processes: each writes a trace, and the message names a few. */
+static void test_run_many_processes(void **state)
+{
+    expect_rc(gradprof("run -o many.gptrace -- /bin/sh -c 'for i in 1 2 3 4 5 6; do /bin/true; "
+                       "done'"),
+              0);
+    assert_int_equal(count_files("many.gptrace"), 7);
+    contains(S.err, "gradprof: 7 traces written (each process the program started writes its "
+                    "own): many.gptrace, many.gptrace.");
+    contains(S.err, ", ..., many.gptrace.");
+    one_line_error();
+}
+
 static void test_run_not_found(void **state)
 {
     expect_rc(gradprof("run -- /nonexistent/program"), 127);
@@ -1279,6 +1292,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_run_mlp_infer, setup, teardown),
 #endif
         cmocka_unit_test_setup_teardown(test_run_python_stacks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_run_many_processes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_run_exit_status, setup, teardown),
         cmocka_unit_test_setup_teardown(test_run_not_found, setup, teardown),
         cmocka_unit_test_setup_teardown(test_run_output, setup, teardown),

@@ -139,11 +139,16 @@ int gp_cmd_run(int argc, char **argv)
                     "no trace was written to %s (a static or setuid program, or one that "
                     "clears LD_PRELOAD, is not profiled; see the messages above)",
                     templ);
-    } else {
+    } else if (r.n_traces <= 4) {
         fprintf(stderr, "gradprof: trace written to ");
         for (size_t i = 0; i < r.n_traces; i++)
             fprintf(stderr, "%s%s", i ? ", " : "", r.traces[i]);
         fputc('\n', stderr);
+    } else { /* a program that forks hundreds of workers: the first three and the last named */
+        fprintf(stderr,
+                "gradprof: %zu traces written (each process the program started writes its "
+                "own): %s, %s, %s, ..., %s\n",
+                r.n_traces, r.traces[0], r.traces[1], r.traces[2], r.traces[r.n_traces - 1]);
     }
     int code = r.code;
     gp_run_result_free(&r);
