@@ -477,6 +477,62 @@ def test_pitfalls(E):
         kinds = {f["kind"] for f in reports[script]["findings"]}
         expect(rule in kinds, "%s: report has the finding %s (%s)" % (script, rule, sorted(kinds)))
     test_backward_use(E)
+    test_functional(E)
+
+
+# A program without nn.Modules (the model is a function of its weights), whose saves only the
+# helper's hooks on every thread see:
+#   grad       outputs kept with grad on: every graph's saved tensors live to the end
+#   no_grad    the same under torch.no_grad: nothing saved, and check can say so
+#   functorch  functorch's vmap(grad(...)) (which refuses to run under saved-tensor hooks) runs
+FUNCTIONAL = r"""
+import sys, torch
+torch.manual_seed(0)
+w1, w2 = torch.randn(64, 256, requires_grad=True), torch.randn(256, 8, requires_grad=True)
+def model(x):
+    return torch.relu(x @ w1) @ w2
+mode = sys.argv[1]
+if mode == "functorch":
+    from functorch import grad, vmap
+    g = vmap(grad(lambda w, x: torch.tanh(x @ w).sum()), in_dims=(None, 0))(
+        torch.randn(64, 8), torch.randn(5, 3, 64))
+    print(tuple(g.shape), round(float(g.abs().sum()), 3))
+    sys.exit(0)
+outs = []
+with torch.set_grad_enabled(mode == "grad"):
+    for i in range(4):
+        outs.append(model(torch.randn(32, 64)))
+print(len(outs))
+"""
+
+
+def test_functional(E):
+    script = E.path("functional.py")
+    with open(script, "w") as f:
+        f.write(FUNCTIONAL)
+    modes = ("grad", "no_grad", "functorch")
+    traces = {m: E.path("functional_%s.gptrace" % m) for m in modes}
+    for t in traces.values():
+        remove_traces(t)
+    runs = parallel([lambda m=m, t=t: run([E.gradprof, "run", "-o", t, "--", PY, script, m])
+                     for m, t in traces.items()])
+    plain = run([PY, script, "functorch"])
+    expect(runs[2].stdout == plain.stdout,
+           "functorch: runs under the helper and computes what it computes without it (%r, %r)"
+           % (runs[2].stdout, plain.stdout))
+    (rc_g, cg), (rc_n, cn) = parallel([check_json(E, traces["grad"]),
+                                       check_json(E, traces["no_grad"])])
+    saved = sum(v["bytes"] for v in cg["violations"] if v["rule"] == "forbid" and
+                v["category"] == "saved")
+    log("functional: check grad rc %d (saved %d B), no_grad rc %d" % (rc_g, saved, rc_n))
+    # each graph keeps its ReLU output ([32,256] floats) and its input x ([32,64])
+    expect(rc_g == 1 and saved == 4 * (32 * 256 + 32 * 64) * 4,
+           "grad: check fails it on the 4 graphs' saved tensors (%d B)" % saved)
+    expect(rc_n == 0 and cn["passed"], "no_grad: check judges it and passes it")
+    notes = [n["value"] for n in report_json(E, traces["functorch"], top=1)()["notes"]
+             if n["key"] == "saves_seen"]
+    expect(notes == ["all", "some (functorch transforms)"],
+           "functorch: the saves its transforms make unseen are noted (%s)" % notes)
 
 
 # Graphs built in eval mode, used by a backward pass or not (a torchvision ResNet-18):
@@ -696,8 +752,14 @@ def check_helper_trace(E, where, r, prog_out):
     expect(bool(copy) == (where == "preload"),
            "%s: the uninstrumented copy's saved tensors tagged only where the helper attached "
            "itself (%s)" % (where, [(x["module"], x["op"]) for x in copy]))
+    # ... and its saved-tensor hooks are on everywhere: saves outside any module (the losses'
+    # pow of the model's [8,4] output) are tagged too, with no module
+    outside = [(x["op"], x["shape"]) for x in r["saved_tensors"] if x["module"] == ""]
+    expect((("aten::addmm", "[8,4]") in outside) == (where == "preload"),
+           "%s: saves outside any module tagged only where the helper attached itself (%s)"
+           % (where, outside))
     sv = [(x["module"], x["op"], x["shape"], x["count"]) for x in r["saved_tensors"]
-          if x["module"] != "net.1" and not x["module"].startswith("Sequential")]
+          if x["module"] not in ("net.1", "") and not x["module"].startswith("Sequential")]
     expect(sorted(sv) == [("custom", "MyExp", "[8,16]", 1), ("head.b", "aten::add", "[8,24]", 1),
                           ("outer.lin", "leaf", "[8,16]", 1)],
            "%s: the nested model saved one tensor without grad_fn, and not its input; the view"

@@ -38,11 +38,12 @@ What it records:
 * **parameters and buffers**: each storage is tagged ``parameter`` (op ``parameter`` or
   ``buffer``, module = its owner's path, detail = its name) at instrument time, and new ones at
   each forward;
-* **tensors saved for backward** (``torch.autograd.graph.saved_tensors_hooks``, active during the
-  model's forward): the saved tensor's storage is retagged ``saved`` with op = the ATen operator
-  that made it, from its ``grad_fn`` (``aten::relu``, ``aten::addmm``, ``aten::convolution``; for a
-  view, such as a flattened input of a Linear, its base's: the view made no memory; a custom
-  ``torch.autograd.Function``'s class name;
+* **tensors saved for backward** (``torch.autograd.graph.saved_tensors_hooks``: on in every thread
+  once ``attach`` ran, so from ``import torch`` under ``gradprof run``; otherwise during an
+  instrumented model's forward): the saved tensor's storage is retagged ``saved`` with op = the
+  ATen operator that made it, from its ``grad_fn`` (``aten::relu``, ``aten::addmm``,
+  ``aten::convolution``; for a view, such as a flattened input of a Linear, its base's: the view
+  made no memory; a custom ``torch.autograd.Function``'s class name;
   ``leaf`` for a tensor without one, such as max-pool indices; ``autocast::weight_cast`` for
   autocast's cached cast copy of a weight, _autocast_weight), module = the innermost module
   running (the module that saves it), detail = the shape and the program's own lines at that
@@ -72,22 +73,25 @@ Limits:
   storage that is not the start of a malloc block, from ``from_blob`` or a NumPy slice, would);
 * a storage is attributed whole (its base and size, not the view's) to the first module and op
   that saved it: storages shared by views go to the first saver;
-* tensors saved outside an instrumented model's forward (a loss computed after it) are not seen,
-  and other activations keep what the frame rules (``tools/rules/pytorch.rules``) give them;
+* with ``instrument`` alone (no ``attach``), tensors saved outside an instrumented model's forward
+  (a loss computed after it) are not seen; activations that are never saved keep what the frame
+  rules (``tools/rules/pytorch.rules``) give them;
 * while the program has its own ``saved_tensors_hooks`` active (``save_on_cpu``, checkpointing)
   the helper installs none, so those saves are not seen; keyword-only inputs of the root module are
   not known as inputs (a saved one without ``grad_fn`` would be tagged ``leaf``);
 * if a module's forward raises, its regions are closed at the next forward of an instrumented
   model or when an enclosing region (``gp.region``, ``no_grad``) exits.
 
-A child process (a DataLoader worker, forked or started by spawn or forkserver) writes its own
-trace and calls no model: there the helper keeps its saved-tensor hooks on in every thread for the
-child's whole life and notes ``saves_seen`` ``all`` (``some`` if the program then pushes its own
-hooks), so that ``gradprof check`` can judge a worker that tagged nothing (_child_sees_all_saves);
-a forked child first forgets the parent's saved tensors (_in_forked_child).
+Where the saved-tensor hooks are on in every thread (after ``attach``, and in a child process: a
+DataLoader worker, forked or started by spawn or forkserver, which writes its own trace and calls
+no model), the helper notes ``saves_seen`` ``all`` (``some`` if threads were running before, or
+once the program pushes its own hooks), so that ``gradprof check`` can judge a process that tagged
+nothing, such as a program without modules (_see_all_saves); a forked child first forgets the
+parent's saved tensors (_in_forked_child).
 """
 
 import atexit
+import contextlib
 import ctypes
 import dataclasses
 import functools
@@ -346,19 +350,21 @@ class _TLS(threading.local):
         self.grad = None       # last (grad_enabled, inference_mode) reported
         self.backward = 0
         self.user_hooks = 0    # the program's own saved_tensors_hooks contexts active
-        self.hooks = 0         # our saved-tensor hooks pushed (by the outermost root forward)
+        self.hooks = 0         # our saved-tensor hooks pushed (everywhere, or by a root forward)
+        self.hooks_off = 0     # disable_saved_tensors_hooks blocks open (ours taken off)
         self.roots = []        # the attached roots (_Model) whose forward runs here, innermost last
 
 
 class _Entry:
     """A region this helper pushed. A module's holds the frame of its call (to notice a forward
-    that raised); a root module's also what its forward set up: our saved-tensor hooks, the
-    storages of its inputs."""
-    __slots__ = ("kind", "key", "name", "frame", "hooks", "inputs")
+    that raised); a root module's also what its forward set up: our saved-tensor hooks (on a
+    thread that lacked them), the storages of its inputs, and whether it is the outermost forward
+    of an instrumented model on its thread (saved_bytes_by_module("last") counts its saves)."""
+    __slots__ = ("kind", "key", "name", "frame", "hooks", "inputs", "forward")
 
     def __init__(self, kind, key, name, frame):
         self.kind, self.key, self.name, self.frame = kind, key, name, frame
-        self.hooks, self.inputs = False, ()
+        self.hooks, self.inputs, self.forward = False, (), False
 
 
 class _SavedEntry:
@@ -421,7 +427,8 @@ class _State:
         self.global_handles = []
         self.watch = None       # a test being watched (watch_begin), or None
         self.last_holders = []  # what the last holder scan found
-        self.saves_all = False  # every save of this process is seen (a forked child, noted)
+        self.saves_all = False  # the hooks are on in every thread (_see_all_saves)
+        self.saves_noted = 0    # the process (pid) whose trace notes that (saves_seen)
 
     # -- library --
     def ensure_lib(self):
@@ -674,7 +681,9 @@ class _State:
     def _saved_key(self, t, fn):
         """Counts a save of t's storage and tags the storage saved at its first save; returns the
         storage key, or None for tensors the program holds anyway."""
-        info = self.storage_of(t) if self.on else None
+        # After uninstall() the hooks pushed on every thread stay there: they tag nothing then
+        uninstalled = self.saves_all and not self.patches
+        info = self.storage_of(t) if self.on and not uninstalled else None
         if info is None:
             return None
         ptr, n = info
@@ -786,19 +795,26 @@ def _hooks_everywhere(s):
     return True
 
 
-def _child_sees_all_saves(s):
-    """In a child process of the program, which records a trace of its own and usually calls no
-    model (a DataLoader worker), where the saved-tensor hooks are otherwise pushed: the hooks on
-    in every thread for the child's whole life, noted ("saves_seen" "all") once. A trace of the
-    child without saved tensors is then one where no graph kept a tensor, which check can judge."""
-    if s.on and not s.saves_all and _hooks_everywhere(s):
-        s.saves_all = True
-        _note_saves_seen(b"all")
+def _see_all_saves(s):
+    """The saved-tensor hooks on in this thread and every thread started later, for the process's
+    whole life, noted ("saves_seen" "all") once: a trace without saved tensors is then one where
+    no graph kept a tensor, which check can judge even with nothing tagged (a program without
+    modules, a DataLoader worker). Threads already running keep only their models' forwards
+    (_enter_module pushes the hooks there): then the note says "some"."""
+    if not s.on or s.saves_noted == os.getpid():
+        return
+    # a forked child of a process where they were on has them on too (in the thread that forked)
+    if not (s.saves_all and s.tls.hooks) and not _hooks_everywhere(s):
+        return
+    s.saves_all = True
+    s.saves_noted = os.getpid()
+    _note_saves_seen(b"all" if threading.active_count() == 1 else
+                     b"some (threads that ran before torch was imported)")
 
 
 def _in_forked_child():
     """After a fork (os.register_at_fork): the child's trace holds none of the parent's tags, so
-    the helper forgets the parent's saved tensors; then _child_sees_all_saves."""
+    the helper forgets the parent's saved tensors; then _see_all_saves."""
     s = _S
     if not s.on or "torch" not in sys.modules:
         return
@@ -809,7 +825,7 @@ def _in_forked_child():
         s.saved_live_total = 0
         s.saved_cur = None
         s.input_keys.clear()
-        _child_sees_all_saves(s)
+        _see_all_saves(s)
     except Exception:
         pass
 
@@ -823,7 +839,7 @@ def _wrap_process_bootstrap(cls):
     @functools.wraps(boot)
     def _bootstrap(self, *a, **k):
         try:
-            _child_sees_all_saves(_S)
+            _see_all_saves(_S)
         except Exception:
             pass
         return boot(self, *a, **k)
@@ -1007,19 +1023,22 @@ def _enter_module(s, mod, path, root, args, frame):
     for k in e.inputs:
         s.input_keys[k] = s.input_keys.get(k, 0) + 1
     tls = s.tls
-    if tls.hooks == 0 and tls.user_hooks == 0:
+    if tls.user_hooks:
+        return  # the program's own hooks see the saves
+    if tls.hooks == 0 and tls.hooks_off == 0:  # a thread without them (not attached, or older)
         import torch
         torch._C._autograd._push_saved_tensors_default_hooks(s.pack, _unpack)
         e.hooks = True
         tls.hooks += 1
-        if not root.weak:  # saved_bytes_by_module("last"): an instrumented model's forward
-            s.saved_cur = {}
+    if not root.weak and not any(x.forward for x in tls.stack):
+        e.forward = True  # saved_bytes_by_module("last"): an instrumented model's forward
+        s.saved_cur = {}
 
 
 def _exit_module(s, mod):
     key = id(mod)
     i = s.find("module", key)
-    if i >= 0 and s.tls.stack[i].hooks and s.saved_cur is not None:
+    if i >= 0 and s.tls.stack[i].forward and s.saved_cur is not None:
         s.saved_last, s.saved_cur = s.saved_cur, None  # a complete forward
     s.pop("module", key)
     s.pop("attached", key)  # an attached root's inference region, if it pushed one
@@ -1187,6 +1206,7 @@ def attach():
             _S.global_handles = [mm.register_module_forward_pre_hook(_global_pre),
                                  mm.register_module_forward_hook(_global_post)]
             _S.attached = True
+            _see_all_saves(_S)
         _S.emit_grad_mode()
         atexit.register(_note_holders_at_exit)
         return True
@@ -1509,6 +1529,36 @@ def _wrap_user_hooks(cls):
 _VERSION_RE = re.compile(r"\[torch\.\w+ \[([\d, ]*)\]\], which is output \d+ of (\w+),")
 
 
+def _wrap_disable_hooks(graph):
+    """torch.autograd.graph.disable_saved_tensors_hooks, which functorch's transforms (vmap,
+    grad) enter and which refuses to start while any saved-tensor hooks are on: the helper's are
+    taken off this thread for the block (tls.hooks unchanged, so no forward inside pushes them
+    again) and put back after it. The saves made there are not seen: noted "some"."""
+    orig = graph.disable_saved_tensors_hooks
+
+    @contextlib.contextmanager
+    def disable_saved_tensors_hooks(error_message):
+        import torch
+        tls = _S.tls
+        # taken off by the outermost block; the program's own hooks on top: its problem
+        ours = tls.hooks if tls.user_hooks == 0 and tls.hooks_off == 0 else 0
+        tls.hooks_off += 1
+        for _ in range(ours):
+            torch._C._autograd._pop_saved_tensors_default_hooks()
+        if ours and _S.saves_all:
+            _S.saves_all = False
+            _note_saves_seen(b"some (functorch transforms)")
+        try:
+            with orig(error_message):
+                yield
+        finally:
+            tls.hooks_off -= 1
+            for _ in range(ours):
+                torch._C._autograd._push_saved_tensors_default_hooks(_S.pack, _unpack)
+
+    _patch(graph, "disable_saved_tensors_hooks", disable_saved_tensors_hooks)
+
+
 def _note_autograd_error(e, module=None):
     """Notes an error autograd raised ("autograd_error": kind, the message's first line, the op
     and module of the tensor concerned and the program's lines), once per exception. Kinds:
@@ -1598,6 +1648,8 @@ def _install_globals():
     _wrap_ctx(torch.inference_mode, REGION_INFERENCE_MODE)
     _wrap_set_grad_enabled(torch.set_grad_enabled)
     _wrap_user_hooks(graph.saved_tensors_hooks)
+    if hasattr(graph, "disable_saved_tensors_hooks"):
+        _wrap_disable_hooks(graph)
     _patch(torch.Tensor, "backward", _wrap_backward(torch.Tensor.backward))
     _patch(torch.nn.Module, "__call__", _wrap_module_call(torch.nn.Module.__call__))
     _wrap_ctx(torch.autocast, "autocast")
