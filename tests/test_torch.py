@@ -484,7 +484,8 @@ def test_pitfalls(E):
 # helper's hooks on every thread see:
 #   grad       outputs kept with grad on: every graph's saved tensors live to the end
 #   no_grad    the same under torch.no_grad: nothing saved, and check can say so
-#   functorch  functorch's vmap(grad(...)) (which refuses to run under saved-tensor hooks) runs
+#   functorch  functorch's vmap(grad(...)) and vmap(jacrev(...)) in a module's forward (which
+#              refuse to run under saved-tensor hooks) run
 FUNCTIONAL = r"""
 import sys, torch
 torch.manual_seed(0)
@@ -492,11 +493,18 @@ w1, w2 = torch.randn(64, 256, requires_grad=True), torch.randn(256, 8, requires_
 def model(x):
     return torch.relu(x @ w1) @ w2
 mode = sys.argv[1]
-if mode == "functorch":
-    from functorch import grad, vmap
+if mode == "functorch":  # at the top level, and in a module's forward
+    from functorch import grad, jacrev, vmap
     g = vmap(grad(lambda w, x: torch.tanh(x @ w).sum()), in_dims=(None, 0))(
         torch.randn(64, 8), torch.randn(5, 3, 64))
-    print(tuple(g.shape), round(float(g.abs().sum()), 3))
+    class Jacobian(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 3)
+        def forward(self, x):
+            return vmap(jacrev(lambda v: torch.tanh(self.lin(v))))(x)
+    j = Jacobian()(torch.randn(5, 4))
+    print(tuple(g.shape), round(float(g.abs().sum()), 3), round(float(j.abs().sum()), 3))
     sys.exit(0)
 outs = []
 with torch.set_grad_enabled(mode == "grad"):
