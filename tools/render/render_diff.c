@@ -138,8 +138,14 @@ static int held_table(FILE *out, const char *title, const char *what, const gp_d
             n_rest++;
         }
     }
-    if (n_rest) {
-        gp__table_cell(t, "(%zu more)", n_rest);
+    if (n_rest) { /* the rows with held bytes past the top, among rows without: say how many */
+        char k[32], h[32];
+        gp__format_count(n_rest, k, sizeof k);
+        if (with_held > shown)
+            gp__table_cell(t, "(%s more: %s with held bytes)", k,
+                           gp__format_count(with_held - shown, h, sizeof h));
+        else
+            gp__table_cell(t, "(%s more)", k);
         cells_abdh(t, rest.a, rest.b, rest.delta, rest.held, rest.saved);
         gp__table_cell(t, "%s", "");
     }
