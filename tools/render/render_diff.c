@@ -138,7 +138,7 @@ static int held_table(FILE *out, const char *title, const char *what, const gp_d
             n_rest++;
         }
     }
-    if (n_rest) { /* the rows with held bytes past the top, among rows without: say how many */
+    if (n_rest) { /* where the top cut rows with held bytes, say how many of the rest hold */
         char k[32], h[32];
         gp__format_count(n_rest, k, sizeof k);
         if (with_held > shown)
