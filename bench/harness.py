@@ -7,6 +7,7 @@ Every figure is a ratio of configurations measured side by side in this run: the
 are interleaved run by run (one run of each, then the next round), after one warm-up round, and
 each time is the median of RUNS rounds.
 """
+import ctypes
 import datetime
 import json
 import os
@@ -40,6 +41,32 @@ STACKS = ["--stack-depth", str(32)]
 THREADS = "1"
 ENV = dict(os.environ, OPENBLAS_NUM_THREADS=THREADS, OMP_NUM_THREADS=THREADS,
            MKL_NUM_THREADS=THREADS)
+
+
+def openblas_core():
+    """OpenBLAS's kernels for this CPU: (the core it detects, the core the bench sets instead or
+    None). OpenBLAS 0.3.21 takes some virtual machines' AVX-512 Xeons for a Prescott and runs its
+    generic SSE3 kernels, three times slower, while PyTorch's convolutions (oneDNN) detect the CPU
+    themselves: there the bench sets OPENBLAS_CORETYPE (SkylakeX with AVX-512, Haswell with AVX2)
+    for every process, both sides of every comparison alike."""
+    try:
+        lib = ctypes.CDLL("libopenblas.so.0")
+        lib.openblas_get_corename.restype = ctypes.c_char_p
+        core = lib.openblas_get_corename().decode()
+    except (OSError, AttributeError):
+        return None, None
+    with open("/proc/cpuinfo") as f:
+        flags = next((l.split(":", 1)[1].split() for l in f if l.startswith("flags")), [])
+    generic = core.lower() in ("prescott", "core2", "penryn", "dunnington", "nehalem", "atom",
+                               "katmai", "coppermine", "northwood", "banias")
+    if not generic or "OPENBLAS_CORETYPE" in os.environ:
+        return core, None
+    return core, "SkylakeX" if "avx512f" in flags else "Haswell" if "avx2" in flags else None
+
+
+OPENBLAS_CORE, OPENBLAS_FORCED = openblas_core()
+if OPENBLAS_FORCED:
+    ENV["OPENBLAS_CORETYPE"] = OPENBLAS_FORCED
 WORK = tempfile.mkdtemp(prefix="gradprof-bench.")
 COMMANDS = []  # every command line, for RESULTS.md
 RESULTS = {}
@@ -133,6 +160,7 @@ def machine():
             "date_utc": datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"),
             "commit": commit + (" (+ uncommitted changes)" if dirty else ""),
             "kernel": platform.release(), "threads": THREADS,
+            "openblas_core": OPENBLAS_CORE, "openblas_coretype": OPENBLAS_FORCED,
             "heaptrack": ver(["heaptrack", "--version"]),
             "valgrind": ver(["valgrind", "--version"]),
             "torch": subprocess.run([TORCH_PY, "-c", "import torch;print(torch.__version__)"],

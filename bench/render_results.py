@@ -23,6 +23,12 @@ def write(R, commands, path):
     w("| commit | %s |" % m["commit"])
     w("| threads | %s on every side: OPENBLAS_NUM_THREADS=OMP_NUM_THREADS=MKL_NUM_THREADS=%s, "
       "torch.set_num_threads(%s) |" % (m["threads"], m["threads"], m["threads"]))
+    if m.get("openblas_core"):
+        forced = m.get("openblas_coretype")
+        w("| OpenBLAS kernels | %s |" % (
+            "%s detected, a generic fallback on this CPU: OPENBLAS_CORETYPE=%s set for every "
+            "process (both sides alike)" % (m["openblas_core"], forced) if forced else
+            "%s (detected)" % m["openblas_core"]))
     w("| tools | heaptrack: %s; valgrind: %s; torch (/usr/bin/python3): %s |" % (
         m["heaptrack"], m["valgrind"], m["torch"]))
     w("| method | configurations interleaved run by run; one warm-up round (none for the massif table), "
