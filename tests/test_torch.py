@@ -537,6 +537,11 @@ def test_functional(E):
     expect(rc_g == 1 and saved == 4 * (32 * 256 + 32 * 64) * 4,
            "grad: check fails it on the 4 graphs' saved tensors (%d B)" % saved)
     expect(rc_n == 0 and cn["passed"], "no_grad: check judges it and passes it")
+    # without stacks, the leak list names the program's line of a saved tensor from its tag
+    text = run([E.gradprof, "report", traces["grad"]]).stdout
+    expect(re.search(r"saved, op aten::relu, module -\n +at functional\.py:\d+ \(model\)\n"
+                     r" +functional\.py:\d+ \(<module>\)\n", text) is not None,
+           "grad: the leak list shows where the ReLU outputs were saved")
     notes = [n["value"] for n in report_json(E, traces["functorch"], top=1)()["notes"]
              if n["key"] == "saves_seen"]
     expect(notes == ["all", "some (functorch transforms)"],

@@ -254,6 +254,52 @@ void gp__text_temporaries(gp__text_ctx *c)
 }
 
 /* The leaks of a trace without stacks: one row per tag key (category, op, module). */
+/* Whether saved tensor s is of tag key k (a SAVED key: same op, module and device). */
+static bool saved_of_key(const gp_saved_tensor *s, const gp_tag_key *k)
+{
+    return s->device == k->device && !strcmp(s->op, k->op) && !strcmp(s->module, k->module);
+}
+
+/* Under a leak row of saved tag key k, without call stacks: where the program was when it saved
+ * the tensors still live (the tag's detail, from the PyTorch helper), one line per frame of its
+ * own code, for the place holding the most bytes, then how many other places there are. */
+static void text_leak_saved_where(gp__text_ctx *c, const gp_tag_key *k)
+{
+    const gp_profile *p = c->p;
+    const gp_saved_tensor *best = NULL;
+    for (size_t i = 0; i < p->n_saved; i++) {
+        const gp_saved_tensor *s = &p->saved[i];
+        if (s->stats.live_bytes && *s->where && saved_of_key(s, k) &&
+            (!best || s->stats.live_bytes > best->stats.live_bytes))
+            best = s;
+    }
+    if (!best)
+        return;
+    size_t others = 0; /* distinct places other than best's */
+    for (size_t i = 0; i < p->n_saved; i++) {
+        const gp_saved_tensor *s = &p->saved[i];
+        if (!s->stats.live_bytes || !*s->where || !saved_of_key(s, k) ||
+            !strcmp(s->where, best->where))
+            continue;
+        size_t j = 0;
+        while (j < i && !(p->saved[j].stats.live_bytes && saved_of_key(&p->saved[j], k) &&
+                          !strcmp(p->saved[j].where, s->where)))
+            j++;
+        others += j == i;
+    }
+    const char *w = best->where;
+    for (int f = 0; *w && f < LEAK_FRAMES; f++) {
+        const char *end = strstr(w, " < ");
+        int len = end ? (int)(end - w) : (int)strlen(w);
+        gp__text_put(c, GP__TEXT_INDENT "     %s %.*s", f ? "  " : "at", len, w);
+        fputc('\n', c->out);
+        w = end ? end + 3 : w + len;
+    }
+    if (others)
+        fprintf(c->out, GP__TEXT_INDENT "        (and %zu other place%s: see \"Tensors saved for "
+                "backward\")\n", others, others == 1 ? "" : "s");
+}
+
 static void text_leaks_by_tag(gp__text_ctx *c)
 {
     gp_profile *p = c->p;
@@ -285,6 +331,8 @@ static void text_leaks_by_tag(gp__text_ctx *c)
         if (p->n_devices > 1)
             fprintf(c->out, ", %s", gp__device_name(k->device, dev, sizeof dev));
         fputc('\n', c->out);
+        if (k->category == LP_CAT_SAVED)
+            text_leak_saved_where(c, k);
     }
     if (total > shown)
         fprintf(c->out, GP__TEXT_INDENT "(%zu more; --top 0 shows all)\n", total - shown);
