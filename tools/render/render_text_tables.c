@@ -296,8 +296,10 @@ static void text_leak_saved_where(gp__text_ctx *c, const gp_tag_key *k)
         w = end ? end + 3 : w + len;
     }
     if (others)
-        fprintf(c->out, GP__TEXT_INDENT "        (and %zu other place%s: see \"Tensors saved for "
-                "backward\")\n", others, others == 1 ? "" : "s");
+        fprintf(c->out,
+                GP__TEXT_INDENT "        (and %zu other place%s: see \"Tensors saved for "
+                                "backward\")\n",
+                others, others == 1 ? "" : "s");
 }
 
 static void text_leaks_by_tag(gp__text_ctx *c)
