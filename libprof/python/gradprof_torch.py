@@ -429,6 +429,7 @@ class _State:
         self.last_holders = []  # what the last holder scan found
         self.saves_all = False  # the hooks are on in every thread (_see_all_saves)
         self.saves_noted = 0    # the process (pid) whose trace notes that (saves_seen)
+        self.unseen_noted = 0   # the process whose trace notes saves made with the hooks off
 
     # -- library --
     def ensure_lib(self):
@@ -1542,12 +1543,12 @@ def _wrap_disable_hooks(graph):
         tls = _S.tls
         # taken off by the outermost block; the program's own hooks on top: its problem
         ours = tls.hooks if tls.user_hooks == 0 and tls.hooks_off == 0 else 0
-        tls.hooks_off += 1
         for _ in range(ours):
             torch._C._autograd._pop_saved_tensors_default_hooks()
-        if ours and _S.saves_all:
-            _S.saves_all = False
+        if ours and _S.unseen_noted != os.getpid():  # once per process's trace
+            _S.unseen_noted = os.getpid()
             _note_saves_seen(b"some (functorch transforms)")
+        tls.hooks_off += 1
         try:
             with orig(error_message):
                 yield
