@@ -96,13 +96,19 @@ static const char *meta(const gp_profile *p, const char *key)
 static void summary(gp__text_ctx *c)
 {
     const gp_profile *p = c->p;
-    char b1[32], b2[32], t1[32], dev[16];
+    char b1[32], b2[32], b3[32], t1[32], dev[16];
     fprintf(c->out, "gradprof report: peak %s (%s) at %s, %s live at %s, ",
             gp_format_bytes(p->peak_bytes, b1, sizeof b1),
             gp__device_name(p->primary_device, dev, sizeof dev),
             gp__format_ns(p->peak_time_ns, t1, sizeof t1),
             gp_format_bytes(p->leaked_bytes, b2, sizeof b2),
             p->info && p->info->clean_end ? "exit" : "the end");
+    /* graphs still alive then are what no backward used, found or not by a detector */
+    uint64_t saved = 0;
+    for (size_t i = 0; i < p->n_devices; i++)
+        saved += p->devices[i].by_category_live[LP_CAT_SAVED];
+    if (saved)
+        fprintf(c->out, "%s of it saved for backward, ", gp_format_bytes(saved, b3, sizeof b3));
     if (p->n_findings) {
         fprintf(c->out, "%zu gradient-leak finding%s (", p->n_findings,
                 p->n_findings == 1 ? "" : "s");
