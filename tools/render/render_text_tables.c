@@ -5,6 +5,7 @@
  * and show c->top rows.
  */
 #include <inttypes.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -253,7 +254,13 @@ void gp__text_temporaries(gp__text_ctx *c)
     free(ix);
 }
 
-/* The leaks of a trace without stacks: one row per tag key (category, op, module). */
+/* One line of the frames under a leak row: `len` bytes of `text`, "at" before the first. */
+static void text_leak_frame(gp__text_ctx *c, bool first, const char *text, int len)
+{
+    gp__text_put(c, GP__TEXT_INDENT "     %s %.*s", first ? "at" : "  ", len, text);
+    fputc('\n', c->out);
+}
+
 /* Whether saved tensor s is of tag key k (a SAVED key: same op, module and device). */
 static bool saved_of_key(const gp_saved_tensor *s, const gp_tag_key *k)
 {
@@ -291,8 +298,7 @@ static void text_leak_saved_where(gp__text_ctx *c, const gp_tag_key *k)
     for (int f = 0; *w && f < LEAK_FRAMES; f++) {
         const char *end = strstr(w, " < ");
         int len = end ? (int)(end - w) : (int)strlen(w);
-        gp__text_put(c, GP__TEXT_INDENT "     %s %.*s", f ? "  " : "at", len, w);
-        fputc('\n', c->out);
+        text_leak_frame(c, f == 0, w, len);
         w = end ? end + 3 : w + len;
     }
     if (others)
@@ -302,6 +308,7 @@ static void text_leak_saved_where(gp__text_ctx *c, const gp_tag_key *k)
                 others, others == 1 ? "" : "s");
 }
 
+/* The leaks of a trace without stacks: one row per tag key (category, op, module). */
 static void text_leaks_by_tag(gp__text_ctx *c)
 {
     gp_profile *p = c->p;
@@ -386,15 +393,11 @@ void gp__text_leaks(gp__text_ctx *c)
         const char *frames[LEAK_STACK_MAX];
         size_t nf = gp_site_frames(p, s->stack, frames, LEAK_STACK_MAX);
         size_t np = gp_site_program_frames(p, s->stack, frames, LEAK_FRAMES);
-        if (nf == 0) {
-            gp__text_put(c, GP__TEXT_INDENT "     at %s", gp_site_label(p, s->stack));
-            fputc('\n', c->out);
-        }
+        if (nf == 0)
+            text_leak_frame(c, true, gp_site_label(p, s->stack), INT_MAX);
         size_t shown_frames = np ? np : nf < LEAK_FRAMES ? nf : LEAK_FRAMES;
-        for (size_t f = 0; f < shown_frames; f++) {
-            gp__text_put(c, GP__TEXT_INDENT "     %s %s", f ? "  " : "at", frames[f]);
-            fputc('\n', c->out);
-        }
+        for (size_t f = 0; f < shown_frames; f++)
+            text_leak_frame(c, f == 0, frames[f], INT_MAX);
         if (nf > shown_frames)
             fprintf(c->out, GP__TEXT_INDENT "        (%s%zu more frame%s%s)\n",
                     nf == LEAK_STACK_MAX ? "at least " : "", nf - shown_frames,
