@@ -1116,11 +1116,20 @@ static void test_run_not_found(void **state)
 
 static void test_run_output(void **state)
 {
-    /* a fixed name: the second run must not overwrite the first */
+    /* a fixed name: a second run refuses it (nothing overwritten, nothing written beside it,
+     * where `check fixed.gptrace` would judge the old trace), as it refuses FILE.N of a run */
     expect_rc(gradprof("run -o fixed.gptrace -- /bin/true"), 0);
     contains(S.err, "trace written to fixed.gptrace\n");
-    expect_rc(gradprof("run -o fixed.gptrace -- /bin/true"), 0);
-    contains(S.err, "trace written to fixed.gptrace.1\n");
+    expect_rc(gradprof("run -o fixed.gptrace -- /bin/true"), 2);
+    one_line_error();
+    contains(S.err, "-o: 'fixed.gptrace' exists: gradprof never overwrites a trace");
+    assert_int_equal(count_files("fixed.gptrace"), 1);
+    expect_rc(sh("mv fixed.gptrace fixed.gptrace.3 && touch fixed.gptrace.12"), 0);
+    expect_rc(gradprof("run -o fixed.gptrace -- /bin/true"), 2);
+    one_line_error();
+    contains(S.err, "-o: 2 traces named 'fixed.gptrace' exist (fixed.gptrace.3, ..., "
+                    "fixed.gptrace.12)");
+    assert_int_equal(count_files("fixed.gptrace"), 2);
     /* a subdirectory, kept relative in the message */
     expect_rc(sh("mkdir -p sub"), 0);
     expect_rc(gradprof("run -o sub/x.%%p.gptrace -- /bin/true"), 0);

@@ -27,11 +27,11 @@ static const char usage_head[] =
     "                           (default gradprof.PROGRAM.%p.gptrace; with RANK=R in the\n"
     "                           environment, as torchrun sets it, "
     "gradprof.PROGRAM.rankR.%p.gptrace).\n"
-    "                           An existing file is never overwritten: .1, .2, ... are appended\n"
-    "                           instead. A forked child writes its own trace (its pid, or .PID\n"
-    "                           appended). Every %p is the same pid; a name over 255 bytes once "
-    "%p\n"
-    "                           is a pid is refused\n";
+    "                           A trace is never overwritten: a name without %p that exists\n"
+    "                           (or FILE.N of an earlier run) is refused. A forked child writes\n"
+    "                           its own trace (its pid, or .PID appended), an exec'd program\n"
+    "                           FILE.1, .2, .... Every %p is the same pid; a name over 255 bytes\n"
+    "                           once %p is a pid is refused\n";
 /* ... gp_run_options_help ... */
 static const char usage_tail[] =
     "  -h, --help               this help\n"

@@ -311,6 +311,11 @@ static void list_traces(const char *dir, const char *pat, const name_list *skip,
     closedir(d);
 }
 
+static int compare_versions(const void *a, const void *b)
+{
+    return strverscmp(*(const char *const *)a, *(const char *const *)b);
+}
+
 /* The main process's trace (the template expanded with its pid) first, then in version order. */
 static const char *sort_first;
 static int compare_names(const void *a, const void *b)
@@ -319,7 +324,26 @@ static int compare_names(const void *a, const void *b)
     bool fx = strcmp(x, sort_first) == 0, fy = strcmp(y, sort_first) == 0;
     if (fx != fy)
         return fx ? -1 : 1;
-    return strverscmp(x, y);
+    return compare_versions(a, b);
+}
+
+/* A fixed trace name (no %p) whose traces exist already: a run would write its own beside them
+ * (.1, .2, ...), where `check NAME` would judge the old one. Prints why; GP_EXIT_USAGE. */
+static int refuse_existing(const char *cmd, const char *opt, const char *templ,
+                           const name_list *found)
+{
+    char shown[256];
+    qsort(found->names, found->n, sizeof *found->names, compare_versions);
+    if (found->n == 1)
+        return gp_cli_error(cmd,
+                            "%s: '%s' exists: gradprof never overwrites a trace (remove it, or "
+                            "name another file)",
+                            opt, gp_path_shown(templ, shown, sizeof shown));
+    return gp_cli_error(cmd,
+                        "%s: %zu traces named '%s' exist (%s, ..., %s): gradprof never "
+                        "overwrites a trace (remove them, or name another file)",
+                        opt, found->n, gp_path_shown(templ, shown, sizeof shown), found->names[0],
+                        found->names[found->n - 1]);
 }
 
 /* Expands %p with pid into out. */
@@ -662,7 +686,14 @@ int gp_run_program(const char *cmd, const gp_run_setup *s, const gp_run_spec *sp
     env_list env = {0};
     name_list before = {0}, after = {0};
     int infd = -1, outfd = -1, errfd = -1;
-    int rc = build_env(cmd, s, spec, prog, abs_templ, &env);
+    int rc = 0;
+    if (!spec->no_record) {
+        list_traces(dir, pat, NULL, &before);
+        if (!strstr(pat, "%p") && before.n > 0)
+            rc = refuse_existing(cmd, opt, templ, &before);
+    }
+    if (rc == 0)
+        rc = build_env(cmd, s, spec, prog, abs_templ, &env);
     if (rc == 0 && spec->stdin_null && (infd = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
         rc = gp_cli_error(cmd, "cannot open /dev/null: %s", strerror(errno));
     if (rc == 0 && spec->stdout_path)
@@ -672,8 +703,6 @@ int gp_run_program(const char *cmd, const gp_run_setup *s, const gp_run_spec *sp
     if (rc != 0)
         goto done;
 
-    if (!spec->no_record)
-        list_traces(dir, pat, NULL, &before);
     int exec_errno = 0;
     pid_t pid = 0;
     int status = run_child(prog, &env, infd, outfd, errfd, &exec_errno, &pid, &r->interrupted);
