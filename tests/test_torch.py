@@ -478,6 +478,69 @@ def test_pitfalls(E):
         expect(rule in kinds, "%s: report has the finding %s (%s)" % (script, rule, sorted(kinds)))
     test_backward_use(E)
     test_functional(E)
+    test_kept_inputs(E)
+
+
+# A linear probe (Linear(1024, 4): its graph saves its input and its weight, no activation) in an
+# evaluation loop that leaves grad on, its batches [64,1024]:
+#   leak     each batch dropped, its score summed with its graph (total = total + ...): only
+#            the graphs keep the batches, so they are saved memory
+#   fixed    the same batch every time, the outputs kept with their graphs
+#   kept     the batches kept by the program in a list, the outputs with their graphs
+#   view     each batch a slice of one tensor the program keeps, the outputs kept
+#   nothing  each score read with .item(): the graph dies in its iteration
+# Only in leak does a graph keep memory that the program let go of.
+KEPT_INPUTS = r"""
+import sys, torch
+torch.manual_seed(0)
+mode = sys.argv[1]
+probe = torch.nn.Linear(1024, 4).eval()
+data = [torch.randn(64, 1024) for _ in range(6)]
+big = torch.cat(data)
+total, outs = 0, []
+for i in range(6):
+    if mode == "leak":
+        x = torch.randn(64, 1024)
+        total = total + probe(x).sum()
+    elif mode == "fixed":
+        outs.append(probe(data[0]))
+    elif mode == "kept":
+        outs.append(probe(data[i]))
+    elif mode == "view":
+        outs.append(probe(big[64 * i:64 * (i + 1)]))
+    else:
+        total += probe(torch.randn(64, 1024)).sum().item()
+print(mode, "done")
+"""
+
+
+def test_kept_inputs(E):
+    script = E.path("kept_inputs.py")
+    with open(script, "w") as f:
+        f.write(KEPT_INPUTS)
+    modes = ("leak", "fixed", "kept", "view", "nothing")
+    traces = {m: E.path("kept_inputs_%s.gptrace" % m) for m in modes}
+    for t in traces.values():
+        remove_traces(t)
+    parallel([lambda m=m, t=t: run([E.gradprof, "run", "-o", t, "--", PY, script, m])
+              for m, t in traces.items()])
+    checks = dict(zip(modes, parallel([check_json(E, traces[m]) for m in modes])))
+    batch = 64 * 1024 * 4
+    rc, c = checks["leak"]
+    saved = sum(v["bytes"] for v in c["violations"] if v["rule"] == "forbid")
+    growth = [v for v in c["violations"] if v["rule"] == "growth_across_iterations"]
+    log("kept inputs: leak rc %d, saved %d B, growth %s" % (rc, saved, growth))
+    # the batches of iterations 1-5 (the 6th is still the program's x at exit)
+    expect(rc == 1 and saved == 5 * batch,
+           "leak: check fails on the 5 batches only the graphs keep (%d B)" % saved)
+    expect(growth and all(v["op"] == "input" for v in growth) and
+           "graph kept across iterations by total" in c["summary"],
+           "leak: the growth finding names the inputs and who keeps them (%s)" % c["summary"])
+    for m in modes[1:]:
+        rc, c = checks[m]
+        expect(rc == 0 and c["passed"],
+               "%s: nothing the program let go of is kept: check passes (rc %d: %s)"
+               % (m, rc, c["summary"]))
 
 
 # A program without nn.Modules (the model is a function of its weights), whose saves only the
@@ -848,8 +911,12 @@ def test_helper(E):
     expect(holders[:1] == [("outs", "keeps_at_exit.py:3")],
            "at exit: the global that keeps the graphs, and where (%s)" % holders)
     saved = sorted({(x["module"], x["op"]) for x in r["saved_tensors"]})
-    expect(saved == [("Sequential.1", "aten::relu")],
-           "forward called directly: the ReLU's saved output named by its path (%s)" % saved)
+    expect(saved == [("Sequential.0", "input"), ("Sequential.1", "aten::relu")],
+           "forward called directly: the ReLU's saved output named by its path, and the inputs "
+           "that only the graphs keep by the Linear that saved them (%s)" % saved)
+    inputs = [x for x in r["saved_tensors"] if x["op"] == "input"]
+    expect(sum(x["bytes"] for x in inputs) == 3 * 4 * 8 * 4,
+           "the three inputs the program let go of are saved, the last one at exit (%s)" % inputs)
 
     # One model called by four threads at once (grad is per thread: the caller's no_grad does not
     # reach them) is one model to the helper, however the threads interleave while it is named.
@@ -877,7 +944,7 @@ def test_helper(E):
     record_prog(E, trace, prog, [], env)()
     r = report_json(E, trace)()
     saved = sorted({(x["module"], x["op"]) for x in r["saved_tensors"]})
-    expect(saved == [("Sequential.1", "aten::relu")],
+    expect(saved == [("Sequential.0", "input"), ("Sequential.1", "aten::relu")],
            "a model four threads call at once: one name (%s)" % saved)
     # The threads built graphs while the main thread had grad off: the finding says that
     # grad mode is per thread, naming both; with no_grad in the threads' own function, none.

@@ -34,8 +34,12 @@ What is counted. The saved tensors of every graph alive during that forward, eac
 as ``saved_after_peak_bytes``; ``saved_bytes`` + ``saved_after_peak_bytes`` =
 ``saved_forward_end_bytes``). Left out and written separately as ``saved_param_bytes`` and
 ``saved_input_bytes``: the model's parameters and buffers, and the storages of the tensors
-passed to the model's forward that are still alive (the program holds them anyway, with or
-without grad). Under no_grad / inference_mode there is no graph: 0.
+passed to the model's forward that the program still holds (with or without grad it would);
+and as ``saved_shared_bytes`` inputs in shared memory (a DataLoader worker's batches), which no
+malloc serves, so that no allocation profiler sees them.
+An input the program let go of that a graph still keeps is saved like an activation: the model
+is given an alias of each such tensor (``_alias``), so the program's tensor dies with its last
+reference whatever the graph keeps. Under no_grad / inference_mode there is no graph: 0.
 
 When the graphs are read. Not at the peak: what the walk allocates (tens of KiB of Python
 containers, which glibc's malloc serves) would sit on top of it. The graphs alive are read at
@@ -135,6 +139,17 @@ def _tensors(obj, out):
     return out
 
 
+def _alias(t):
+    """t itself, or for a dense CPU leaf without grad a tensor on its storage that is not a view
+    of it."""
+    if (not isinstance(t, torch.Tensor) or t.requires_grad or t.grad_fn is not None or
+            storage_of(t) is None):
+        return t
+    f = getattr(t, "untyped_storage", None)
+    storage = f() if f is not None else t.storage()
+    return torch.empty(0, dtype=t.dtype).set_(storage, t.storage_offset(), t.size(), t.stride())
+
+
 _SAVED_ATTRS = {}
 
 
@@ -230,6 +245,7 @@ class SavedTruth:
                 self.fixed.add(info[0])
                 self.param_bytes += info[1]
         self.inputs = {}       # storage base -> weak reference of an input tensor
+        self.shared = {}       # storage base -> weak reference of the tensor the model got
         self.outputs = []      # weak references to each forward's output tensors
         self.packed = []       # (weak reference to what pack returned, (base, bytes))
         self.hook_ctx = None
@@ -260,8 +276,16 @@ class SavedTruth:
             info = storage_of(t)
             if info is not None:
                 self.inputs[info[0]] = weakref.ref(t)
+        # The model gets an alias of each tensor argument that is a leaf without grad (the same
+        # storage, no _base): a graph that saves it holds the alias, so the program's tensor
+        # dies when the program lets go of it, and its storage then counts as saved.
+        args = tuple(_alias(a) for a in args)
+        for t in _tensors(args, []):
+            info = storage_of(t)
+            if info is not None and t.is_shared():
+                self.shared[info[0]] = weakref.ref(t)
         if not torch.is_grad_enabled():
-            return
+            return args
         self.pending = {"held": held, "graphs": self.graphs, "clock": None,
                         "forward": self.forwards + 1}
         if self.method != "walk":
@@ -270,6 +294,7 @@ class SavedTruth:
         if self.locate:
             self.clock = _OpClock()
             self.clock.__enter__()
+        return args
 
     def _post(self, module, args, output):
         clock, self.clock = self.clock, None
@@ -289,13 +314,15 @@ class SavedTruth:
 
     # -- reading the graphs --
     def _kind(self, p):
-        return "param" if p in self.fixed else "input" if p in self.inputs else "saved"
+        return ("param" if p in self.fixed else "input" if p in self.inputs else
+                "shared" if p in self.shared else "saved")
 
     def _read(self):
         """Walks the graphs of the outputs alive now and completes the pending forward. Returns
         what they saved, {storage base: (bytes, saving node, kind)}, kind = param, input or
-        saved (as of now), and the same for what the saved-tensor hooks saw ({} with walk)."""
+        saved, shared (as of now), and the same for what the saved-tensor hooks saw ({} with walk)."""
         self.inputs = {p: r for p, r in self.inputs.items() if r() is not None}
+        self.shared = {p: r for p, r in self.shared.items() if r() is not None}
         self.outputs = [r for r in self.outputs if r() is not None]
         live = [t for t in (r() for r in self.outputs) if t is not None]
         found, nodes = walk_saved(live)
@@ -318,6 +345,7 @@ class SavedTruth:
         held, held_hooked = pend["held"]
         r = {"saved_bytes": 0, "saved_storages": 0, "saved_after_peak_bytes": 0,
              "saved_forward_end_bytes": 0, "saved_param_bytes": 0, "saved_input_bytes": 0,
+             "saved_shared_bytes": 0,
              "by_op": {}}
         union = dict(held)
         for p, v in after.items():
@@ -359,6 +387,7 @@ class SavedTruth:
         else:  # no forward with grad on
             r = {"saved_bytes": 0, "saved_storages": 0, "saved_after_peak_bytes": 0,
                  "saved_forward_end_bytes": 0, "saved_param_bytes": 0, "saved_input_bytes": 0,
+                 "saved_shared_bytes": 0,
                  "by_op": {}, "forward": 0, "graphs_at_peak": 0, "graph_nodes": 0,
                  "peak_located": "", "peak_op_index": 0, "peak_op": "", "forward_ops": 0,
                  "peak_malloc_in_use": 0}

@@ -49,8 +49,11 @@ What it records:
   running (the module that saves it), detail = the shape and the program's own lines at that
   moment (``[64,512] at model.py:88 (forward) < eval.py:36 (main)``). A storage saved several times is retagged once and goes back
   to ``activation`` when the last saver lets go (after backward, or when the output that owns the
-  graph dies). Parameters, buffers, the model's positional inputs and leaves that require grad are
-  never retagged: only activations become ``saved`` (as in the C tensor library);
+  graph dies). Parameters, buffers and leaves that require grad are never retagged. A model's
+  positional input (one that owns its storage) is the program's, not retagged, until the program
+  lets go of it while a graph still keeps it: at the model's next call or at exit it is then
+  retagged ``saved``, op ``input`` (promote_dropped_inputs): the batches that
+  ``total = total + model(x).sum()`` keeps;
 * **gradients**: after each backward every parameter's ``.grad`` storage is tagged ``gradient``
   (op ``accumulate_grad``, module = the parameter's owner) once;
 * ``gp.mark(name)``, ``gp.region(name)`` (context manager or decorator), ``gp.thread_name(name)``.
@@ -67,10 +70,11 @@ Limits:
   (it then reports each buffer's birth and end); otherwise the caching allocator's segments stay
   what the recorder saw. Tensors on other devices (``meta``, ``mps``, ``xpu``) are never tagged;
 * zero-size
-  storages, and storages whose base is not 64-byte aligned (so not from PyTorch's CPU allocator,
-  e.g. a view into a NumPy array), are never tagged, because under the preload a tag of an
-  address the recorder did not see allocated counts as a new allocation (a 64-byte aligned
-  storage that is not the start of a malloc block, from ``from_blob`` or a NumPy slice, would);
+  storages, storages in shared memory (a ``DataLoader`` worker's batches in the main process)
+  and storages whose base is not 64-byte aligned (so not from PyTorch's CPU allocator, e.g. a
+  view into a NumPy array) are never tagged, because under the preload a tag of an address the
+  recorder did not see allocated counts as a new allocation (a 64-byte aligned storage that is
+  not the start of a malloc block, from ``from_blob`` or a NumPy slice, would);
 * a storage is attributed whole (its base and size, not the view's) to the first module and op
   that saved it: storages shared by views go to the first saver;
 * with ``instrument`` alone (no ``attach``), tensors saved outside an instrumented model's forward
@@ -368,11 +372,17 @@ class _Entry:
 
 
 class _SavedEntry:
-    __slots__ = ("count", "nbytes", "op", "module", "detail", "device")
+    """A storage the graph keeps: how many saves hold it, what to tag it. A model's input saved in
+    its forward is the program's (tagged False: not counted, not retagged) until the program lets
+    go of it while a graph still keeps it (_State.promote_dropped_inputs); `arg` is then a weakref
+    to the tensor the model was called with, `direct` the saves that hold that very object."""
+    __slots__ = ("count", "nbytes", "op", "module", "detail", "device", "tagged", "arg", "direct",
+                 "where")
 
     def __init__(self, nbytes, op, module, detail, device=_HOST):
         self.count, self.nbytes, self.op, self.module, self.detail = 1, nbytes, op, module, detail
         self.device = device
+        self.tagged, self.arg, self.direct, self.where = True, None, 0, ""
 
 
 class _Packed:
@@ -393,7 +403,7 @@ class _Packed:
     def __del__(self):
         if self.key is not None:
             try:
-                _S.saved_release(self.key)
+                _S.saved_release(self.key, self.t)
             except Exception:
                 pass
 
@@ -419,6 +429,8 @@ class _State:
         self.saved_count = 0
         self.retag_count = 0
         self.input_keys = {}    # storage base -> root forwards running that have it as input
+        self.input_args = {}    # storage base -> weakref to the input tensor owning that storage
+        self.unpromoted = set()  # storage bases of saved inputs the program may still hold
         self.explicit = set()   # ids of the modules of instrumented models (their own hooks)
         self.attached = False   # torch's global module hooks are installed (attach())
         self.auto_roots = {}    # id(module) -> _Model: modules called outside any other module
@@ -497,6 +509,7 @@ class _State:
                 self.input_keys[k] = left
             else:
                 self.input_keys.pop(k, None)
+                self.input_args.pop(k, None)
 
     def find(self, kind, key):
         st = self.tls.stack
@@ -543,6 +556,8 @@ class _State:
             import torch
             dev = t.device
             if dev.type == "cpu":
+                if t.is_shared():  # shared memory (a DataLoader worker's batch): no malloc's
+                    return None
                 device = _HOST
             elif dev.type == "cuda" and self.cuda_tags:
                 device = _lp_device(dev)
@@ -680,23 +695,25 @@ class _State:
         return packed
 
     def _saved_key(self, t, fn):
-        """Counts a save of t's storage and tags the storage saved at its first save; returns the
-        storage key, or None for tensors the program holds anyway."""
+        """Counts a save of t's storage and tags the storage saved at its first save (a model's
+        input: once the program lets go of it, promote_dropped_inputs); returns the storage key,
+        or None for tensors the program holds anyway."""
         # After uninstall() the hooks pushed on every thread stay there: they tag nothing then
         uninstalled = self.saves_all and not self.patches
         info = self.storage_of(t) if self.on and not uninstalled else None
         if info is None:
             return None
         ptr, n = info
-        if ptr in self.param_keys or ptr in self.input_keys or (fn is None and t.requires_grad):
-            # parameters, buffers, the model's inputs, leaves: held by the program anyway
-            return None
+        if ptr in self.param_keys or (fn is None and t.requires_grad):
+            return None  # parameters, buffers, leaves: held by the program anyway
         mods = self.tls.modules
         module = mods[-1] if mods else ""
         with self.lock:
             e = self.saved.get(ptr)
             if e is not None:
                 e.count += 1
+                if e.arg is not None and e.arg() is t:
+                    e.direct += 1
                 return ptr
             op = "leaf" if fn is None else _op_name(_maker(t, fn))
             detail = "[%s]" % ",".join(str(d) for d in t.shape)
@@ -710,38 +727,91 @@ class _State:
             if where:
                 detail += " at " + where
             e = self.saved[ptr] = _SavedEntry(n, op, module, detail, info.device)
+            e.where = where
             self.saved_count += 1
-            self.saved_live[module] = self.saved_live.get(module, 0) + n
-            self.saved_live_total += n
-            if self.saved_live_total > self.saved_peak_total:
-                self.saved_peak_total = self.saved_live_total
-                self.saved_peak = {k: v for k, v in self.saved_live.items() if v}
-            if self.saved_cur is not None:
-                self.saved_cur[module] = self.saved_cur.get(module, 0) + n
-            w = self.watch
-            if w is not None:
-                b, first = w["saved_modules"].get(module, (0, where))
-                w["saved_modules"][module] = (b + n, first)
+            if ptr in self.input_keys:  # the model's input: the program's, for now
+                e.tagged = False
+                if fn is None:
+                    e.op = "input"
+                e.arg = self.input_args.get(ptr)
+                if e.arg is not None:  # an input that owns its storage: promotable
+                    e.direct = 1 if e.arg() is t else 0
+                    self.unpromoted.add(ptr)
+                return ptr
+            self._count_saved(e)
+        self._tag_saved(ptr, e)
+        return ptr
+
+    def _count_saved(self, e):
+        """Adds a storage now tagged saved to the per-module figures (under self.lock)."""
+        module, n = e.module, e.nbytes
+        self.saved_live[module] = self.saved_live.get(module, 0) + n
+        self.saved_live_total += n
+        if self.saved_live_total > self.saved_peak_total:
+            self.saved_peak_total = self.saved_live_total
+            self.saved_peak = {k: v for k, v in self.saved_live.items() if v}
+        if self.saved_cur is not None:
+            self.saved_cur[module] = self.saved_cur.get(module, 0) + n
+        w = self.watch
+        if w is not None:
+            b, first = w["saved_modules"].get(module, (0, e.where))
+            w["saved_modules"][module] = (b + n, first)
+
+    def _tag_saved(self, ptr, e):
         try:
             # A tensor is only ever saved while grad is on (the pack hook itself runs with grad
             # disabled), so the tag's grad flag is true.
             if self.lib.mode == "preload":
-                self.lib.retag(ptr, n, OTHER, SAVED, op, module, detail, True, info.device)
+                self.lib.retag(ptr, e.nbytes, OTHER, SAVED, e.op, e.module, e.detail, True,
+                               e.device)
             else:
-                self.lib.tag_new(ptr, n, SAVED, op, module, detail, True, info.device)
+                self.lib.tag_new(ptr, e.nbytes, SAVED, e.op, e.module, e.detail, True, e.device)
         except Exception:
             pass
-        return ptr
 
-    def saved_release(self, ptr):
+    def promote_dropped_inputs(self):
+        """A model's input that a live graph saved was the program's; at the model's next call,
+        the ones the program no longer refers to (the input tensor gone, or held only by the
+        graph's saves) are kept by the graph alone: tagged saved from now on, as an activation
+        (the graph of `total = total + model(x).sum()` keeps every batch x)."""
+        if not self.unpromoted:
+            return
+        promoted = []
+        with self.lock:
+            for ptr in list(self.unpromoted):
+                e = self.saved.get(ptr)
+                if e is None or e.tagged:
+                    self.unpromoted.discard(ptr)
+                    continue
+                if ptr in self.input_keys:
+                    continue  # an input of a forward running now
+                obj = e.arg()
+                # the references: obj here, getrefcount's argument, the graph's direct saves
+                if obj is not None and sys.getrefcount(obj) - 2 > e.direct:
+                    continue
+                obj = None
+                self.unpromoted.discard(ptr)
+                e.tagged = True
+                self._count_saved(e)
+                promoted.append((ptr, e))
+        for ptr, e in promoted:
+            self._tag_saved(ptr, e)
+
+    def saved_release(self, ptr, t=None):
+        """A save of storage ptr ends (t: the tensor that save held)."""
         with self.lock:
             e = self.saved.get(ptr)
             if e is None:
                 return
+            if e.arg is not None and t is not None and e.arg() is t:
+                e.direct -= 1
             e.count -= 1
             if e.count > 0:
                 return
             del self.saved[ptr]
+            if not e.tagged:
+                self.unpromoted.discard(ptr)
+                return
             left = self.saved_live.get(e.module, 0) - e.nbytes
             if left > 0:
                 self.saved_live[e.module] = left
@@ -826,6 +896,8 @@ def _in_forked_child():
         s.saved_live_total = 0
         s.saved_cur = None
         s.input_keys.clear()
+        s.input_args.clear()
+        s.unpromoted.clear()
         _see_all_saves(s)
     except Exception:
         pass
@@ -1015,12 +1087,22 @@ def _enter_module(s, mod, path, root, args, frame):
     s.emit_grad_mode()
     if root is not None:
         s.tag_params(root)  # parameters made or replaced since the last forward
+        s.promote_dropped_inputs()
         if root.weak:
             _enter_attached_root(s, mod, root)
     e = s.push("module", key, path, frame)
     if e is None or root is None:
         return
-    e.inputs = tuple({k[0] for k in (s.storage_of(t) for t in _tensors_in(args)) if k})
+    inputs = {}
+    for t in _tensors_in(args):
+        info = s.storage_of(t)
+        if info is not None and info[0] not in inputs:
+            inputs[info[0]] = t
+            # an input that owns its storage: the program lets go of it when the tensor goes
+            if (t._base is None and t.storage_offset() == 0 and
+                    info[1] == t.numel() * t.element_size()):
+                s.input_args[info[0]] = weakref.ref(t)
+    e.inputs = tuple(inputs)
     for k in e.inputs:
         s.input_keys[k] = s.input_keys.get(k, 0) + 1
     tls = s.tls
@@ -1218,6 +1300,8 @@ def attach():
 
 def _note_holders_at_exit():
     try:
+        if _S.on:
+            _S.promote_dropped_inputs()  # the last call's, if only its graph keeps them
         if _S.on and _S.saved_live_total > 0:
             _note_holders(_S, "exit")
     except Exception:
