@@ -7,11 +7,15 @@
  *   --print-grad          also print whether grad is enabled, in main and in a new thread
  *   --fail-without-grad   exit 4 (with a line on stderr) when grad is off
  *   --exit N              exit N after the work, whatever the grad mode
+ *   --worker              first fork a worker that makes 20000 small allocations, more than
+ *                         the MLP (its trace is the larger), and wait for it
  */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "gradprof/tensor.h"
 
@@ -23,19 +27,32 @@ static void *thread_grad(void *arg)
 
 int main(int argc, char **argv)
 {
-    bool print_grad = false, fail_without_grad = false;
+    bool print_grad = false, fail_without_grad = false, worker = false;
     int exit_code = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--print-grad") == 0) {
             print_grad = true;
         } else if (strcmp(argv[i], "--fail-without-grad") == 0) {
             fail_without_grad = true;
+        } else if (strcmp(argv[i], "--worker") == 0) {
+            worker = true;
         } else if (strcmp(argv[i], "--exit") == 0 && i + 1 < argc) {
             exit_code = atoi(argv[++i]);
         } else {
             fprintf(stderr, "compare_prog: unknown option '%s'\n", argv[i]);
             return 2;
         }
+    }
+    if (worker) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            for (int i = 0; i < 20000; i++)
+                free(malloc(16 + (size_t)i % 64));
+            _exit(0);
+        }
+        int status;
+        if (pid < 0 || waitpid(pid, &status, 0) != pid || status != 0)
+            return 1;
     }
 
     tn_manual_seed(1);

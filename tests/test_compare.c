@@ -252,6 +252,25 @@ static void test_same_output(void **state)
     contains(S.err, ".nograd.gptrace; stdout gradprof.compare_prog.");
 }
 
+/* A program that starts other processes: the diff takes the main process (the one that ran the
+ * model), not the worker with the larger trace; a script that execs the program, its last
+ * program (after the exec). */
+static void test_processes(void **state)
+{
+    expect_rc(gradprof("compare -n w -- " PROG " --worker"), 0);
+    contains(S.err, "A wrote 2 traces, one per process and program (w.grad.gptrace, "
+                    "w.grad.gptrace.");
+    contains(S.err, "the diff takes the main process's, w.grad.gptrace\n");
+    contains(S.out, "  A    w.grad.gptrace ");
+    contains(S.out, "  B    w.nograd.gptrace ");
+    contains(S.out, "KiB held by graph construction");
+    expect_rc(gradprof("compare -n x -- /bin/sh -c 'exec \"$0\"' " PROG), 0);
+    contains(S.err, "the diff takes the main process's last program (after exec), "
+                    "x.grad.gptrace.1\n");
+    contains(S.out, "  A    x.grad.gptrace.1 ");
+    contains(S.out, "KiB held by graph construction");
+}
+
 #ifdef GRADPROF_MLP_INFER
 /* mlp_infer --grad leaves the mode alone ("the default"), so B runs it with grad off. It prints
  * timings and memory figures, which differ: compare refuses, and diffs with --ignore-stdout. */
@@ -378,6 +397,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_usage_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_not_found, setup, teardown),
         cmocka_unit_test_setup_teardown(test_same_output, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_processes, setup, teardown),
 #ifdef GRADPROF_MLP_INFER
         cmocka_unit_test_setup_teardown(test_mlp_infer, setup, teardown),
 #endif

@@ -43,7 +43,8 @@ static const char usage_head[] =
     "  BASE.nograd.gptrace  BASE.nograd.stdout  BASE.nograd.stderr    run B\n"
     "Existing files are never overwritten: compare stops before running anything. Standard\n"
     "input is /dev/null in both runs. A process the program forks or execs writes a trace of its\n"
-    "own (BASE.grad.gptrace.N); the diff then takes each run's largest trace.\n"
+    "own (BASE.grad.gptrace.N); the diff then takes each run's main process (what it exec'd\n"
+    "last), not a worker it started.\n"
     "\n"
     "options:\n"
     "  -n, --name BASE          the files' base name, a path (no %p)\n"
@@ -73,24 +74,42 @@ enum { OPT_FORMAT = GP_RUN_OPT_END, OPT_TOP, OPT_RULES, OPT_IGNORE_STDOUT };
 
 /* ---- the command ----------------------------------------------------------------------------- */
 
-/* The trace of a run the diff reads: its only one, or its largest. */
+/* The "pid" metadata of a trace (read as far as its first records), or -1. */
+static long trace_pid(const char *path)
+{
+    gp_trace *t = NULL;
+    char err[256];
+    gp_event ev;
+    long pid = -1;
+    if (gp_trace_open(path, &t, err, sizeof err) == 0) {
+        const char *v = NULL;
+        while (!(v = gp_trace_meta(t, "pid")) && gp_trace_next(t, &ev, err, sizeof err) == 1)
+            ;
+        char *end;
+        if (v && *v && (pid = strtol(v, &end, 10), *end))
+            pid = -1;
+    }
+    gp_trace_close(t);
+    return pid;
+}
+
+/* The trace of a run the diff reads: the main process's, its last image (what it exec'd last:
+ * a shell script that execs python ends there), not a worker it started. */
 static const char *pick_trace(const gp_compare_files *f, const gp_run_result *r)
 {
-    const char *best = r->traces[0];
-    off_t best_size = -1;
-    for (size_t i = 0; i < r->n_traces; i++) {
-        struct stat st;
-        if (stat(r->traces[i], &st) == 0 && st.st_size > best_size) {
-            best = r->traces[i];
-            best_size = st.st_size;
-        }
-    }
-    if (r->n_traces > 1)
-        gp_cli_warn(CMD,
-                    "%s wrote %zu traces (forked or exec'd processes: %s, ...); the diff "
-                    "takes the largest, %s",
-                    f->label, r->n_traces, r->traces[0], best);
-    return best;
+    const char *main = r->traces[0]; /* the main process's first image */
+    if (r->n_traces == 1)
+        return main;
+    long pid = trace_pid(main);
+    for (size_t i = 1; pid > 0 && i < r->n_traces; i++) /* in version order: images in turn */
+        if (trace_pid(r->traces[i]) == pid)
+            main = r->traces[i];
+    gp_cli_warn(CMD,
+                "%s wrote %zu traces, one per process and program (%s, %s%s); the diff takes "
+                "the main process's%s, %s",
+                f->label, r->n_traces, r->traces[0], r->traces[1], r->n_traces > 2 ? ", ..." : "",
+                main != r->traces[0] ? " last program (after exec)" : "", main);
+    return main;
 }
 
 /* Runs one of the two runs and says how it ended and where its files are. */
