@@ -98,7 +98,12 @@ int gp_check_complete(const gp_profile *p, char *why, size_t why_size)
                 gp_trace_meta(p->trace, "gradprof_version");
     char parts[640] = "", how[160];
     size_t used = 0;
-    const char *ended = gp_check_end_reason(gp_trace_meta(p->trace, "end_reason"), how, sizeof how);
+    /* An exec ends the image as an exit does (its memory is gone, the new program records a
+     * trace of its own), without an END record: the exec could have failed and the program gone
+     * on writing (its end replaces the exec's end_reason then). */
+    const char *end_reason = gp_trace_meta(p->trace, "end_reason");
+    bool exec_end = end_reason && strcmp(end_reason, "exec") == 0;
+    const char *ended = exec_end ? NULL : gp_check_end_reason(end_reason, how, sizeof how);
     if (!meta && info->events == 0)
         part_add(parts, sizeof parts, &used,
                  "it holds no metadata and no events (only the file header: the recorder wrote "
@@ -113,7 +118,7 @@ int gp_check_complete(const gp_profile *p, char *why, size_t why_size)
                  info->damage_offset, info->damage_reason, info->bytes_lost);
     if (ended)
         part_add(parts, sizeof parts, &used, "the program %s", how);
-    else if (!info->clean_end && !info->damaged && info->events > 0)
+    else if (!info->clean_end && !exec_end && !info->damaged && info->events > 0)
         part_add(parts, sizeof parts, &used,
                  "it has no end record (the program was killed, or is still running)");
     if (info->lost_events)

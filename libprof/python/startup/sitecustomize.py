@@ -18,8 +18,9 @@ then acts once torch has been imported (a program that never imports torch pays 
   covered: threads that were already running when torch was imported (PyTorch's grad mode is per
   thread), threads started without ``threading`` (from C++).
 
-A process that exits without having imported torch notes ``saves_seen`` ``all`` in its trace (it
-saved no tensor for backward), so that ``gradprof check`` can judge it without tags or stacks.
+A process that exits, or execs another program (``os.execv``, ``os.execve``), without having
+imported torch notes ``saves_seen`` ``all`` in its trace (it saved no tensor for backward), so
+that ``gradprof check`` can judge it without tags or stacks.
 
 ``gradprof run`` records a Python program without call stacks unless told otherwise (the
 PyTorch helper's tags say what the tensors are; README "PyTorch"); it then sets
@@ -205,6 +206,23 @@ def _note_torch_never_imported():
         pass
 
 
+def _wrap_exec():
+    """os.execv and os.execve, which os's other exec functions call, replace the program without
+    running atexit: a process that never imported torch makes its note before."""
+    for name in ("execv", "execve"):
+        orig = getattr(os, name, None)
+        if orig is None:
+            continue
+
+        def exec_after_note(*args, _orig=orig):
+            _note_torch_never_imported()
+            return _orig(*args)
+
+        exec_after_note.__name__ = exec_after_note.__qualname__ = name
+        exec_after_note.__doc__ = orig.__doc__
+        setattr(os, name, exec_after_note)
+
+
 def _main():
     import atexit
     grad_off = _setting("GRADPROF_GRAD_DEFAULT", ("on", "off")) == "off"
@@ -213,6 +231,7 @@ def _main():
     if os.environ.pop("GRADPROF_PYTHON_NO_STACKS", None) == "1":
         atexit.register(_note_no_stacks)
     atexit.register(_note_torch_never_imported)
+    _wrap_exec()
 
 
 _main()
