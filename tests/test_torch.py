@@ -479,6 +479,7 @@ def test_pitfalls(E):
     test_backward_use(E)
     test_functional(E)
     test_kept_inputs(E)
+    test_checkpoint(E)
 
 
 # A linear probe (Linear(1024, 4): its graph saves its input and its weight, no activation) in an
@@ -512,6 +513,71 @@ for i in range(6):
         total += probe(torch.randn(64, 1024)).sum().item()
 print(mode, "done")
 """
+
+
+# Activation checkpointing (torch.utils.checkpoint) of a Linear + ReLU + Linear body after a
+# Linear stem, whose output h [128,512] the checkpoint keeps to recompute the body at backward:
+#   leak        non-reentrant (its own saved-tensor hooks), eval loop summing scores with graphs
+#   reentrant   the same with the reentrant kind (save_for_backward)
+#   train       non-reentrant, 3 SGD steps: prints the loss and a weight checksum
+CHECKPOINT = r"""
+import sys, torch, torch.utils.checkpoint as cp
+torch.manual_seed(0)
+mode = sys.argv[1]
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Linear(64, 512)
+        self.body = torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Linear(512, 512),
+                                        torch.nn.ReLU(), torch.nn.Linear(512, 1))
+    def forward(self, x):
+        h = self.stem(x)
+        return cp.checkpoint(self.body, h, use_reentrant=mode == "reentrant")
+net = Net()
+if mode == "train":
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    for i in range(3):
+        opt.zero_grad()
+        loss = net(torch.randn(128, 64)).pow(2).mean()
+        loss.backward()
+        opt.step()
+        print("loss %.6f" % float(loss))
+    print("weights %.6f" % float(sum(p.sum() for p in net.parameters())))
+else:
+    net.eval()
+    total = 0
+    for i in range(6):
+        total = total + net(torch.randn(128, 64)).sum()
+    print("total %.4f" % float(total))
+"""
+
+
+def test_checkpoint(E):
+    script = E.path("checkpoint.py")
+    with open(script, "w") as f:
+        f.write(CHECKPOINT)
+    modes = ("leak", "reentrant", "train")
+    traces = {m: E.path("checkpoint_%s.gptrace" % m) for m in modes}
+    for t in traces.values():
+        remove_traces(t)
+    runs = parallel([lambda m=m, t=t: run([E.gradprof, "run", "-o", t, "--", PY, script, m])
+                     for m, t in traces.items()])
+    plain = run([PY, script, "train"])
+    expect(runs[2].stdout == plain.stdout,
+           "train: the same losses and weights under gradprof (%r, %r)"
+           % (runs[2].stdout, plain.stdout))
+    h, x = 128 * 512 * 4, 128 * 64 * 4
+    for m in ("leak", "reentrant"):
+        rc, c = check_json(E, traces[m])()
+        growth = [v for v in c["violations"] if v["rule"] == "growth_across_iterations"]
+        grown = {(i["op"], i["bytes"]) for v in growth for i in v["items"]}
+        notes = [n["value"] for n in report_json(E, traces[m], top=1)()["notes"]
+                 if n["key"] == "saves_seen"]
+        log("checkpoint %s: rc %d, growth %s, saves_seen %s" % (m, rc, grown, notes))
+        # iterations 2-6 keep the stem's output h and the batch x (the 6th batch: at exit)
+        expect(rc == 1 and grown == {("aten::addmm", 4 * h), ("input", 4 * x)},
+               "%s: check fails on the growth of what the checkpoint keeps (%s)" % (m, grown))
+        expect(notes == ["all"], "%s: every save seen (%s)" % (m, notes))
 
 
 def test_kept_inputs(E):

@@ -80,9 +80,12 @@ Limits:
 * with ``instrument`` alone (no ``attach``), tensors saved outside an instrumented model's forward
   (a loss computed after it) are not seen; activations that are never saved keep what the frame
   rules (``tools/rules/pytorch.rules``) give them;
-* while the program has its own ``saved_tensors_hooks`` active (``save_on_cpu``, checkpointing)
-  the helper installs none, so those saves are not seen; keyword-only inputs of the root module are
-  not known as inputs (a saved one without ``grad_fn`` would be tagged ``leaf``);
+* while the program has its own ``saved_tensors_hooks`` active (``save_on_cpu``, its own) the
+  saves go to them, not to the helper's, and are not seen (noted ``saves_seen`` ``some``); a
+  non-reentrant ``torch.utils.checkpoint`` is the exception: its hooks keep no tensor, and the
+  arguments it keeps for the recomputation count as saved by its outputs' graph
+  (_wrap_checkpoint); keyword-only inputs of the root module are not known as inputs (a saved one
+  without ``grad_fn`` would be tagged ``leaf``);
 * if a module's forward raises, its regions are closed at the next forward of an instrumented
   model or when an enclosing region (``gp.region``, ``no_grad``) exits.
 
@@ -356,6 +359,7 @@ class _TLS(threading.local):
         self.user_hooks = 0    # the program's own saved_tensors_hooks contexts active
         self.hooks = 0         # our saved-tensor hooks pushed (everywhere, or by a root forward)
         self.hooks_off = 0     # disable_saved_tensors_hooks blocks open (ours taken off)
+        self.checkpoint = 0    # non-reentrant torch.utils.checkpoint calls running here
         self.roots = []        # the attached roots (_Model) whose forward runs here, innermost last
 
 
@@ -1597,7 +1601,9 @@ def _wrap_user_hooks(cls):
     def __enter__(self, *a, **k):
         r = enter(self, *a, **k)
         _S.tls.user_hooks += 1
-        if _S.saves_all:  # the program's hooks now see the saves the helper's would have
+        # the program's hooks now see the saves the helper's would have; a non-reentrant
+        # checkpoint's keep no tensor: what its graph keeps, its inputs, _wrap_checkpoint counts
+        if _S.saves_all and not _S.tls.checkpoint:
             _S.saves_all = False
             _note_saves_seen(b"some (the program's own saved_tensors_hooks)")
         return r
@@ -1612,6 +1618,55 @@ def _wrap_user_hooks(cls):
 
 
 _VERSION_RE = re.compile(r"\[torch\.\w+ \[([\d, ]*)\]\], which is output \d+ of (\w+),")
+
+
+def _wrap_checkpoint(module):
+    """torch.utils.checkpoint.checkpoint. The non-reentrant kind (use_reentrant=False) runs the
+    function under saved-tensor hooks of its own, which keep no tensor (it recomputes them at
+    backward), and keeps the function's tensor arguments for that until the graph goes: those
+    are what its graph holds, counted as saves of the graph of each output (a _Packed in the
+    output's grad_fn.metadata). The reentrant kind saves its inputs through save_for_backward,
+    which the helper's hooks see already."""
+    orig = module.checkpoint
+
+    @functools.wraps(orig)
+    def checkpoint(function, *args, **kwargs):
+        import torch
+        s = _S
+        if kwargs.get("use_reentrant", True) is not False or not s.on or \
+                not torch.is_grad_enabled():
+            return orig(function, *args, **kwargs)
+        s.tls.checkpoint += 1
+        try:
+            out = orig(function, *args, **kwargs)
+        finally:
+            s.tls.checkpoint -= 1
+        try:
+            _checkpoint_saves(s, out, args)
+        except Exception:
+            pass
+        return out
+
+    _patch(module, "checkpoint", checkpoint)
+
+
+def _checkpoint_saves(s, out, args):
+    """The tensor arguments of a non-reentrant checkpoint, saved by the graph of its outputs."""
+    nodes = [t.grad_fn for t in _tensors_in((out,)) if t.grad_fn is not None]
+    if not nodes:
+        return
+    s.lib.own_begin()
+    try:
+        packs = []
+        for t in _tensors_in(args):
+            fn = t.grad_fn
+            packed = _Packed(s._saved_key(t, fn), t)
+            packed.t = t.detach() if fn is not None else t
+            packs.append(packed)
+    finally:
+        s.lib.own_end()
+    for node in nodes:
+        node.metadata["gradprof_checkpoint_inputs"] = packs
 
 
 def _wrap_disable_hooks(graph):
@@ -1735,6 +1790,8 @@ def _install_globals():
     _wrap_user_hooks(graph.saved_tensors_hooks)
     if hasattr(graph, "disable_saved_tensors_hooks"):
         _wrap_disable_hooks(graph)
+    import torch.utils.checkpoint
+    _wrap_checkpoint(torch.utils.checkpoint)
     _patch(torch.Tensor, "backward", _wrap_backward(torch.Tensor.backward))
     _patch(torch.nn.Module, "__call__", _wrap_module_call(torch.nn.Module.__call__))
     _wrap_ctx(torch.autocast, "autocast")
