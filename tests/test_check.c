@@ -319,6 +319,47 @@ static void test_every_save_seen(void **state)
     gp_profile_free(p);
 }
 
+/* Saves the tagging source did not see ("saves_seen" "some"): rules that passed on saved memory
+ * could have failed on them (not judged unless accepted); rules that failed, failed. */
+static void test_saves_unseen(void **state)
+{
+    (void)state;
+    static const char *const some[] = {"all", "some (the program's own saved_tensors_hooks)", NULL};
+    write_raw_noted(tmp_path("some.gptrace"), true, some);
+    gp_profile *p = load(tmp_path("some.gptrace"));
+    gp_check_rules rules;
+    gp_check_rules_default(&rules);
+    gp_check_result *r = run(p, &rules);
+    assert_int_equal(r->verdict, GP_CHECK_UNJUDGED);
+    assert_int_equal(r->n_doubts, 1);
+    assert_int_equal(r->doubts[0].code, GP_EINCOMPLETE);
+    assert_string_equal(r->doubts[0].option, "--allow-incomplete");
+    contains(r->doubts[0].message, "does not show every tensor saved for backward (saves_seen: "
+                                   "some (the program's own saved_tensors_hooks))");
+    gp_check_result_free(r);
+    rules.allow_incomplete = true;
+    r = run(p, &rules);
+    assert_int_equal(r->verdict, GP_CHECK_PASSED);
+    gp_check_result_free(r);
+    /* failed anyway: the activation forbidden */
+    gp_check_rules_default(&rules);
+    rules.forbid[LP_CAT_ACTIVATION] = true;
+    r = run(p, &rules);
+    assert_int_equal(r->verdict, GP_CHECK_FAILED);
+    assert_int_equal(r->n_doubts, 0);
+    gp_check_result_free(r);
+    /* rules that never look at saved memory are judged */
+    gp_check_rules_default(&rules);
+    memset(rules.forbid, 0, sizeof rules.forbid);
+    memset(rules.detectors, 0, sizeof rules.detectors);
+    rules.has_max_peak = true;
+    rules.max_peak = 1 << 20;
+    r = run(p, &rules);
+    assert_int_equal(r->verdict, GP_CHECK_PASSED);
+    gp_check_result_free(r);
+    gp_profile_free(p);
+}
+
 /* ---- the rules ------------------------------------------------------------------------------- */
 
 /* mlp_grad: saved ReLU outputs (4 iterations x 2 x 32 KiB) and 20 graph nodes of 512 bytes. */
@@ -588,6 +629,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_incomplete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unclassified, setup, teardown),
         cmocka_unit_test_setup_teardown(test_every_save_seen, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_saves_unseen, setup, teardown),
         cmocka_unit_test(test_forbid),
         cmocka_unit_test(test_region),
         cmocka_unit_test_setup_teardown(test_backward_hint, setup, teardown),

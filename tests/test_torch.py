@@ -520,6 +520,8 @@ print(mode, "done")
 #   leak        non-reentrant (its own saved-tensor hooks), eval loop summing scores with graphs
 #   reentrant   the same with the reentrant kind (save_for_backward)
 #   train       non-reentrant, 3 SGD steps: prints the loss and a weight checksum
+#   save_on_cpu the leak's loop without checkpointing under save_on_cpu, whose saves (copies the
+#               graph keeps) the helper does not see: check cannot pass it
 CHECKPOINT = r"""
 import sys, torch, torch.utils.checkpoint as cp
 torch.manual_seed(0)
@@ -532,6 +534,8 @@ class Net(torch.nn.Module):
                                         torch.nn.ReLU(), torch.nn.Linear(512, 1))
     def forward(self, x):
         h = self.stem(x)
+        if mode == "save_on_cpu":
+            return self.body(h)
         return cp.checkpoint(self.body, h, use_reentrant=mode == "reentrant")
 net = Net()
 if mode == "train":
@@ -546,8 +550,9 @@ if mode == "train":
 else:
     net.eval()
     total = 0
-    for i in range(6):
-        total = total + net(torch.randn(128, 64)).sum()
+    with torch.autograd.graph.save_on_cpu() if mode == "save_on_cpu" else torch.enable_grad():
+        for i in range(6):
+            total = total + net(torch.randn(128, 64)).sum()
     print("total %.4f" % float(total))
 """
 
@@ -556,7 +561,7 @@ def test_checkpoint(E):
     script = E.path("checkpoint.py")
     with open(script, "w") as f:
         f.write(CHECKPOINT)
-    modes = ("leak", "reentrant", "train")
+    modes = ("leak", "reentrant", "train", "save_on_cpu")
     traces = {m: E.path("checkpoint_%s.gptrace" % m) for m in modes}
     for t in traces.values():
         remove_traces(t)
@@ -578,6 +583,10 @@ def test_checkpoint(E):
         expect(rc == 1 and grown == {("aten::addmm", 4 * h), ("input", 4 * x)},
                "%s: check fails on the growth of what the checkpoint keeps (%s)" % (m, grown))
         expect(notes == ["all"], "%s: every save seen (%s)" % (m, notes))
+    p = run([E.gradprof, "check", traces["save_on_cpu"]], expect_rc=(2,))
+    expect("does not show every tensor saved for backward (saves_seen: some (the program's own "
+           "saved_tensors_hooks))" in p.stderr,
+           "save_on_cpu: check cannot judge what it did not see (%s)" % p.stderr.strip())
 
 
 def test_kept_inputs(E):

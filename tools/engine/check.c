@@ -145,6 +145,16 @@ static bool every_save_seen(const gp_profile *p)
     return all && p->notes_dropped == 0;
 }
 
+/* The first "saves_seen" note that is not "all" (a tagging source that missed some saves:
+ * "some (functorch transforms)"), or NULL. */
+static const char *saves_unseen(const gp_profile *p)
+{
+    for (size_t i = 0; i < p->n_notes; i++)
+        if (strcmp(p->notes[i].key, "saves_seen") == 0 && strcmp(p->notes[i].value, "all") != 0)
+            return p->notes[i].value;
+    return NULL;
+}
+
 int gp_check_classified(const gp_profile *p, uint64_t *unclassified, char *why, size_t why_size)
 {
     uint64_t bytes = 0, total = 0, tagged = 0;
@@ -574,6 +584,25 @@ static void judge(gp_check_result *r, const gp_profile *p, const gp_check_rules 
         doubt_add(r, GP_EUNCLASSIFIED, "--allow-unclassified", o->allow_unclassified, why);
 }
 
+/* After the rules: a trace that passed them although its tagging source missed some tensors
+ * saved for backward is not judged (what it missed could fail them); one that failed them has
+ * failed whatever it missed. */
+static void judge_unseen_saves(gp_check_result *r, const gp_profile *p, const gp_check_rules *o)
+{
+    bool by_saved = o->baseline != NULL || o->forbid[LP_CAT_SAVED];
+    for (int k = 0; k < GP_FIND_KIND_COUNT; k++)
+        by_saved = by_saved || o->detectors[k];
+    const char *unseen = saves_unseen(p);
+    if (r->n_violations || !by_saved || !unseen)
+        return;
+    char why[768];
+    snprintf(why, sizeof why,
+             "'%s' does not show every tensor saved for backward (saves_seen: %.200s): graph "
+             "memory made there could fail the rules",
+             p->path, unseen);
+    doubt_add(r, GP_EINCOMPLETE, "--allow-incomplete", o->allow_incomplete, why);
+}
+
 /* The hint of a program that ran backward (it trains, or asks for gradients of its inputs) and
  * failed `forbid` over the whole run: the graphs backward needed count too, where the user likely
  * meant its evaluation. */
@@ -662,6 +691,7 @@ int gp_check_run(const gp_profile *p, const gp_check_rules *rules, gp_check_resu
         r->rules_skipped += r->rules[i].skipped[0] != '\0';
     }
     hint_backward(r, p, rules);
+    judge_unseen_saves(r, p, rules);
     r->verdict = r->n_violations ? GP_CHECK_FAILED : GP_CHECK_PASSED;
     for (size_t i = 0; i < r->n_doubts; i++)
         if (!r->doubts[i].accepted)

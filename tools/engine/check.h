@@ -151,7 +151,8 @@ typedef struct gp_check_result {
     size_t n_rules, rules_failed, rules_skipped;
     gp_check_violation *violations;
     size_t n_violations;
-    gp_check_doubt doubts[3]; /* the trace incomplete, the baseline incomplete, unclassified */
+    gp_check_doubt doubts[4]; /* the trace incomplete, the baseline incomplete, unclassified,
+                               * saves unseen */
     size_t n_doubts;
     /* What to try when the rules judged more than the user likely meant ("" if nothing): a
      * program that trains fails `forbid` over the whole run on its training graphs. */
