@@ -594,6 +594,51 @@ static void test_site_ties_by_label(void **state)
  * net.1's relu, a 10000 B parameter of net.0 and 2 x 100 B untagged stay live (a third 100 B buffer
  * and a fourth saved one are freed): 22,488 B in 6 allocations. The saved ones are made inside
  * "inference" with grad on. */
+/* forgot_no_grad's verdict quotes the saved memory at the peak only when the peak is inside the
+ * region where grad was forgotten: a training step's graph at the peak is not what no_grad in
+ * the evaluation would save. */
+static void test_forgot_no_grad_verdict(void **state)
+{
+    (void)state;
+    char trace[512];
+    snprintf(trace, sizeof trace, "%s/train_eval.gptrace", tmpdir);
+    for (int peak_in_eval = 0; peak_in_eval < 2; peak_in_eval++) {
+        tb *b = tb_open(trace, "python3 train.py");
+        assert_non_null(b);
+        tb_thread(b, 1, "main");
+        uint64_t t = 1000, train = peak_in_eval ? 2048 : 65536;
+        tb_region_push(b, "train"); /* a training step: its graph, then backward frees it */
+        tb_at(b, t += 100);
+        tb_alloc(b, 0x10000, train, 0);
+        tb_tag(b, 0x10000, train, LP_CAT_SAVED, "aten::addmm", "net.0", "[16384]", true, 0);
+        tb_at(b, t += 100);
+        tb_free(b, 0x10000);
+        tb_region_pop(b);
+        tb_region_push(b, "inference"); /* the evaluation forgot no_grad: 3 x 4 KiB saved */
+        for (uint64_t i = 0; i < 3; i++) {
+            tb_at(b, t += 100);
+            tb_alloc(b, 0x40000 + i * 0x1000, 4096, 0);
+            tb_tag(b, 0x40000 + i * 0x1000, 4096, LP_CAT_SAVED, "aten::relu", "net.1", "[1024]",
+                   true, 0);
+        }
+        tb_at(b, t += 100);
+        tb_region_pop(b);
+        for (uint64_t i = 0; i < 3; i++)
+            tb_free(b, 0x40000 + i * 0x1000);
+        tb_end(b);
+        assert_int_equal(tb_close(b), 0);
+        assert_int_equal(run("'%s' report '%s'", GRADPROF_BIN, trace), 0);
+        char *text = e2e_slurp(out_path, NULL);
+        assert_non_null(text);
+        assert_contains(text, peak_in_eval ? "\nverdict: forgot no_grad: 12.00 KiB saved for "
+                                             "backward at the peak by 1 module"
+                                           : "\nverdict: forgot no_grad: 12.00 KiB saved for "
+                                             "backward inside 'inference' by 1 module\n");
+        free(text);
+        remove(trace);
+    }
+}
+
 static void test_leaks_by_tag_without_stacks(void **state)
 {
     (void)state;
@@ -936,6 +981,7 @@ int main(void)
         cmocka_unit_test(test_json_schema_python),
         cmocka_unit_test(test_odd_strings),
         cmocka_unit_test(test_site_ties_by_label),
+        cmocka_unit_test(test_forgot_no_grad_verdict),
         cmocka_unit_test(test_leaks_by_tag_without_stacks),
         cmocka_unit_test(test_out_of_memory),
         cmocka_unit_test(test_mark_labels_do_not_overlap),

@@ -1160,7 +1160,7 @@ static void region_pop(gp_profile *p, thread_state *t)
     gp_region_stats *r = &p->regions[in->region];
     if (in->live_inside > r->retained_bytes)
         r->retained_bytes = in->live_inside;
-    if (p->n_spans < 10000) {
+    if (p->n_spans < GP_MAX_SPANS) {
         gp_region_span *s = gp__push((void **)&p->spans, &p->n_spans, &e->cap_spans, sizeof *s);
         if (s)
             *s = (gp_region_span){in->name, in->thread, in->depth, in->begin_ns, e->now};

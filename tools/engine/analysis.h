@@ -127,6 +127,7 @@ typedef struct gp_note {
     const char *key, *value; /* owned by the trace (p->trace) */
 } gp_note;
 #define GP_MAX_NOTES 10000
+#define GP_MAX_SPANS 10000
 
 typedef enum gp_finding_kind {
     GP_FIND_GRAPH_WITHOUT_GRAD,  /* graph memory allocated where grad should be off */
@@ -301,7 +302,7 @@ struct gp_profile {
     gp_timeline_point *timeline; /* point i covers (time_ns - timeline_bucket_ns, time_ns] */
     size_t n_timeline;
     uint64_t timeline_bucket_ns;
-    gp_region_span *spans; /* capped (the first 10000) */
+    gp_region_span *spans; /* capped (the first GP_MAX_SPANS to end) */
     size_t n_spans;
     gp_finding *findings;
     size_t n_findings;
