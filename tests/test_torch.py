@@ -480,6 +480,7 @@ def test_pitfalls(E):
     test_functional(E)
     test_kept_inputs(E)
     test_checkpoint(E)
+    test_jit_trace(E)
 
 
 # A linear probe (Linear(1024, 4): its graph saves its input and its weight, no activation) in an
@@ -587,6 +588,45 @@ def test_checkpoint(E):
     expect("does not show every tensor saved for backward (saves_seen: some (the program's own "
            "saved_tensors_hooks))" in p.stderr,
            "save_on_cpu: check cannot judge what it did not see (%s)" % p.stderr.strip())
+
+
+# A model traced with torch.jit.trace the ordinary way (grad on: the trace builds a graph, and
+# the eager model runs again to check it), then evaluated by its traced copy:
+#   nograd  under no_grad: nothing of the program's own is saved for backward
+#   leak    with grad on, scores summed with their graphs
+JIT_TRACE = r"""
+import sys, torch
+torch.manual_seed(0)
+net = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(),
+                          torch.nn.Linear(256, 10)).eval()
+model = torch.jit.trace(net, torch.randn(4, 128))
+total = 0
+with torch.no_grad() if sys.argv[1] == "nograd" else torch.enable_grad():
+    for i in range(6):
+        total = total + model(torch.randn(32, 128)).sum()
+print("total %.4f" % float(total))
+"""
+
+
+def test_jit_trace(E):
+    script = E.path("jit_trace.py")
+    with open(script, "w") as f:
+        f.write(JIT_TRACE)
+    traces = {m: E.path("jit_trace_%s.gptrace" % m) for m in ("nograd", "leak")}
+    for t in traces.values():
+        remove_traces(t)
+    parallel([lambda m=m, t=t: run([E.gradprof, "run", "-o", t, "--", PY, script, m])
+              for m, t in traces.items()])
+    rc, c = check_json(E, traces["nograd"])()
+    expect(rc == 0 and c["passed"],
+           "nograd: the graph torch.jit.trace built is not the program's (rc %d: %s)"
+           % (rc, c["summary"]))
+    rc, c = check_json(E, traces["leak"])()
+    kinds = {v["rule"] for v in c["violations"]}
+    expect(rc == 1 and "growth_across_iterations" in kinds and
+           "graph kept across iterations by total" in c["summary"],
+           "leak: the traced model's calls are the iterations (%s: %s)" % (sorted(kinds),
+                                                                           c["summary"]))
 
 
 def test_kept_inputs(E):

@@ -360,6 +360,7 @@ class _TLS(threading.local):
         self.hooks = 0         # our saved-tensor hooks pushed (everywhere, or by a root forward)
         self.hooks_off = 0     # disable_saved_tensors_hooks blocks open (ours taken off)
         self.checkpoint = 0    # non-reentrant torch.utils.checkpoint calls running here
+        self.jit_trace = 0     # torch.jit.trace calls running here
         self.roots = []        # the attached roots (_Model) whose forward runs here, innermost last
 
 
@@ -708,8 +709,8 @@ class _State:
         if info is None:
             return None
         ptr, n = info
-        if ptr in self.param_keys or (fn is None and t.requires_grad):
-            return None  # parameters, buffers, leaves: held by the program anyway
+        if ptr in self.param_keys or (fn is None and t.requires_grad) or _tracing():
+            return None  # parameters, buffers, leaves: held by the program anyway; a jit trace
         mods = self.tls.modules
         module = mods[-1] if mods else ""
         with self.lock:
@@ -1075,9 +1076,32 @@ def _tensors_in(args):
 
 
 def _tracing():
-    """True while torch.jit traces: the tracer records every op the helper's hooks would run."""
+    """True inside torch.jit.trace on this thread (_wrap_jit_trace: the tracing and the runs that
+    check it, which are not the program's calls of its model) or while the tracer records (it
+    would record every op the helper's hooks run)."""
     import torch
-    return torch._C._get_tracing_state() is not None
+    return _S.tls.jit_trace > 0 or torch._C._get_tracing_state() is not None
+
+
+def _wrap_jit_trace(jit):
+    """torch.jit.trace and trace_module: the helper does nothing inside them (_tracing), so the
+    graph a trace builds with grad on is not the program's saved memory, and the eager model
+    run to check the trace does not become the model whose calls are iterations."""
+    for name in ("trace", "trace_module"):
+        orig = getattr(jit, name, None)
+        if orig is None:
+            continue
+
+        def traced(*args, _orig=orig, **kwargs):
+            tls = _S.tls
+            tls.jit_trace += 1
+            try:
+                return _orig(*args, **kwargs)
+            finally:
+                tls.jit_trace -= 1
+
+        functools.update_wrapper(traced, orig)
+        _patch(jit, name, traced)
 
 
 def _enter_module(s, mod, path, root, args, frame):
@@ -1792,6 +1816,7 @@ def _install_globals():
         _wrap_disable_hooks(graph)
     import torch.utils.checkpoint
     _wrap_checkpoint(torch.utils.checkpoint)
+    _wrap_jit_trace(torch.jit)
     _patch(torch.Tensor, "backward", _wrap_backward(torch.Tensor.backward))
     _patch(torch.nn.Module, "__call__", _wrap_module_call(torch.nn.Module.__call__))
     _wrap_ctx(torch.autocast, "autocast")
