@@ -516,6 +516,20 @@ print(mode, "done")
 """
 
 
+def record_modes(E, name, source, modes):
+    """Writes the program `source` as NAME.py and records it once per mode (its argument), in
+    parallel: returns the script, {mode: trace} and the runs, in the order of modes."""
+    script = E.path(name + ".py")
+    with open(script, "w") as f:
+        f.write(source)
+    traces = {m: E.path("%s_%s.gptrace" % (name, m)) for m in modes}
+    for t in traces.values():
+        remove_traces(t)
+    runs = parallel([lambda m=m, t=t: run([E.gradprof, "run", "-o", t, "--", PY, script, m])
+                     for m, t in traces.items()])
+    return script, traces, runs
+
+
 # Activation checkpointing (torch.utils.checkpoint) of a Linear + ReLU + Linear body after a
 # Linear stem, whose output h [128,512] the checkpoint keeps to recompute the body at backward:
 #   leak        non-reentrant (its own saved-tensor hooks), eval loop summing scores with graphs
@@ -559,15 +573,8 @@ else:
 
 
 def test_checkpoint(E):
-    script = E.path("checkpoint.py")
-    with open(script, "w") as f:
-        f.write(CHECKPOINT)
-    modes = ("leak", "reentrant", "train", "save_on_cpu")
-    traces = {m: E.path("checkpoint_%s.gptrace" % m) for m in modes}
-    for t in traces.values():
-        remove_traces(t)
-    runs = parallel([lambda m=m, t=t: run([E.gradprof, "run", "-o", t, "--", PY, script, m])
-                     for m, t in traces.items()])
+    script, traces, runs = record_modes(E, "checkpoint", CHECKPOINT,
+                                        ("leak", "reentrant", "train", "save_on_cpu"))
     plain = run([PY, script, "train"])
     expect(runs[2].stdout == plain.stdout,
            "train: the same losses and weights under gradprof (%r, %r)"
@@ -609,14 +616,7 @@ print("total %.4f" % float(total))
 
 
 def test_jit_trace(E):
-    script = E.path("jit_trace.py")
-    with open(script, "w") as f:
-        f.write(JIT_TRACE)
-    traces = {m: E.path("jit_trace_%s.gptrace" % m) for m in ("nograd", "leak")}
-    for t in traces.values():
-        remove_traces(t)
-    parallel([lambda m=m, t=t: run([E.gradprof, "run", "-o", t, "--", PY, script, m])
-              for m, t in traces.items()])
+    _script, traces, _runs = record_modes(E, "jit_trace", JIT_TRACE, ("nograd", "leak"))
     rc, c = check_json(E, traces["nograd"])()
     expect(rc == 0 and c["passed"],
            "nograd: the graph torch.jit.trace built is not the program's (rc %d: %s)"
@@ -630,15 +630,8 @@ def test_jit_trace(E):
 
 
 def test_kept_inputs(E):
-    script = E.path("kept_inputs.py")
-    with open(script, "w") as f:
-        f.write(KEPT_INPUTS)
     modes = ("leak", "fixed", "kept", "view", "nothing")
-    traces = {m: E.path("kept_inputs_%s.gptrace" % m) for m in modes}
-    for t in traces.values():
-        remove_traces(t)
-    parallel([lambda m=m, t=t: run([E.gradprof, "run", "-o", t, "--", PY, script, m])
-              for m, t in traces.items()])
+    _script, traces, _runs = record_modes(E, "kept_inputs", KEPT_INPUTS, modes)
     checks = dict(zip(modes, parallel([check_json(E, traces[m]) for m in modes])))
     batch = 64 * 1024 * 4
     rc, c = checks["leak"]
@@ -693,15 +686,8 @@ print(len(outs))
 
 
 def test_functional(E):
-    script = E.path("functional.py")
-    with open(script, "w") as f:
-        f.write(FUNCTIONAL)
-    modes = ("grad", "no_grad", "functorch")
-    traces = {m: E.path("functional_%s.gptrace" % m) for m in modes}
-    for t in traces.values():
-        remove_traces(t)
-    runs = parallel([lambda m=m, t=t: run([E.gradprof, "run", "-o", t, "--", PY, script, m])
-                     for m, t in traces.items()])
+    script, traces, runs = record_modes(E, "functional", FUNCTIONAL,
+                                        ("grad", "no_grad", "functorch"))
     plain = run([PY, script, "functorch"])
     expect(runs[2].stdout == plain.stdout,
            "functorch: runs under the helper and computes what it computes without it (%r, %r)"
