@@ -717,8 +717,8 @@ class _State:
             e = self.saved.get(ptr)
             if e is not None:
                 e.count += 1
-                if e.arg is not None and e.arg() is t:
-                    e.direct += 1
+                if fn is None and e.arg is not None and e.arg() is t:
+                    e.direct += 1  # the save holds t itself (_pack detaches only outputs)
                 return ptr
             op = "leaf" if fn is None else _op_name(_maker(t, fn))
             detail = "[%s]" % ",".join(str(d) for d in t.shape)
@@ -740,7 +740,7 @@ class _State:
                     e.op = "input"
                 e.arg = self.input_args.get(ptr)
                 if e.arg is not None:  # an input that owns its storage: promotable
-                    e.direct = 1 if e.arg() is t else 0
+                    e.direct = 1 if fn is None and e.arg() is t else 0
                     self.unpromoted.add(ptr)
                 return ptr
             self._count_saved(e)
