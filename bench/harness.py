@@ -9,6 +9,7 @@ each time is the median of RUNS rounds.
 """
 import ctypes
 import datetime
+import glob
 import json
 import os
 import platform
@@ -492,13 +493,24 @@ def tensors():
     return res
 
 
+def remove_output(cmd):
+    """The trace a `gradprof run -o PATH` command writes, and PATH.N of the other processes it
+    starts: gone, since gradprof never writes over a trace."""
+    if "-o" in cmd:
+        path = cmd[cmd.index("-o") + 1]
+        for f in glob.glob(glob.escape(path) + "*"):
+            os.unlink(f)
+
+
 def perf_profile(cmd, label):
     """perf record/report of one command: the top self-time symbols (for the missed targets)."""
     if not have("perf"):
         return "perf not available"
     data = os.path.join(WORK, "perf.data")
+    remove_output(cmd)
     r = subprocess.run(["perf", "record", "-q", "-g", "-o", data, "--"] + cmd, env=ENV,
                        capture_output=True, cwd=WORK, timeout=300)
+    remove_output(cmd)
     if r.returncode != 0:
         return "perf record failed: " + r.stderr.decode(errors="replace")[-300:]
     rep = subprocess.run(["perf", "report", "-i", data, "--no-children", "--stdio", "-g", "none",
