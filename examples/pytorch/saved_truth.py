@@ -112,13 +112,18 @@ def malloc_in_use():
     return m.uordblks + m.hblkhd
 
 
+def _storage(t):
+    """t's storage (untyped where this PyTorch has it)."""
+    f = getattr(t, "untyped_storage", None)
+    return f() if f is not None else t.storage()
+
+
 def storage_of(t):
     """(base address, bytes) of a dense CPU tensor's storage, or None."""
     try:
         if t.layout != torch.strided or t.device.type != "cpu" or t.is_quantized:
             return None
-        f = getattr(t, "untyped_storage", None)
-        s = f() if f is not None else t.storage()
+        s = _storage(t)
         ptr, n = s.data_ptr(), s.nbytes()
     except Exception:
         return None
@@ -145,9 +150,7 @@ def _alias(t):
     if (not isinstance(t, torch.Tensor) or t.requires_grad or t.grad_fn is not None or
             storage_of(t) is None):
         return t
-    f = getattr(t, "untyped_storage", None)
-    storage = f() if f is not None else t.storage()
-    return torch.empty(0, dtype=t.dtype).set_(storage, t.storage_offset(), t.size(), t.stride())
+    return torch.empty(0, dtype=t.dtype).set_(_storage(t), t.storage_offset(), t.size(), t.stride())
 
 
 _SAVED_ATTRS = {}

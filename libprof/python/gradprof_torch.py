@@ -794,7 +794,6 @@ class _State:
                 # the references: obj here, getrefcount's argument, the graph's direct saves
                 if obj is not None and sys.getrefcount(obj) - 2 > e.direct:
                     continue
-                obj = None
                 self.unpromoted.discard(ptr)
                 e.tagged = True
                 self._count_saved(e)
@@ -1675,20 +1674,12 @@ def _wrap_checkpoint(module):
 
 
 def _checkpoint_saves(s, out, args):
-    """The tensor arguments of a non-reentrant checkpoint, saved by the graph of its outputs."""
+    """The tensor arguments of a non-reentrant checkpoint, saved by the graph of its outputs (as
+    the pack hook saves a tensor)."""
     nodes = [t.grad_fn for t in _tensors_in((out,)) if t.grad_fn is not None]
     if not nodes:
         return
-    s.lib.own_begin()
-    try:
-        packs = []
-        for t in _tensors_in(args):
-            fn = t.grad_fn
-            packed = _Packed(s._saved_key(t, fn), t)
-            packed.t = t.detach() if fn is not None else t
-            packs.append(packed)
-    finally:
-        s.lib.own_end()
+    packs = [s._pack(t) for t in _tensors_in(args)]
     for node in nodes:
         node.metadata["gradprof_checkpoint_inputs"] = packs
 

@@ -130,29 +130,27 @@ int gp_check_complete(const gp_profile *p, char *why, size_t why_size)
     return GP_EINCOMPLETE;
 }
 
-/* Whether a tagging source said it saw every tensor saved for backward in the process: notes
- * "saves_seen", all of them "all", and none past the notes' cap (one there could say otherwise). */
-static bool every_save_seen(const gp_profile *p)
+/* What the "saves_seen" notes of a tagging source say: the first that is not "all" (it missed
+ * some saves: "some (functorch transforms)"), else "all" when there is one, else NULL. */
+static const char *saves_seen(const gp_profile *p)
 {
-    bool all = false;
+    const char *seen = NULL;
     for (size_t i = 0; i < p->n_notes; i++) {
         if (strcmp(p->notes[i].key, "saves_seen") != 0)
             continue;
         if (strcmp(p->notes[i].value, "all") != 0)
-            return false;
-        all = true;
+            return p->notes[i].value;
+        seen = "all";
     }
-    return all && p->notes_dropped == 0;
+    return seen;
 }
 
-/* The first "saves_seen" note that is not "all" (a tagging source that missed some saves:
- * "some (functorch transforms)"), or NULL. */
-static const char *saves_unseen(const gp_profile *p)
+/* Whether a tagging source said it saw every tensor saved for backward in the process: notes
+ * "saves_seen", all of them "all", and none past the notes' cap (one there could say otherwise). */
+static bool every_save_seen(const gp_profile *p)
 {
-    for (size_t i = 0; i < p->n_notes; i++)
-        if (strcmp(p->notes[i].key, "saves_seen") == 0 && strcmp(p->notes[i].value, "all") != 0)
-            return p->notes[i].value;
-    return NULL;
+    const char *seen = saves_seen(p);
+    return seen && !strcmp(seen, "all") && p->notes_dropped == 0;
 }
 
 int gp_check_classified(const gp_profile *p, uint64_t *unclassified, char *why, size_t why_size)
@@ -568,6 +566,15 @@ static void doubt_add(gp_check_result *r, int code, const char *option, bool acc
     snprintf(d->message, sizeof d->message, "%s", message);
 }
 
+/* Whether any gradient-leak detector is on. */
+static bool any_detector(const gp_check_rules *o)
+{
+    for (int k = 0; k < GP_FIND_KIND_COUNT; k++)
+        if (o->detectors[k])
+            return true;
+    return false;
+}
+
 static void judge(gp_check_result *r, const gp_profile *p, const gp_check_rules *o)
 {
     char why[768];
@@ -575,11 +582,9 @@ static void judge(gp_check_result *r, const gp_profile *p, const gp_check_rules 
         doubt_add(r, GP_EINCOMPLETE, "--allow-incomplete", o->allow_incomplete, why);
     if (o->baseline && gp_check_complete(o->baseline->b.profile, why, sizeof why))
         doubt_add(r, GP_EINCOMPLETE, "--allow-incomplete", o->allow_incomplete, why);
-    bool by_category = o->baseline != NULL;
+    bool by_category = o->baseline != NULL || any_detector(o);
     for (int k = 0; k < LP_CAT_COUNT; k++)
         by_category = by_category || o->forbid[k];
-    for (int k = 0; k < GP_FIND_KIND_COUNT; k++)
-        by_category = by_category || o->detectors[k];
     if (by_category && gp_check_classified(p, NULL, why, sizeof why))
         doubt_add(r, GP_EUNCLASSIFIED, "--allow-unclassified", o->allow_unclassified, why);
 }
@@ -589,17 +594,15 @@ static void judge(gp_check_result *r, const gp_profile *p, const gp_check_rules 
  * failed whatever it missed. */
 static void judge_unseen_saves(gp_check_result *r, const gp_profile *p, const gp_check_rules *o)
 {
-    bool by_saved = o->baseline != NULL || o->forbid[LP_CAT_SAVED];
-    for (int k = 0; k < GP_FIND_KIND_COUNT; k++)
-        by_saved = by_saved || o->detectors[k];
-    const char *unseen = saves_unseen(p);
-    if (r->n_violations || !by_saved || !unseen)
+    bool by_saved = o->baseline != NULL || o->forbid[LP_CAT_SAVED] || any_detector(o);
+    const char *seen = saves_seen(p);
+    if (r->n_violations || !by_saved || !seen || !strcmp(seen, "all"))
         return;
     char why[768];
     snprintf(why, sizeof why,
              "'%s' does not show every tensor saved for backward (saves_seen: %.200s): graph "
              "memory made there could fail the rules",
-             p->path, unseen);
+             p->path, seen);
     doubt_add(r, GP_EINCOMPLETE, "--allow-incomplete", o->allow_incomplete, why);
 }
 

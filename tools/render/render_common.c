@@ -986,17 +986,17 @@ static uint64_t saved_bytes(const gp_finding *f)
     return sum;
 }
 
-/* 1 when the host peak fell inside an instance of region `name`, 0 when not, -1 when unknown
- * (the spans were capped before one was found). */
-static int peak_in_region(const gp_profile *p, const char *name)
+/* Whether the host peak fell inside a recorded instance of region `name` (the spans are capped:
+ * past the cap, none is found). */
+static bool peak_in_region(const gp_profile *p, const char *name)
 {
     for (size_t i = 0; i < p->n_spans; i++) {
         const gp_region_span *s = &p->spans[i];
         if (s->begin_ns <= p->peak_time_ns && p->peak_time_ns <= s->end_ns &&
             !strcmp(s->name, name))
-            return 1;
+            return true;
     }
-    return p->n_spans < GP_MAX_SPANS ? 0 : -1;
+    return false;
 }
 
 /* " by total_loss (eval.py:36)" for the holder keeping the most graph nodes, "" if none. */
@@ -1055,17 +1055,16 @@ static const char *finding_verdict(const gp_profile *p, char *buf, size_t size)
     if ((f = gp__finding_of(p, GP_FIND_FORGOT_NO_GRAD))) {
         size_t mods = saved_modules(f);
         const gp_device_stats *d = gp__primary_device(p);
-        uint64_t at_peak = d ? d->by_category_at_peak[LP_CAT_SAVED] : 0;
-        if (saved_bytes(f) && peak_in_region(p, f->region) == 1)
+        uint64_t at_peak = d ? d->by_category_at_peak[LP_CAT_SAVED] : 0, saved = saved_bytes(f);
+        if (saved && peak_in_region(p, f->region))
             snprintf(buf, size,
                      "forgot no_grad: %s saved for backward at the peak by %zu module%s, %" PRIu64
                      " graph%s alive then",
                      gp_format_bytes(at_peak, b1, sizeof b1), mods, mods == 1 ? "" : "s",
                      p->graphs_at_peak, p->graphs_at_peak == 1 ? "" : "s");
-        else if (saved_bytes(f)) /* the peak's saved memory is another part's (training) */
+        else if (saved) /* the peak's saved memory is another part's (training) */
             snprintf(buf, size, "forgot no_grad: %s saved for backward inside '%s' by %zu module%s",
-                     gp_format_bytes(saved_bytes(f), b1, sizeof b1), f->region, mods,
-                     mods == 1 ? "" : "s");
+                     gp_format_bytes(saved, b1, sizeof b1), f->region, mods, mods == 1 ? "" : "s");
         else
             snprintf(buf, size, "forgot no_grad: %s of graph memory built inside '%s'",
                      gp_format_bytes(f->bytes, b1, sizeof b1), f->region);
