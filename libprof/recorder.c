@@ -972,26 +972,71 @@ static void lp__write_meta_unlocked(const char *key, const char *value)
  * allows up to about 2 MB) are cut there and say so in the "command_truncated" metadata. */
 #define LP__COMMAND_MAX (GP_CHUNK_MAX_PAYLOAD - 64)
 
-/* Writes the "command" metadata: /proc/self/cmdline, whole, arguments joined by spaces (read
- * into mmap'd memory: no malloc, no fixed cut-off); R.lock held. */
+/* Whether a POSIX shell reads argument a[0..n) back as one word without quotes. */
+static bool lp__shell_bare(const uint8_t *a, size_t n)
+{
+    static const char safe[] = "_@%+=:,./-";
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = a[i];
+        bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+        if (c < 0x80 && !alnum && !memchr(safe, c, sizeof safe - 1))
+            return false;
+    }
+    return n > 0;
+}
+
+/* Appends argument a[0..n) to out[*len..cap) as a shell word: bare, or in single quotes with
+ * each ' written '\''. Returns false, leaving *len, where the word does not fit. */
+static bool lp__put_shell_word(uint8_t *out, size_t *len, size_t cap, const uint8_t *a, size_t n)
+{
+    size_t at = *len + (*len > 0); /* a space after the previous word */
+    if (lp__shell_bare(a, n)) {
+        if (at > cap || n > cap - at)
+            return false;
+        memcpy(out + at, a, n);
+        at += n;
+    } else {
+        if (at + 2 > cap)
+            return false;
+        out[at++] = '\'';
+        for (size_t i = 0; i < n; i++) {
+            bool quote = a[i] == '\'';
+            if (at + (quote ? 4 : 1) + 1 > cap)
+                return false;
+            if (quote) {
+                memcpy(out + at, "'\\''", 4);
+                at += 4;
+            } else {
+                out[at++] = a[i];
+            }
+        }
+        out[at++] = '\'';
+    }
+    if (*len > 0)
+        out[*len] = ' ';
+    *len = at;
+    return true;
+}
+
+/* Writes the "command" metadata: /proc/self/cmdline, whole, its arguments quoted as a shell
+ * would need them (read into mmap'd memory: no malloc, no fixed cut-off); R.lock held. */
 static void lp__write_command(void)
 {
     int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return;
     size_t cap = GP_CHUNK_MAX_PAYLOAD;
-    uint8_t *chunk = lp__map_pages(cap);
-    if (!chunk) {
+    uint8_t *raw = lp__map_pages(cap), *chunk = lp__map_pages(cap);
+    if (!raw || !chunk) {
         close(fd);
+        lp__unmap_pages(raw, cap);
+        lp__unmap_pages(chunk, cap);
         return;
     }
-    /* Read at a fixed offset past room for the record's head (type, key, value length). */
-    static const char key[] = "command";
-    const size_t value_at = 32;
     size_t n = 0, total = 0;
     for (;;) {
         uint8_t scratch[4096];
-        uint8_t *dst = n < LP__COMMAND_MAX ? chunk + value_at + n : scratch;
+        uint8_t *dst = n < LP__COMMAND_MAX ? raw + n : scratch;
         size_t room = n < LP__COMMAND_MAX ? LP__COMMAND_MAX - n : sizeof scratch;
         ssize_t r = read(fd, dst, room < sizeof scratch ? room : sizeof scratch);
         if (r < 0 && errno == EINTR)
@@ -1003,28 +1048,35 @@ static void lp__write_command(void)
             n += (size_t)r;
     }
     close(fd);
-    if (n > 0) {
-        uint8_t *v = chunk + value_at;
-        size_t len = n;
-        if (total == n && v[len - 1] == '\0') /* the whole line: drop the final NUL */
-            len--;
-        for (size_t i = 0; i < len; i++)
-            if (v[i] == '\0')
-                v[i] = ' ';
+    /* The value goes at a fixed offset past room for the record's head (type, key, length);
+     * arguments are NUL-terminated, the last one too unless the line was cut. */
+    static const char key[] = "command";
+    const size_t value_at = 32;
+    size_t len = 0, kept = 0;
+    for (size_t i = 0; i < n;) {
+        const uint8_t *end = memchr(raw + i, '\0', n - i);
+        size_t arg = end ? (size_t)(end - (raw + i)) : n - i;
+        if (!lp__put_shell_word(chunk + value_at, &len, LP__COMMAND_MAX, raw + i, arg))
+            break;
+        i += arg + (end != NULL);
+        kept = i;
+    }
+    if (len > 0) {
         uint8_t head[32];
         size_t h = 0;
         head[h++] = GP_REC_META;
         h += lp__put_str(head + h, key, sizeof key - 1);
         h += gp_put_varint(head + h, len);
-        memmove(chunk + h, v, len);
+        memmove(chunk + h, chunk + value_at, len);
         memcpy(chunk, head, h);
         lp__write_chunk(0, 0, chunk, h + len);
-        if (total > n) {
+        if (total > kept) {
             char note[96];
-            snprintf(note, sizeof note, "%zu bytes, the first %zu kept", total, n);
+            snprintf(note, sizeof note, "%zu bytes, the first %zu kept", total, kept);
             lp__write_meta("command_truncated", note);
         }
     }
+    lp__unmap_pages(raw, cap);
     lp__unmap_pages(chunk, cap);
 }
 

@@ -330,6 +330,7 @@ typedef struct summary {
     char end_reason[32];      /* META "end_reason" */
     char clock[96];           /* META "clock" */
     size_t command_len;       /* length of META "command" */
+    char command[512];        /* its first bytes */
     bool command_truncated;   /* META "command_truncated" present */
     size_stat sizes[32];
     int nsizes;
@@ -421,6 +422,7 @@ static void summarize(const char *path, const uint64_t *sizes, int n, summary *s
     snprintf(s->clock, sizeof s->clock, "%s", v ? v : "");
     v = gp_trace_meta(t, "command");
     s->command_len = v ? strlen(v) : 0;
+    snprintf(s->command, sizeof s->command, "%s", v ? v : "");
     s->command_truncated = gp_trace_meta(t, "command_truncated") != NULL;
     free(last_time);
     free(live.keys);
@@ -1670,8 +1672,8 @@ static void test_vfork_child_leaves_the_trace_alone(void **state)
     remove_dir(dir);
 }
 
-/* The command line is stored whole (10,000 bytes); over one chunk (1.2 MB) it is cut there and
- * the "command_truncated" metadata says so. */
+/* The command line is stored whole (10,000 bytes), its arguments quoted where a shell needs
+ * quotes; over one chunk (1.2 MB) it is cut there and the "command_truncated" metadata says so. */
 static void test_long_command_line(void **state)
 {
     enum { ARG = 120000, NARGS = 10 };
@@ -1692,6 +1694,16 @@ static void test_long_command_line(void **state)
     summary s;
     summarize_pid(dir, r.pid, NULL, 0, &s, NULL);
     assert_int_equal(s.command_len, strlen(GP_ALLOC_KNOWN) + 1 + 10000);
+    assert_false(s.command_truncated);
+    remove_dir(dir);
+
+    /* Arguments a shell would split or expand are quoted: the line can be run again. */
+    char *quoted[] = {GP_ALLOC_KNOWN, "two words", "it's", "", "--naïve", "$HOME", NULL};
+    dir = make_dir();
+    run(quoted, true, dir, NULL, &r);
+    assert_true(exited_with(&r, 0));
+    summarize_pid(dir, r.pid, NULL, 0, &s, NULL);
+    assert_string_equal(s.command, GP_ALLOC_KNOWN " 'two words' 'it'\\''s' '' --naïve '$HOME'");
     assert_false(s.command_truncated);
     remove_dir(dir);
 

@@ -352,7 +352,8 @@ def test_retention(E):
     fails each bug, naming growth_across_iterations and the growing saved tensors' modules, and
     passes each fix (collect and kv_cache fixed grow their own data under no_grad /
     inference_mode: still passes); the default gate passes those two fixes entirely. A steady
-    loop that forgot no_grad (mlp.py, 3 iterations) does not grow."""
+    loop that forgot no_grad (mlp.py, 3 iterations) does not grow. Then graphs kept by the
+    program's own objects (test_object_holders)."""
     traces = {}
     jobs = []
     for script in RETENTION:
@@ -404,6 +405,62 @@ def test_retention(E):
            "mlp.py: the report has no growth finding")
     expect(any(f["kind"] == "forgot_no_grad" for f in rep["findings"]),
            "mlp.py: forgot_no_grad, from the eval-mode calls, with no change to the script")
+    test_object_holders(E)
+
+
+# Graphs kept by an attribute of the program's own object, as the classic evaluation loops do:
+#   meter    an AverageMeter summing loss tensors (`meter.update(loss)`, no .item())
+#   outputs  an evaluator's method appending its outputs to self.outputs with their graphs
+#   fixed    both done right (.item(), .detach())
+OBJECT_HOLDERS = r"""
+import sys, torch
+torch.manual_seed(0)
+mode = sys.argv[1]
+class AverageMeter:
+    def __init__(self):
+        self.sum, self.count = 0, 0
+    def update(self, val, n=1):
+        self.sum += val * n
+        self.count += n
+class Evaluator:
+    def __init__(self, model):
+        self.model, self.outputs = model, []
+    def run(self, batches):
+        for x in batches:
+            out = self.model(x)
+            self.outputs.append(out if mode == "outputs" else out.detach())
+        return torch.cat(self.outputs).mean().item()
+def evaluate(net, meter):
+    for i in range(6):
+        loss = net(torch.randn(256, 64)).logsumexp(1).mean()
+        meter.update(loss if mode == "meter" else loss.item(), 256)
+    return float(meter.sum / meter.count)
+net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),
+                          torch.nn.Linear(256, 8)).eval()
+if mode != "outputs":
+    meter = AverageMeter()
+    print("avg %.4f" % evaluate(net, meter))
+if mode != "meter":
+    print("mean %.4f" % Evaluator(net).run([torch.randn(256, 64) for _ in range(6)]))
+"""
+# mode -> the holder the verdict must name: the attribute, and where the class stores it
+OBJECT_HOLDER = {"meter": "meter.sum at object_holders.py:7,9",
+                 "outputs": "self.outputs, a list at object_holders.py:13"}
+
+
+def test_object_holders(E):
+    modes = ("meter", "outputs", "fixed")
+    _script, traces, _runs = record_modes(E, "object_holders", OBJECT_HOLDERS, modes)
+    checks = dict(zip(modes, parallel([check_json(E, traces[m], *RETENTION_GATE)
+                                       for m in modes])))
+    for mode, holder in OBJECT_HOLDER.items():
+        rc, c = checks[mode]
+        expect(rc == 1 and c["summary"].startswith("graph kept across iterations by " + holder),
+               "%s: the verdict names the attribute that keeps the graphs (rc %d: %s)"
+               % (mode, rc, c["summary"]))
+    rc, c = checks["fixed"]
+    expect(rc == 0 and c["passed"], "fixed: the retention gate passes (rc %d: %s)"
+           % (rc, c["summary"]))
 
 
 # ---- the pytest plugin ------------------------------------------------------------------------------

@@ -1366,11 +1366,10 @@ def _internal_file(filename):
 _STORE_LINES = {}  # code -> {name: sorted lines where the code stores it}
 
 
-def _stores(code, name, fallback):
-    """Where `code` stores `name` (a variable or, for STORE_ATTR, an attribute): "file.py:55,57"
-    (up to three lines), or "file.py:FALLBACK" when it never does. Which of several stores ran
-    last is not known without tracing the program, so all are named. One pass over the code's
-    instructions finds the stores of every name (cached per code object)."""
+def _store_lines(code, name):
+    """The lines where `code` stores `name` (a variable or, for STORE_ATTR, an attribute), sorted.
+    Which of several stores ran last is not known without tracing the program, so all count. One
+    pass over the code's instructions finds the stores of every name (cached per code object)."""
     table = _STORE_LINES.get(code)
     if table is None:
         import dis
@@ -1384,9 +1383,55 @@ def _stores(code, name, fallback):
         table = {k: sorted(v) for k, v in found.items()}
         if len(_STORE_LINES) < 4096:
             _STORE_LINES[code] = table
-    lines = table.get(name, ())
+    return table.get(name, [])
+
+
+def _where(filename, lines, fallback):
+    """"file.py:55,57" (up to three lines), or "file.py:FALLBACK" when there are none."""
     shown = ",".join(str(n) for n in lines[:3]) + (",..." if len(lines) > 3 else "")
-    return "%s:%s" % (os.path.basename(code.co_filename), shown or fallback)
+    return "%s:%s" % (os.path.basename(filename), shown or fallback)
+
+
+def _stores(code, name, fallback):
+    """Where `code` stores `name`: "file.py:55,57", or "file.py:FALLBACK" when it never does."""
+    return _where(code.co_filename, _store_lines(code, name), fallback)
+
+
+def _program_class(cls):
+    """True for a class the program defined (in __main__ or a file of its own, not a library's)."""
+    if cls.__module__ == "__main__":
+        return True
+    f = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    return f is not None and not _internal_file(f)
+
+
+def _program_object_attrs(v):
+    """The attributes of an instance of a class the program defined (a meter, an evaluator,
+    `self` in its methods), or None for anything else: a library's object, a class, a function,
+    a dataclass (a container, _contents) or a torch.nn.Module (its attributes are looked at as
+    a model's modules, and its submodules hold no graph of their own)."""
+    import torch
+    d = getattr(v, "__dict__", None)
+    if (not isinstance(d, dict) or isinstance(v, (type, torch.nn.Module)) or callable(v) or
+            dataclasses.is_dataclass(v) or not _program_class(type(v))):
+        return None
+    return list(d.items())[:_HOLDER_NAMES]
+
+
+def _attr_stores(cls, attr):
+    """Where the methods of cls (and of its program-defined bases) store attribute `attr`:
+    "meter.py:9", "" when none does (the attribute is set from outside)."""
+    lines, filename = set(), None
+    for klass in cls.__mro__:
+        if not _program_class(klass):
+            continue
+        for fn in vars(klass).values():
+            code = getattr(fn, "__code__", None)
+            found = _store_lines(code, attr) if code is not None else ()
+            if found and filename in (None, code.co_filename):
+                filename = code.co_filename
+                lines.update(found)
+    return _where(filename, sorted(lines), "") if filename else ""
 
 
 def _graph_nodes(fns, seen, budget):
@@ -1444,32 +1489,43 @@ def _graph_tensors(v, limit):
 
 def _holders(s):
     """The names that hold tensors with a graph: locals and globals of the program's frames (not
-    torch's or gradprof's), attributes of the attached and instrumented models' modules, and the
-    tensors within their values (_graph_tensors). Returns dicts, the most graph nodes first. Cost is
+    torch's or gradprof's), attributes of the program's own objects they name (`meter.sum`,
+    `self.outputs`), attributes of the attached and instrumented models' modules, and the tensors
+    within their values (_graph_tensors). Returns dicts, the most graph nodes first. Cost is
     bounded by _HOLDER_NAMES, _HOLDER_ITEMS, _HOLDER_DEPTH and _HOLDER_NODES."""
     out = []
     budget = [_HOLDER_NODES]
+    objects = set()  # ids of the program's objects whose attributes were looked at
 
-    def consider(name, kind, code, var, fallback, v, container):
-        """`code` (or the function that gives it) stores `v` in `var` (where, looked up only for
-        a name that holds a graph)."""
+    def consider(name, kind, where, v):
+        """`where()` says where the program stores `v` (called only for a name that holds a
+        graph)."""
         fns = _graph_tensors(v, _HOLDER_ITEMS)
         if not fns:
             return
-        if callable(code):
-            code = code()
-        where = _stores(code, var, fallback) if code is not None else ""
         nodes = _graph_nodes(fns, set(), budget[0])
         budget[0] -= nodes
-        out.append({"name": name, "kind": kind, "where": where, "tensors": len(fns),
-                    "container": container, "grad_fn": type(fns[0]).__name__, "nodes": nodes})
+        out.append({"name": name, "kind": kind, "where": where(), "tensors": len(fns),
+                    "container": type(v).__name__ if not _is_tensor(v) else "",
+                    "grad_fn": type(fns[0]).__name__, "nodes": nodes})
 
     def scan(scope, kind, code, lineno):
+        """A scope's names (stored by `code`, or the function that gives it) and the attributes
+        of the program's objects they name (each object once)."""
+        def where(var):
+            c = code() if callable(code) else code
+            return _stores(c, var, lineno) if c is not None else ""
+
         for i, (name, v) in enumerate(list(scope.items())):
             if i >= _HOLDER_NAMES:
                 break
-            consider(name, kind, code, name, lineno, v,
-                     type(v).__name__ if not _is_tensor(v) else "")
+            consider(name, kind, functools.partial(where, name), v)
+            attrs = _program_object_attrs(v) if id(v) not in objects else None
+            if attrs is not None:
+                objects.add(id(v))
+                for attr, av in attrs:
+                    consider(name + "." + attr, "attribute",
+                             functools.partial(_attr_stores, type(v), attr), av)
 
     main = sys.modules.get("__main__")
     main_globals = vars(main) if main is not None else None
@@ -1495,14 +1551,14 @@ def _holders(s):
         if root is None:
             continue
         for sub, mod in root.named_modules():
+            fwd = getattr(type(mod), "forward", None)
+            code = getattr(fwd, "__code__", None)
             for name, v in list(vars(mod).items())[:_HOLDER_NAMES]:
                 if name in ("_parameters", "_buffers", "_modules") or name.endswith("_hooks"):
                     continue
-                fwd = getattr(type(mod), "forward", None)
-                code = getattr(fwd, "__code__", None)
-                consider(m.path(sub) + "." + name, "attribute", code, name,
-                         code.co_firstlineno if code is not None else 0, v,
-                         type(v).__name__ if not _is_tensor(v) else "")
+                consider(m.path(sub) + "." + name, "attribute",
+                         functools.partial(_stores, code, name, code.co_firstlineno)
+                         if code is not None else str, v)
     out.sort(key=lambda h: -h["nodes"])
     return out
 
