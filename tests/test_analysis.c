@@ -161,7 +161,23 @@ static void test_leak_accumulate_grows(void **state)
     f = finding(p, GP_FIND_GRAPH_ESCAPES);
     assert_non_null(f);
     assert_int_equal(f->bytes, 4 * 2 * A);
+    assert_int_equal(f->peak_bytes, 4 * 2 * A); /* all of them alive at the end */
     assert_int_equal(p->leaked_bytes, PARAMS + INPUT + 6 * kept);
+    gp_profile_free(p);
+}
+
+/* A window of the last two outputs with their graphs: iterations 0..3 escape (each is alive
+ * when the one after the next begins), but each is released during that iteration: one escaped
+ * graph is alive at a time, and nothing grows. */
+static void test_leak_window_escapes_one_at_a_time(void **state)
+{
+    gp_profile *p = load("leak_window");
+    const gp_finding *f = finding(p, GP_FIND_GRAPH_ESCAPES);
+    assert_non_null(f);
+    assert_int_equal(f->bytes, 4 * 2 * A);
+    assert_int_equal(f->count, 4 * 2);
+    assert_int_equal(f->peak_bytes, 2 * A);
+    assert_null(finding(p, GP_FIND_GROWTH));
     gp_profile_free(p);
 }
 
@@ -631,6 +647,7 @@ int main(void)
         cmocka_unit_test(test_module_regions),
         cmocka_unit_test(test_mlp_nograd),
         cmocka_unit_test(test_leak_accumulate_grows),
+        cmocka_unit_test(test_leak_window_escapes_one_at_a_time),
         cmocka_unit_test(test_raw_sites_temporaries_leaks_devices),
         cmocka_unit_test(test_without_sites),
         cmocka_unit_test(test_detectors_positive_and_negative),

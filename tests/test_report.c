@@ -639,6 +639,36 @@ static void test_forgot_no_grad_verdict(void **state)
     }
 }
 
+/* Graphs kept in a window of two outputs escape one at a time: the escape's figures say both
+ * what escaped over the run and the most of it alive at once (report text and JSON, check). */
+static void test_escape_at_once(void **state)
+{
+    (void)state;
+    assert_int_equal(
+        run("'%s' report '%s/leak_window.gptrace'", GRADPROF_BIN, GRADPROF_TEST_TRACES), 0);
+    char *text = e2e_slurp(out_path, NULL);
+    assert_non_null(text);
+    assert_contains(text, "\nverdict: graphs kept beyond the next iteration: up to 64.00 KiB of "
+                          "graph memory at once (256.00 KiB in all)\n");
+    assert_contains(text, "(262,144 B), at most 64.00 KiB of it alive at once, 8 events");
+    free(text);
+    assert_int_equal(run("'%s' report '%s/leak_window.gptrace' --format json", GRADPROF_BIN,
+                         GRADPROF_TEST_TRACES),
+                     0);
+    text = e2e_slurp(out_path, NULL);
+    assert_non_null(text);
+    assert_contains(text, "\"bytes\": 262144,\n      \"peak_bytes\": 65536,");
+    free(text);
+    assert_int_equal(run("'%s' check '%s/leak_window.gptrace' --forbid none", GRADPROF_BIN,
+                         GRADPROF_TEST_TRACES),
+                     1);
+    text = e2e_slurp(out_path, NULL);
+    assert_non_null(text);
+    assert_contains(text, "in region 'inference': 256.00 KiB (262144 bytes), at most 64.00 KiB "
+                          "of it alive at once, 8 events");
+    free(text);
+}
+
 static void test_leaks_by_tag_without_stacks(void **state)
 {
     (void)state;
@@ -982,6 +1012,7 @@ int main(void)
         cmocka_unit_test(test_odd_strings),
         cmocka_unit_test(test_site_ties_by_label),
         cmocka_unit_test(test_forgot_no_grad_verdict),
+        cmocka_unit_test(test_escape_at_once),
         cmocka_unit_test(test_leaks_by_tag_without_stacks),
         cmocka_unit_test(test_out_of_memory),
         cmocka_unit_test(test_mark_labels_do_not_overlap),

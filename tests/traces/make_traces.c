@@ -3,6 +3,7 @@
  *   mlp_grad.gptrace        a 5-module MLP run 4 times inside "inference" with grad left on
  *   mlp_nograd.gptrace      the same under no_grad
  *   leak_accumulate.gptrace every iteration's graph kept alive (total += loss)
+ *   leak_window.gptrace     the two iterations' graphs before each kept alive (a window)
  *   raw.gptrace             untagged mallocs from two threads: sites, temporaries, leaks, a device
  *   damaged.gptrace         mlp_grad.gptrace cut inside its last chunk
  *   detectors.gptrace       one positive and one negative case for the per-buffer detectors:
@@ -127,10 +128,14 @@ static void release(tb *b, bool grad, uint64_t base)
     tick(b, 1000);
 }
 
-static void mlp(const char *path, bool grad, bool keep_graphs, int iters)
+/* The MLP run `iters` times; at the end of each iteration the outputs of the `window` before it
+ * are alive with their graphs (0: each released at the end of its iteration; iters: all kept). */
+static void mlp(const char *path, bool grad, int window, int iters)
 {
-    tb *b = tb_open(path, grad ? (keep_graphs ? "infer --accumulate" : "infer --grad")
-                               : "infer --no-grad");
+    tb *b = tb_open(path, !grad             ? "infer --no-grad"
+                          : window >= iters ? "infer --accumulate"
+                          : window > 0      ? "infer --window"
+                                            : "infer --grad");
     modules(b);
     clock_ns = 0;
     tb_thread(b, 1, "main");
@@ -152,8 +157,8 @@ static void mlp(const char *path, bool grad, bool keep_graphs, int iters)
         }
         tb_region_pop(b);
         tick(b, 100000);
-        if (!keep_graphs)
-            release(b, grad, base);
+        if (it >= window)
+            release(b, grad, 0x30000000 + (uint64_t)(it - window) * 0x1000000);
         tick(b, 1000000);
     }
     tb_end(b);
@@ -246,7 +251,7 @@ int main(int argc, char **argv)
     mkdir(argv[1], 0755);
     char path[4096], damaged[4096];
     snprintf(path, sizeof path, "%s/mlp_grad.gptrace", argv[1]);
-    mlp(path, true, false, 4);
+    mlp(path, true, 0, 4);
     snprintf(damaged, sizeof damaged, "%s/damaged.gptrace", argv[1]);
     char cmd[9000];
     snprintf(cmd, sizeof cmd, "cp '%s' '%s'", path, damaged);
@@ -256,9 +261,11 @@ int main(int argc, char **argv)
     if (stat(damaged, &st) != 0 || truncate(damaged, st.st_size - 40) != 0)
         return 1;
     snprintf(path, sizeof path, "%s/mlp_nograd.gptrace", argv[1]);
-    mlp(path, false, false, 4);
+    mlp(path, false, 0, 4);
     snprintf(path, sizeof path, "%s/leak_accumulate.gptrace", argv[1]);
-    mlp(path, true, true, 6);
+    mlp(path, true, 6, 6);
+    snprintf(path, sizeof path, "%s/leak_window.gptrace", argv[1]);
+    mlp(path, true, 2, 6);
     snprintf(path, sizeof path, "%s/raw.gptrace", argv[1]);
     raw(path);
     snprintf(path, sizeof path, "%s/detectors.gptrace", argv[1]);

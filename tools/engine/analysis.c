@@ -149,6 +149,7 @@ typedef struct instance {
     uint32_t refs; /* live objects made inside + child instances */
     uint64_t ordinal; /* regions of this name entered before this one (all threads) */
     bool open, inference;
+    bool escaped; /* an inference instance whose graphs outlived the next one (inference_entered) */
     uint8_t scope;   /* grad_scope: what kind of grad-mode scope it is, if any */
     /* live bytes allocated inside (while open), and live bytes allocated inside that are saved
      * for backward (open or closed: what its graphs keep; a graph's nodes and the parameters'
@@ -938,12 +939,17 @@ static void object_enter(gp_profile *p, object *o, bool count, bool count_site)
     stats_add(&m->by_category[o->category], d, o->size, count);
     if (o->saved != NONE)
         stats_add(&p->saved[o->saved].stats, d, o->size, count);
+    bool escape_counted = false; /* in the innermost escaped instance only */
     for (uint32_t i = o->instance; i != NONE; i = e->instances[i].parent) {
         instance *in = &e->instances[i];
         if (o->category == LP_CAT_SAVED) {
             if (in->inference && in->saved_inside == 0 && o->size)
                 e->graph_instances++;
             in->saved_inside += o->size;
+            if (in->escaped && !escape_counted) {
+                gp__detect_escape_live(e->detectors, in->name, (int64_t)o->size, e->now);
+                escape_counted = true;
+            }
         }
         if (in->open)
             in->live_inside += o->size;
@@ -980,12 +986,17 @@ static void object_leave(gp_profile *p, object *o)
     stats_sub(&m->by_category[o->category], d, o->size);
     if (o->saved != NONE)
         stats_sub(&p->saved[o->saved].stats, d, o->size);
+    bool escape_counted = false;
     for (uint32_t i = o->instance; i != NONE; i = e->instances[i].parent) {
         instance *in = &e->instances[i];
         if (o->category == LP_CAT_SAVED) {
             in->saved_inside -= o->size;
             if (in->inference && in->saved_inside == 0 && o->size)
                 e->graph_instances--;
+            if (in->escaped && !escape_counted) {
+                gp__detect_escape_live(e->detectors, in->name, -(int64_t)o->size, e->now);
+                escape_counted = true;
+            }
         }
         if (in->open)
             in->live_inside -= o->size;
@@ -1140,9 +1151,12 @@ static void inference_entered(gp_profile *p, thread_state *t, uint32_t i)
     uint32_t old = t->inference_recent[1];
     if (old != NONE) {
         instance *in = &e->instances[old];
-        if (in->saved_inside > 0 &&
-            gp__detect_escape(e->detectors, in->name, in->saved_inside, e->now))
-            escape_items(p, old, in->name);
+        if (in->saved_inside > 0) {
+            if (gp__detect_escape(e->detectors, in->name, in->saved_inside, e->now))
+                escape_items(p, old, in->name);
+            in->escaped = true;
+            gp__detect_escape_live(e->detectors, in->name, (int64_t)in->saved_inside, e->now);
+        }
         instance_unref(e, old);
     }
     t->inference_recent[1] = t->inference_recent[0];

@@ -168,6 +168,9 @@ typedef struct gp_finding {
      * with grad on, built part of this graph (a worker that a thread with grad off started:
      * threads do not inherit it); 0 and 0 when no graph of the finding was built so */
     uint32_t grad_off_thread, built_thread;
+    /* graph_escapes_inference: the most of its graph memory alive at one time (bytes counts
+     * every escaped graph once, over the whole run); 0 for other kinds */
+    uint64_t peak_bytes;
 } gp_finding;
 
 /* A name that kept graphs alive, as the PyTorch helper found it (note "holder"): a variable of

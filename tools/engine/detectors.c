@@ -14,7 +14,8 @@
 
 typedef struct finding_acc {
     gp_finding f;
-    size_t cap;   /* of f.items */
+    uint64_t live; /* graph_escapes_inference: its bytes alive now (f.peak_bytes: the most) */
+    size_t cap;    /* of f.items */
     gp_map items; /* (category, op, module) -> item index */
 } finding_acc;
 
@@ -198,6 +199,16 @@ void gp__detect_escape_item(gp__detectors *d, const char *region, lp_category ca
                             const char *module, uint32_t stack, uint64_t size, uint64_t now)
 {
     finding_add(d, GP_FIND_GRAPH_ESCAPES, region, cat, op, module, stack, size, now);
+}
+
+void gp__detect_escape_live(gp__detectors *d, const char *region, int64_t delta, uint64_t now)
+{
+    finding_acc *a = finding_get(d, GP_FIND_GRAPH_ESCAPES, region, now);
+    if (!a)
+        return;
+    a->live += (uint64_t)delta;
+    if (a->live > a->f.peak_bytes)
+        a->f.peak_bytes = a->live;
 }
 
 void gp__detect_autograd_error(gp__detectors *d, const char *const f[5], uint64_t now)

@@ -79,6 +79,11 @@ bool gp__detect_escape(gp__detectors *d, const char *region, uint64_t saved, uin
 void gp__detect_escape_item(gp__detectors *d, const char *region, lp_category cat, const char *op,
                             const char *module, uint32_t stack, uint64_t size, uint64_t now);
 
+/* Bytes saved for backward inside an escaped instance of `region` came (delta > 0: the escape
+ * itself, or a buffer of it retagged saved) or went (a free, a retag): the finding keeps the most
+ * alive at once (gp_finding.peak_bytes). */
+void gp__detect_escape_live(gp__detectors *d, const char *region, int64_t delta, uint64_t now);
+
 /* A mark was appended to p->iterations: the growth detector notes each graph tag key's live
  * bytes there. */
 void gp__detect_mark(gp__detectors *d, const gp_profile *p);

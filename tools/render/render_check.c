@@ -85,11 +85,12 @@ static void check_message(const gp_profile *p, const gp_check_violation *v, char
                  v->count);
         return;
     case GP_CHECK_DETECTOR: {
-        char note[512];
+        char note[512], once[80];
         gp__finding_thread_note(p, v->finding, note, sizeof note);
-        snprintf(buf, size, "%s; %s%s%s%s, %" PRIu64 " events%s%s", gp__finding_text(v->finding),
-                 *v->region ? "in region '" : "", v->region, *v->region ? "': " : "", b, v->count,
-                 *note ? "; " : "", note);
+        snprintf(buf, size, "%s; %s%s%s%s%s, %" PRIu64 " events%s%s", gp__finding_text(v->finding),
+                 *v->region ? "in region '" : "", v->region, *v->region ? "': " : "", b,
+                 gp__finding_at_once(v->finding, once, sizeof once), v->count, *note ? "; " : "",
+                 note);
         return;
     }
     case GP_CHECK_BASELINE:
@@ -276,6 +277,8 @@ static void json_violation(gp__jw *j, gp_profile *p, const gp_check_violation *v
     gp__jw_str(j, "region", v->region);
     gp__jw_str(j, "category", v->category < LP_CAT_COUNT ? lp_category_name(v->category) : NULL);
     gp__jw_u64(j, "bytes", v->bytes);
+    if (v->finding && v->finding->kind == GP_FIND_GRAPH_ESCAPES)
+        gp__jw_u64(j, "peak_bytes", v->finding->peak_bytes);
     gp__jw_u64(j, "count", v->count);
     if (v->has_limit)
         gp__jw_u64(j, "limit", v->limit);

@@ -939,6 +939,16 @@ static void thread_phrase(const gp_profile *p, uint32_t thread, char *buf, size_
              gp_trace_thread_os_tid(p->trace, thread), name && *name ? ", " : "", name ? name : "");
 }
 
+const char *gp__finding_at_once(const gp_finding *f, char *buf, size_t size)
+{
+    char b[32];
+    buf[0] = '\0';
+    if (f->kind == GP_FIND_GRAPH_ESCAPES && f->peak_bytes && f->peak_bytes < f->bytes)
+        snprintf(buf, size, ", at most %s of it alive at once",
+                 gp_format_bytes(f->peak_bytes, b, sizeof b));
+    return buf;
+}
+
 bool gp__finding_thread_note(const gp_profile *p, const gp_finding *f, char *buf, size_t size)
 {
     buf[0] = '\0';
@@ -1048,8 +1058,15 @@ static const char *finding_verdict(const gp_profile *p, char *buf, size_t size)
         return buf;
     }
     if ((f = gp__finding_of(p, GP_FIND_GRAPH_ESCAPES))) {
-        snprintf(buf, size, "graphs kept beyond the next iteration%s: %s of graph memory",
-                 *by ? by : "", gp_format_bytes(f->bytes, b1, sizeof b1));
+        if (f->peak_bytes && f->peak_bytes < f->bytes)
+            snprintf(buf, size,
+                     "graphs kept beyond the next iteration%s: up to %s of graph memory at once "
+                     "(%s in all)",
+                     *by ? by : "", gp_format_bytes(f->peak_bytes, b1, sizeof b1),
+                     gp_format_bytes(f->bytes, b2, sizeof b2));
+        else
+            snprintf(buf, size, "graphs kept beyond the next iteration%s: %s of graph memory",
+                     *by ? by : "", gp_format_bytes(f->bytes, b1, sizeof b1));
         return buf;
     }
     if ((f = gp__finding_of(p, GP_FIND_FORGOT_NO_GRAD))) {

@@ -156,6 +156,11 @@ bool gp__failed_alloc_text(const gp_profile *p, char *buf, size_t size);
  * 2 (tid 4250) built these graphs ..."; false, buf empty, when the finding has none. */
 bool gp__finding_thread_note(const gp_profile *p, const gp_finding *f, char *buf, size_t size);
 
+/* ", at most 256.00 KiB of it alive at once" for a finding whose bytes add up memory that was
+ * not all alive together (graph_escapes_inference: every escaped graph counted once, over the
+ * run); "" otherwise. Returns buf. */
+const char *gp__finding_at_once(const gp_finding *f, char *buf, size_t size);
+
 /* The device stats of the profile's primary device, or NULL when the profile has none. */
 const gp_device_stats *gp__primary_device(const gp_profile *p);
 

@@ -137,9 +137,10 @@ static void report_findings(FILE *out, gp_profile *p, const gp_render_options *o
             gp__html_escape(out, f->region);
             fputs("</code> \xc2\xb7 ", out);
         }
-        fprintf(out, "%s (%" PRIu64 " bytes) \xc2\xb7 %s times \xc2\xb7 first at %s</div>\n",
+        char once[80];
+        fprintf(out, "%s (%" PRIu64 " bytes)%s \xc2\xb7 %s times \xc2\xb7 first at %s</div>\n",
                 gp_format_bytes(f->bytes, h, sizeof h), f->bytes,
-                gp__format_count(f->count, t, sizeof t),
+                gp__finding_at_once(f, once, sizeof once), gp__format_count(f->count, t, sizeof t),
                 gp__format_ns(f->first_time_ns, w, sizeof w));
         char note[512];
         if (gp__finding_thread_note(p, f, note, sizeof note)) {

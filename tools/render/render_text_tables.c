@@ -565,15 +565,16 @@ void gp__text_findings(gp__text_ctx *c)
                    p->n_findings == 1 ? "" : "s");
     for (size_t i = 0; i < p->n_findings; i++) {
         const gp_finding *f = &p->findings[i];
-        char x1[64], c1[32], t1[32];
+        char x1[64], c1[32], t1[32], once[80];
         gp__text_put(c, "%s%zu. [%s] %s", GP__TEXT_INDENT, i + 1, gp_finding_kind_name(f->kind),
                      gp__finding_text(f));
         fputc('\n', c->out);
         fprintf(c->out, "%s   ", GP__TEXT_INDENT);
         if (f->region && *f->region)
             gp__text_put(c, "region '%s'; ", f->region);
-        fprintf(c->out, "%s, %s event%s, first at %s\n",
+        fprintf(c->out, "%s%s, %s event%s, first at %s\n",
                 gp__format_bytes_exact(f->bytes, x1, sizeof x1),
+                gp__finding_at_once(f, once, sizeof once),
                 gp__format_count(f->count, c1, sizeof c1), f->count == 1 ? "" : "s",
                 gp__format_ns(f->first_time_ns, t1, sizeof t1));
         if (f->message && *f->message) {
