@@ -168,8 +168,8 @@ typedef struct gp_finding {
      * with grad on, built part of this graph (a worker that a thread with grad off started:
      * threads do not inherit it); 0 and 0 when no graph of the finding was built so */
     uint32_t grad_off_thread, built_thread;
-    /* graph_escapes_inference: the most of its graph memory alive at one time (bytes counts
-     * every escaped graph once, over the whole run); 0 for other kinds */
+    /* graph_escapes_inference and forgot_no_grad: the most of its saved-for-backward bytes
+     * alive at one time (bytes adds up every buffer once, over the whole run); 0 for others */
     uint64_t peak_bytes;
 } gp_finding;
 

@@ -14,7 +14,7 @@
 
 typedef struct finding_acc {
     gp_finding f;
-    uint64_t live; /* graph_escapes_inference: its bytes alive now (f.peak_bytes: the most) */
+    uint64_t live; /* its saved-for-backward bytes alive now (live_add) */
     size_t cap;    /* of f.items */
     gp_map items; /* (category, op, module) -> item index */
 } finding_acc;
@@ -94,6 +94,15 @@ static finding_acc *finding_get(gp__detectors *d, gp_finding_kind kind, const ch
     return a;
 }
 
+/* Saved-for-backward bytes of finding a came (delta > 0) or went: f.peak_bytes keeps the most
+ * alive at once. */
+static void live_add(finding_acc *a, int64_t delta)
+{
+    a->live += (uint64_t)delta;
+    if (a->live > a->f.peak_bytes)
+        a->f.peak_bytes = a->live;
+}
+
 /* Counts a buffer in finding a, under its item (category, op, module); the item's index, or NONE
  * when out of memory. */
 static uint32_t item_add(gp__detectors *d, finding_acc *a, lp_category cat, const char *op,
@@ -163,6 +172,8 @@ bool gp__detect_graph_buffer(gp__detectors *d, const gp__grad_context *c, lp_cat
         *d->oom = true;
         return false;
     }
+    if (cat == LP_CAT_SAVED)
+        live_add(a, (int64_t)size);
     return true;
 }
 
@@ -173,10 +184,13 @@ void gp__detect_graph_left(gp__detectors *d, uint64_t seq, uint64_t size, bool i
         return;
     uint32_t v = s->v;
     gp__map_remove(&d->counted, s);
+    finding_acc *a = &d->findings[v >> COUNTED_ITEM_BITS];
+    gp_finding *f = &a->f;
+    gp_finding_item *it = &f->items[v & ((1u << COUNTED_ITEM_BITS) - 1)];
+    if (it->category == LP_CAT_SAVED)
+        live_add(a, -(int64_t)size);
     if (!in_backward)
         return;
-    gp_finding *f = &d->findings[v >> COUNTED_ITEM_BITS].f;
-    gp_finding_item *it = &f->items[v & ((1u << COUNTED_ITEM_BITS) - 1)];
     it->bytes -= size;
     it->count--;
     f->bytes -= size;
@@ -204,11 +218,8 @@ void gp__detect_escape_item(gp__detectors *d, const char *region, lp_category ca
 void gp__detect_escape_live(gp__detectors *d, const char *region, int64_t delta, uint64_t now)
 {
     finding_acc *a = finding_get(d, GP_FIND_GRAPH_ESCAPES, region, now);
-    if (!a)
-        return;
-    a->live += (uint64_t)delta;
-    if (a->live > a->f.peak_bytes)
-        a->f.peak_bytes = a->live;
+    if (a)
+        live_add(a, delta);
 }
 
 void gp__detect_autograd_error(gp__detectors *d, const char *const f[5], uint64_t now)

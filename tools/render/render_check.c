@@ -277,7 +277,7 @@ static void json_violation(gp__jw *j, gp_profile *p, const gp_check_violation *v
     gp__jw_str(j, "region", v->region);
     gp__jw_str(j, "category", v->category < LP_CAT_COUNT ? lp_category_name(v->category) : NULL);
     gp__jw_u64(j, "bytes", v->bytes);
-    if (v->finding && v->finding->kind == GP_FIND_GRAPH_ESCAPES)
+    if (v->finding && gp__finding_has_peak(v->finding->kind))
         gp__jw_u64(j, "peak_bytes", v->finding->peak_bytes);
     gp__jw_u64(j, "count", v->count);
     if (v->has_limit)

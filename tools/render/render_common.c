@@ -939,12 +939,39 @@ static void thread_phrase(const gp_profile *p, uint32_t thread, char *buf, size_
              gp_trace_thread_os_tid(p->trace, thread), name && *name ? ", " : "", name ? name : "");
 }
 
+/* Distinct modules among a finding's saved items. */
+static size_t saved_modules(const gp_finding *f)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < f->n_items; i++) {
+        const gp_finding_item *it = &f->items[i];
+        bool seen = it->category != LP_CAT_SAVED || !*it->module;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = f->items[j].category == LP_CAT_SAVED && !strcmp(f->items[j].module, it->module);
+        n += !seen;
+    }
+    return n;
+}
+
+static uint64_t saved_bytes(const gp_finding *f)
+{
+    uint64_t sum = 0;
+    for (size_t i = 0; i < f->n_items; i++)
+        sum += f->items[i].category == LP_CAT_SAVED ? f->items[i].bytes : 0;
+    return sum;
+}
+
+bool gp__finding_has_peak(gp_finding_kind kind)
+{
+    return kind == GP_FIND_GRAPH_ESCAPES || kind == GP_FIND_FORGOT_NO_GRAD;
+}
+
 const char *gp__finding_at_once(const gp_finding *f, char *buf, size_t size)
 {
     char b[32];
     buf[0] = '\0';
-    if (f->kind == GP_FIND_GRAPH_ESCAPES && f->peak_bytes && f->peak_bytes < f->bytes)
-        snprintf(buf, size, ", at most %s of it alive at once",
+    if (f->peak_bytes && f->peak_bytes < saved_bytes(f))
+        snprintf(buf, size, ", at most %s saved for backward alive at once",
                  gp_format_bytes(f->peak_bytes, b, sizeof b));
     return buf;
 }
@@ -972,28 +999,6 @@ const gp_finding *gp__finding_of(const gp_profile *p, gp_finding_kind kind)
         if (p->findings[i].kind == kind)
             return &p->findings[i];
     return NULL;
-}
-
-/* Distinct modules among a finding's saved items. */
-static size_t saved_modules(const gp_finding *f)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < f->n_items; i++) {
-        const gp_finding_item *it = &f->items[i];
-        bool seen = it->category != LP_CAT_SAVED || !*it->module;
-        for (size_t j = 0; j < i && !seen; j++)
-            seen = f->items[j].category == LP_CAT_SAVED && !strcmp(f->items[j].module, it->module);
-        n += !seen;
-    }
-    return n;
-}
-
-static uint64_t saved_bytes(const gp_finding *f)
-{
-    uint64_t sum = 0;
-    for (size_t i = 0; i < f->n_items; i++)
-        sum += f->items[i].category == LP_CAT_SAVED ? f->items[i].bytes : 0;
-    return sum;
 }
 
 /* Whether the host peak fell inside a recorded instance of region `name` (the spans are capped:
@@ -1058,7 +1063,7 @@ static const char *finding_verdict(const gp_profile *p, char *buf, size_t size)
         return buf;
     }
     if ((f = gp__finding_of(p, GP_FIND_GRAPH_ESCAPES))) {
-        if (f->peak_bytes && f->peak_bytes < f->bytes)
+        if (f->peak_bytes && f->peak_bytes < f->bytes) /* escapes count saved memory alone */
             snprintf(buf, size,
                      "graphs kept beyond the next iteration%s: up to %s of graph memory at once "
                      "(%s in all)",
@@ -1079,7 +1084,13 @@ static const char *finding_verdict(const gp_profile *p, char *buf, size_t size)
                      " graph%s alive then",
                      gp_format_bytes(at_peak, b1, sizeof b1), mods, mods == 1 ? "" : "s",
                      p->graphs_at_peak, p->graphs_at_peak == 1 ? "" : "s");
-        else if (saved) /* the peak's saved memory is another part's (training) */
+        else if (saved && f->peak_bytes && f->peak_bytes < saved) /* not all alive together */
+            snprintf(buf, size,
+                     "forgot no_grad: %s saved for backward inside '%s' by %zu module%s, at most "
+                     "%s alive at once",
+                     gp_format_bytes(saved, b1, sizeof b1), f->region, mods, mods == 1 ? "" : "s",
+                     gp_format_bytes(f->peak_bytes, b2, sizeof b2));
+        else if (saved) /* the peak is outside the region, or its saved memory is training's */
             snprintf(buf, size, "forgot no_grad: %s saved for backward inside '%s' by %zu module%s",
                      gp_format_bytes(saved, b1, sizeof b1), f->region, mods, mods == 1 ? "" : "s");
         else

@@ -156,9 +156,12 @@ bool gp__failed_alloc_text(const gp_profile *p, char *buf, size_t size);
  * 2 (tid 4250) built these graphs ..."; false, buf empty, when the finding has none. */
 bool gp__finding_thread_note(const gp_profile *p, const gp_finding *f, char *buf, size_t size);
 
-/* ", at most 256.00 KiB of it alive at once" for a finding whose bytes add up memory that was
- * not all alive together (graph_escapes_inference: every escaped graph counted once, over the
- * run); "" otherwise. Returns buf. */
+/* Whether a finding of this kind says the most of its saved memory alive at once
+ * (gp_finding.peak_bytes: graph_escapes_inference, forgot_no_grad). */
+bool gp__finding_has_peak(gp_finding_kind kind);
+
+/* ", at most 256.00 KiB saved for backward alive at once" for a finding whose saved bytes, each
+ * buffer counted once over the run, were not all alive together; "" otherwise. Returns buf. */
 const char *gp__finding_at_once(const gp_finding *f, char *buf, size_t size);
 
 /* The device stats of the profile's primary device, or NULL when the profile has none. */

@@ -258,7 +258,7 @@ static void findings(gp__jw *j, gp_profile *p)
         j_str(j, "kind", gp_finding_kind_name(f->kind));
         j_str(j, "region", f->region);
         gp__jw_u64(j, "bytes", f->bytes);
-        if (f->kind == GP_FIND_GRAPH_ESCAPES)
+        if (gp__finding_has_peak(f->kind))
             gp__jw_u64(j, "peak_bytes", f->peak_bytes);
         gp__jw_u64(j, "count", f->count);
         gp__jw_u64(j, "first_time_ns", f->first_time_ns);
