@@ -301,6 +301,13 @@ def test_instrumented(E):
                "%s: every saved_tensors row has a module and a shape" % name)
         regions = {x["name"] for x in r["regions"]}
         expect(MODULES[name] <= regions, "%s: module forward regions recorded" % name)
+    # max-pool indices have no grad_fn: named by the op whose node saves them, at the pool
+    pools = {x["module"] for x in r_cnn["saved_tensors"]
+             if x["op"] == "aten::max_pool2d_with_indices"}
+    leaves = [x for x in r_cnn["saved_tensors"] if x["op"] == "leaf"]
+    expect({"CNN.features.3", "CNN.features.7", "CNN.features.11"} <= pools and not leaves,
+           "cnn: the pools' indices are saved by aten::max_pool2d_with_indices (%s; leaf: %s)"
+           % (sorted(pools), leaves[:2]))
 
 
 # ---- the accumulation leak -----------------------------------------------------------------------

@@ -44,7 +44,8 @@ What it records:
   ATen operator that made it, from its ``grad_fn`` (``aten::relu``, ``aten::addmm``,
   ``aten::convolution``; for a view, such as a flattened input of a Linear, its base's: the view
   made no memory; a custom ``torch.autograd.Function``'s class name;
-  ``leaf`` for a tensor without one, such as max-pool indices; ``autocast::weight_cast`` for
+  for a tensor without one, such as max-pool indices, the op whose graph node saves it as its
+  own output, named when the module returns (name_leaf_saves), else ``leaf``; ``autocast::weight_cast`` for
   autocast's cached cast copy of a weight, _autocast_weight), module = the innermost module
   running (the module that saves it), detail = the shape and the program's own lines at that
   moment (``[64,512] at model.py:88 (forward) < eval.py:36 (main)``). A storage saved several times is retagged once and goes back
@@ -362,6 +363,7 @@ class _TLS(threading.local):
         self.checkpoint = 0    # non-reentrant torch.utils.checkpoint calls running here
         self.jit_trace = 0     # torch.jit.trace calls running here
         self.roots = []        # the attached roots (_Model) whose forward runs here, innermost last
+        self.leaves = []       # (weakref to tensor, storage key): saves without grad_fn, untagged
 
 
 class _Entry:
@@ -743,6 +745,10 @@ class _State:
                     e.direct = 1 if fn is None and e.arg() is t else 0
                     self.unpromoted.add(ptr)
                 return ptr
+            if fn is None and module:  # tagged by its saver when the module returns
+                e.tagged = False
+                self.tls.leaves.append((weakref.ref(t), ptr))
+                return ptr
             self._count_saved(e)
         self._tag_saved(ptr, e)
         return ptr
@@ -773,6 +779,38 @@ class _State:
                 self.lib.tag_new(ptr, e.nbytes, SAVED, e.op, e.module, e.detail, True, e.device)
         except Exception:
             pass
+
+    def name_leaf_saves(self, module, output):
+        """Tags the saves without grad_fn made directly in the forward of `module` (a path) that
+        just returned `output` (or, output None, every one left: a forward that raised): a
+        non-differentiable output of an op (max-pool indices) by that op, whose graph node saved
+        it, found from the output's graph (_savers), else `leaf` (a constant, or a tensor made
+        where grad was off). A tensor already gone went with its graph: nothing to tag."""
+        tls = self.tls
+        mine, rest = [], []
+        for x in tls.leaves:  # (weakrefs compare their tensors: split by module, not by value)
+            (mine if output is None or self._leaf_module(x[1]) == module else rest).append(x)
+        if not mine:
+            return
+        tls.leaves = rest
+        found = (_savers(output, {ptr for _, ptr in mine}, self.storage_of)
+                 if output is not None else {})
+        tagged = []
+        with self.lock:
+            for ref, ptr in mine:
+                t, e = ref(), self.saved.get(ptr)
+                if t is None or e is None or e.tagged:
+                    continue
+                e.op = found.get(ptr, "leaf")
+                e.tagged = True
+                self._count_saved(e)
+                tagged.append((ptr, e))
+        for ptr, e in tagged:
+            self._tag_saved(ptr, e)
+
+    def _leaf_module(self, ptr):
+        e = self.saved.get(ptr)
+        return e.module if e is not None else None
 
     def promote_dropped_inputs(self):
         """A model's input that a live graph saved was the program's; at the model's next call,
@@ -1059,6 +1097,39 @@ class _Model:
         return self.paths.get(id(mod))
 
 
+_SAVER_NODES = 64  # graph nodes looked at per module return with saves to name
+
+
+def _savers(output, wanted, storage_of):
+    """{storage: op} for the storages of `wanted` (storage_of's keys) that a node of output's graph
+    saves as an output of its own op, nearest nodes first, at most _SAVER_NODES of them:
+    max_pool2d_with_indices's node saves its indices (`_saved_result1`), which have no grad_fn to
+    name their op. An input without grad_fn that a node saves (`_saved_self`) was made by another
+    op, or none: not named here. (What a node gives back is a new tensor on the saved storage.)"""
+    import collections
+    import torch
+    found, seen = {}, set()
+    todo = collections.deque(t.grad_fn for t in _tensors_in((output,)) if t.grad_fn is not None)
+    while todo and len(seen) < _SAVER_NODES and len(found) < len(wanted):
+        fn = todo.popleft()
+        if id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        for name in dir(fn):
+            if not name.startswith("_saved_result"):  # its outputs: result, result1, ...
+                continue
+            try:
+                v = getattr(fn, name)
+                for x in v if isinstance(v, (list, tuple)) else (v,):
+                    info = storage_of(x) if isinstance(x, torch.Tensor) else None
+                    if info is not None and info[0] in wanted:
+                        found.setdefault(info[0], _op_name(fn))
+            except Exception:  # released, or not a tensor's
+                continue
+        todo.extend(n for n, _ in fn.next_functions if n is not None)
+    return found
+
+
 def _tensors_in(args):
     import torch
     for a in args:
@@ -1115,6 +1186,7 @@ def _enter_module(s, mod, path, root, args, frame):
     if root is not None:
         s.tag_params(root)  # parameters made or replaced since the last forward
         s.promote_dropped_inputs()
+        s.name_leaf_saves(None, None)  # left by a forward that raised
         if root.weak:
             _enter_attached_root(s, mod, root)
     e = s.push("module", key, path, frame)
@@ -1145,9 +1217,11 @@ def _enter_module(s, mod, path, root, args, frame):
         s.saved_cur = {}
 
 
-def _exit_module(s, mod):
+def _exit_module(s, mod, output):
     key = id(mod)
     i = s.find("module", key)
+    if i >= 0 and s.tls.leaves:
+        s.name_leaf_saves(s.tls.stack[i].name, output)
     if i >= 0 and s.tls.stack[i].forward and s.saved_cur is not None:
         s.saved_last, s.saved_cur = s.saved_cur, None  # a complete forward
     s.pop("module", key)
@@ -1168,7 +1242,7 @@ def _make_hooks(m, mod, path, is_root):
     def post(module, args, output):
         try:
             if _S.on and not _tracing():
-                _exit_module(_S, module)
+                _exit_module(_S, module, output)
         except Exception:
             pass
         return None
@@ -1286,7 +1360,7 @@ def _global_post(module, args, output):
     try:
         if not s.on or id(module) in s.explicit or _tracing():
             return None
-        _exit_module(s, module)
+        _exit_module(s, module, output)
         tls = s.tls
         if tls.roots and tls.roots[-1].module is module and not tls.modules:
             tls.roots.pop()
