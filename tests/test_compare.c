@@ -250,6 +250,16 @@ static void test_same_output(void **state)
     expect_rc(gradprof("compare -- " PROG), 0);
     contains(S.err, "trace gradprof.compare_prog.");
     contains(S.err, ".nograd.gptrace; stdout gradprof.compare_prog.");
+
+    /* Python's hash seed is the same in both runs: 0, or the environment's */
+    expect_rc(gradprof("compare -n h -- /bin/sh -c 'echo seed=$PYTHONHASHSEED'"), 0);
+    file_contains("h.grad.stdout", "seed=0\n");
+    file_contains("h.nograd.stdout", "seed=0\n");
+    expect_rc(sh("PYTHONHASHSEED=7 " ASAN_PRELOAD_OK "'" GRADPROF_BIN
+                 "' compare -n h7 -- /bin/sh -c 'echo seed=$PYTHONHASHSEED'"),
+              0);
+    file_contains("h7.grad.stdout", "seed=7\n");
+    file_contains("h7.nograd.stdout", "seed=7\n");
 }
 
 /* A program that starts other processes: the diff takes the main process (the one that ran the

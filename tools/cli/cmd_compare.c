@@ -42,9 +42,10 @@ static const char usage_head[] =
     "  BASE.grad.gptrace    BASE.grad.stdout    BASE.grad.stderr      run A\n"
     "  BASE.nograd.gptrace  BASE.nograd.stdout  BASE.nograd.stderr    run B\n"
     "Existing files are never overwritten: compare stops before running anything. Standard\n"
-    "input is /dev/null in both runs. A process the program forks or execs writes a trace of its\n"
-    "own (BASE.grad.gptrace.N); the diff then takes each run's main process (what it exec'd\n"
-    "last), not a worker it started.\n"
+    "input is /dev/null in both runs, and PYTHONHASHSEED=0 unless the environment sets it (a\n"
+    "Python program's dicts and sets then take the same sizes in both). A process the program\n"
+    "forks or execs writes a trace of its own (BASE.grad.gptrace.N); the diff then takes each\n"
+    "run's main process (what it exec'd last), not a worker it started.\n"
     "\n"
     "options:\n"
     "  -n, --name BASE          the files' base name, a path (no %p)\n"
@@ -120,7 +121,8 @@ static int run_one(const gp_run_setup *setup, gp_compare_files *f, char **prog, 
                         .grad_default = f->grad,
                         .stdout_path = f->out,
                         .stderr_path = f->err,
-                        .stdin_null = true};
+                        .stdin_null = true,
+                        .same_hash_seed = true};
     int rc = gp_run_program(CMD, setup, &spec, prog, r);
     if (rc)
         return rc;

@@ -580,7 +580,9 @@ static int build_env(const char *cmd, const gp_run_setup *s, const gp_run_spec *
         (c->torch >= 0 && (rc = env_add(cmd, e, "GRADPROF_TORCH", "%d", c->torch))) ||
         (s->python_startup[0] && (rc = env_prepend(cmd, e, "PYTHONPATH", s->python_startup))) ||
         (spec->grad_default &&
-         (rc = env_add(cmd, e, "GRADPROF_GRAD_DEFAULT", "%s", spec->grad_default))))
+         (rc = env_add(cmd, e, "GRADPROF_GRAD_DEFAULT", "%s", spec->grad_default))) ||
+        (spec->same_hash_seed && !getenv("PYTHONHASHSEED") &&
+         (rc = env_add(cmd, e, "PYTHONHASHSEED", "0"))))
         return rc;
     const char *grad = spec->grad_default ? spec->grad_default : getenv("GRADPROF_GRAD_DEFAULT");
     if (grad && strcmp(grad, "off") == 0 && !s->python_startup[0])

@@ -88,6 +88,8 @@ typedef struct gp_run_spec {
     const char *stdout_path;  /* the program's stdout into this new file; NULL: inherited */
     const char *stderr_path;  /* likewise stderr */
     bool stdin_null;          /* stdin from /dev/null instead of inherited */
+    bool same_hash_seed;      /* PYTHONHASHSEED=0 unless the environment sets it: runs to be
+                                 compared lay out Python's dicts and sets alike */
     bool no_record;           /* run the program as it is: no preload, no trace (templ unused) */
     bool python_no_stacks;    /* a Python program (gp_run_is_python) that the PyTorch helper may
                                  attach to, with no stack option or GRADPROF_STACK_* variable of
@@ -112,7 +114,8 @@ typedef struct gp_run_result {
  * no trace is looked for). Its environment: this process's, with LD_PRELOAD = the preload
  * library first, GRADPROF_OUTPUT = the absolute template, GRADPROF_ENABLE=1, the recorder
  * options set, with --cuda CUDA_INJECTION64_PATH, the Python startup folder first on PYTHONPATH,
- * and GRADPROF_GRAD_DEFAULT when spec->grad_default says. This process's own environment is not
+ * GRADPROF_GRAD_DEFAULT when spec->grad_default says and PYTHONHASHSEED when spec->same_hash_seed
+ * does. This process's own environment is not
  * changed. While the program runs, ^C and ^\ reach it (gradprof only notes them), and SIGTERM
  * and SIGHUP sent to gradprof are passed on (and noted).
  *
