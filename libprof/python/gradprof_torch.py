@@ -1109,7 +1109,7 @@ def _savers(output, wanted, storage_of):
     import collections
     import torch
     found, seen = {}, set()
-    todo = collections.deque(t.grad_fn for t in _tensors_in((output,)) if t.grad_fn is not None)
+    todo = collections.deque(_graph_tensors(output, _SAVER_NODES) or ())
     while todo and len(seen) < _SAVER_NODES and len(found) < len(wanted):
         fn = todo.popleft()
         if id(fn) in seen:
