@@ -659,30 +659,34 @@ static void test_forgot_no_grad_verdict(void **state)
 static void test_escape_at_once(void **state)
 {
     (void)state;
-    assert_int_equal(
-        run("'%s' report '%s/leak_window.gptrace'", GRADPROF_BIN, GRADPROF_TEST_TRACES), 0);
-    char *text = e2e_slurp(out_path, NULL);
-    assert_non_null(text);
-    assert_contains(text, "\nverdict: graphs kept beyond the next iteration: up to 64.00 KiB of "
-                          "graph memory at once (256.00 KiB in all)\n");
-    assert_contains(text,
-                    "(262,144 B), at most 64.00 KiB saved for backward alive at once, 8 events");
-    free(text);
-    assert_int_equal(run("'%s' report '%s/leak_window.gptrace' --format json", GRADPROF_BIN,
-                         GRADPROF_TEST_TRACES),
-                     0);
-    text = e2e_slurp(out_path, NULL);
-    assert_non_null(text);
-    assert_contains(text, "\"bytes\": 262144,\n      \"peak_bytes\": 65536,");
-    free(text);
-    assert_int_equal(run("'%s' check '%s/leak_window.gptrace' --forbid none", GRADPROF_BIN,
-                         GRADPROF_TEST_TRACES),
-                     1);
-    text = e2e_slurp(out_path, NULL);
-    assert_non_null(text);
-    assert_contains(text, "in region 'inference': 256.00 KiB (262144 bytes), at most 64.00 KiB "
-                          "saved for backward alive at once, 8 events");
-    free(text);
+    static const struct {
+        const char *command, *options;
+        int rc;
+        const char *want[2];
+    } cases[] = {
+        {"report",
+         "",
+         0,
+         {"\nverdict: graphs kept beyond the next iteration: up to 64.00 KiB of graph memory at "
+          "once (256.00 KiB in all)\n",
+          "(262,144 B), at most 64.00 KiB saved for backward alive at once, 8 events"}},
+        {"report", "--format json", 0, {"\"bytes\": 262144,\n      \"peak_bytes\": 65536,"}},
+        {"check",
+         "--forbid none",
+         1,
+         {"in region 'inference': 256.00 KiB (262144 bytes), at most 64.00 KiB saved for "
+          "backward alive at once, 8 events"}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        assert_int_equal(run("'%s' %s '%s/leak_window.gptrace' %s", GRADPROF_BIN, cases[i].command,
+                             GRADPROF_TEST_TRACES, cases[i].options),
+                         cases[i].rc);
+        char *text = e2e_slurp(out_path, NULL);
+        assert_non_null(text);
+        for (int k = 0; k < 2 && cases[i].want[k]; k++)
+            assert_contains(text, cases[i].want[k]);
+        free(text);
+    }
 }
 
 static void test_leaks_by_tag_without_stacks(void **state)
