@@ -540,6 +540,53 @@ static void test_failed_allocs(void **state)
     remove(path);
 }
 
+/* The holders kept are those of the helper's look whose first holder kept the most graph nodes
+ * (the latest of equals): a list of every batch's graph outweighs the last loss a global holds
+ * at exit, and two holders of one graph do not add up. */
+static void test_holders_of_the_fullest_look(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *when;
+        const char *notes[2]; /* name, kind, where, tensors, container, grad_fn, nodes */
+    } looks[] = {
+        {"call Net#2", {"outs\tlocal\teval.py:9\t1\tlist\tAddmmBackward0\t40"}},
+        {"call Net#3",
+         {"outs\tlocal\teval.py:9\t2\tlist\tAddmmBackward0\t80",
+          "loss\tlocal\teval.py:10\t1\t\tMeanBackward0\t41"}},
+        {"call Net#4", {"outs\tlocal\teval.py:9\t3\tlist\tAddmmBackward0\t120"}},
+        {"exit", {"loss\tglobal\teval.py:10\t1\t\tMeanBackward0\t41"}},
+    };
+    for (int equal_at_exit = 0; equal_at_exit < 2; equal_at_exit++) {
+        char path[4096], err[512], note[256];
+        snprintf(path, sizeof path, "%s/holders_%d.gptrace", GRADPROF_TEST_TRACES, (int)getpid());
+        tb *b = tb_open(path, "python3 eval.py");
+        assert_non_null(b);
+        tb_thread(b, 1, "main");
+        uint64_t t = 1000;
+        for (size_t i = 0; i < sizeof looks / sizeof looks[0]; i++)
+            for (int k = 0; k < 2 && looks[i].notes[k]; k++) {
+                tb_at(b, t += 100);
+                bool exit = !strcmp(looks[i].when, "exit");
+                snprintf(note, sizeof note, "%s\t%s",
+                         exit && equal_at_exit ? "loss\tglobal\teval.py:10\t1\t\tMeanBackward0\t120"
+                                               : looks[i].notes[k],
+                         looks[i].when);
+                tb_note(b, "holder", note);
+            }
+        tb_end(b);
+        assert_int_equal(tb_close(b), 0);
+        gp_profile *p = NULL;
+        if (gp_profile_load(path, NULL, &p, err, sizeof err) != 0)
+            fail_msg("%s", err);
+        assert_int_equal(p->n_holders, 1);
+        assert_string_equal(p->holders[0].name, equal_at_exit ? "loss" : "outs");
+        assert_int_equal(p->holders[0].nodes, 120);
+        gp_profile_free(p);
+        remove(path);
+    }
+}
+
 /* The tag key (category, op, module) of p, or NULL. */
 static const gp_tag_key *tag_key(const gp_profile *p, lp_category cat, const char *op,
                                  const char *module)
@@ -648,6 +695,7 @@ int main(void)
         cmocka_unit_test(test_mlp_nograd),
         cmocka_unit_test(test_leak_accumulate_grows),
         cmocka_unit_test(test_leak_window_escapes_one_at_a_time),
+        cmocka_unit_test(test_holders_of_the_fullest_look),
         cmocka_unit_test(test_raw_sites_temporaries_leaks_devices),
         cmocka_unit_test(test_without_sites),
         cmocka_unit_test(test_detectors_positive_and_negative),

@@ -269,8 +269,12 @@ struct gp__profile_internal {
     gp_analysis_options opts_copy;
     uint64_t now;
     uint64_t graph_instances;  /* inference instances whose saved tensors are alive now */
-    const char *holder_scan;   /* the `when` of the holder scan p->holders comes from */
-    size_t cap_holders;
+    /* The helper's holder scans (notes "holder", one scan per `when`): the scan being read, and
+     * p->holders, the one whose top holder kept the most graph nodes so far (holders_commit). */
+    const char *holder_scan; /* the `when` of the scan being read */
+    gp_holder *scan;
+    size_t n_scan, cap_scan, cap_holders;
+    uint64_t scan_nodes, holders_nodes;
     bool oom;
     char **owned_strings;
     size_t n_owned, cap_owned;
@@ -1498,6 +1502,24 @@ static size_t note_fields(gp_profile *p, const char *value, const char **f, size
  * when: tab-separated). Its scans write a burst of them with one `when` ("call Net#3", "exit");
  * the profile keeps the last scan's.
  */
+/* The scan read so far becomes p->holders if its top holder keeps at least as many graph nodes
+ * as the top one there (holders' graphs overlap: their sum would count nodes twice): the look
+ * that saw the most graph memory is kept, not the last one (at exit, a global holding the last
+ * loss outlives the list that held every batch's graph). */
+static void holders_commit(gp_profile *p)
+{
+    engine *e = p->internal;
+    if (e->n_scan && e->scan_nodes >= e->holders_nodes) {
+        gp_holder *h = p->holders;
+        size_t cap = e->cap_holders;
+        p->holders = e->scan, p->n_holders = e->n_scan, e->cap_holders = e->cap_scan;
+        e->scan = h, e->cap_scan = cap;
+        e->holders_nodes = e->scan_nodes;
+    }
+    e->n_scan = 0;
+    e->scan_nodes = 0;
+}
+
 static void holder_note(gp_profile *p, const gp_event *ev)
 {
     engine *e = p->internal;
@@ -1505,16 +1527,18 @@ static void holder_note(gp_profile *p, const gp_event *ev)
     if (note_fields(p, ev->detail, f, 8) != 8)
         return;
     if (f[7] != e->holder_scan) { /* interned: a new scan */
-        p->n_holders = 0;
+        holders_commit(p);
         e->holder_scan = f[7];
     }
-    gp_holder *h = gp__push((void **)&p->holders, &p->n_holders, &e->cap_holders, sizeof *h);
+    gp_holder *h = gp__push((void **)&e->scan, &e->n_scan, &e->cap_scan, sizeof *h);
     if (!h) {
         e->oom = true;
         return;
     }
     *h = (gp_holder){f[0], f[1], f[2], f[4], f[5], strtoull(f[3], NULL, 10),
                      strtoull(f[6], NULL, 10), ev->time_ns};
+    if (h->nodes > e->scan_nodes)
+        e->scan_nodes = h->nodes;
 }
 
 /* An autograd_error note (kind, message, op, module, where: tab-separated), for the detector
@@ -1732,6 +1756,10 @@ static int finish(gp_profile *p)
     e->key_site_bytes = NULL;
     e->n_key_site = e->cap_key_site = 0;
     timeline_close_bucket(p);
+    holders_commit(p);
+    free(e->scan);
+    e->scan = NULL;
+    e->cap_scan = 0;
     if (gp__detectors_finish(e->detectors, p) != 0)
         return -1;
     /* what only the replay needed: the live set, the lookups by stack id */
@@ -1921,6 +1949,7 @@ void gp_profile_free(gp_profile *p)
         free(e->site_labels);
         free(e->site_keys);
         free(e->py_frame);
+        free(e->scan);
         free(e);
     }
     for (size_t i = 0; i < p->n_findings; i++)

@@ -309,7 +309,8 @@ struct gp_profile {
     size_t n_spans;
     gp_finding *findings;
     size_t n_findings;
-    gp_holder *holders; /* who kept graphs alive when the helper last looked, most nodes first */
+    gp_holder *holders; /* who kept graphs alive at the helper's look whose first holder kept
+                         * the most graph nodes (the latest of equals), most nodes first */
     size_t n_holders;
     /* inference-region instances (eval calls, iterations) whose tensors saved for backward were
      * alive at the primary device's peak: "1 graph alive at the peak" */

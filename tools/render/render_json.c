@@ -296,7 +296,7 @@ static void findings(gp__jw *j, gp_profile *p)
     gp__jw_end(j);
 }
 
-/* Who kept graphs alive when the PyTorch helper last looked. */
+/* Who kept graphs alive, at the PyTorch helper's look whose first holder kept the most nodes. */
 static void holders(gp__jw *j, const gp_profile *p)
 {
     gp__jw_array(j, "holders", false);
