@@ -417,7 +417,8 @@ def test_retention(E):
 
 # Graphs kept by an attribute of the program's own object, as the classic evaluation loops do:
 #   meter    an AverageMeter summing loss tensors (`meter.update(loss)`, no .item())
-#   outputs  an evaluator's method appending its outputs to self.outputs with their graphs
+#   outputs  an evaluator (a callable object) appending its outputs to self.outputs with their
+#            graphs
 #   fixed    both done right (.item(), .detach())
 OBJECT_HOLDERS = r"""
 import sys, torch
@@ -432,7 +433,7 @@ class AverageMeter:
 class Evaluator:
     def __init__(self, model):
         self.model, self.outputs = model, []
-    def run(self, batches):
+    def __call__(self, batches):  # a callable object is the program's too
         for x in batches:
             out = self.model(x)
             self.outputs.append(out if mode == "outputs" else out.detach())
@@ -448,7 +449,7 @@ if mode != "outputs":
     meter = AverageMeter()
     print("avg %.4f" % evaluate(net, meter))
 if mode != "meter":
-    print("mean %.4f" % Evaluator(net).run([torch.randn(256, 64) for _ in range(6)]))
+    print("mean %.4f" % Evaluator(net)([torch.randn(256, 64) for _ in range(6)]))
 """
 # mode -> the holder the verdict must name: the attribute, and where the class stores it
 OBJECT_HOLDER = {"meter": "meter.sum at object_holders.py:7,9",

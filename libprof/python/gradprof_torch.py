@@ -45,10 +45,11 @@ What it records:
   ``aten::convolution``; for a view, such as a flattened input of a Linear, its base's: the view
   made no memory; a custom ``torch.autograd.Function``'s class name;
   for a tensor without one, such as max-pool indices, the op whose graph node saves it as its
-  own output, named when the module returns (name_leaf_saves), else ``leaf``; ``autocast::weight_cast`` for
-  autocast's cached cast copy of a weight, _autocast_weight), module = the innermost module
-  running (the module that saves it), detail = the shape and the program's own lines at that
-  moment (``[64,512] at model.py:88 (forward) < eval.py:36 (main)``). A storage saved several times is retagged once and goes back
+  own output, named when the module returns (name_leaf_saves), else ``leaf``;
+  ``autocast::weight_cast`` for autocast's cached cast copy of a weight, _autocast_weight),
+  module = the innermost module running (the module that saves it), detail = the shape and the
+  program's own lines at that moment (``[64,512] at model.py:88 (forward) < eval.py:36 (main)``).
+  A storage saved several times is retagged once and goes back
   to ``activation`` when the last saver lets go (after backward, or when the output that owns the
   graph dies). Parameters, buffers and leaves that require grad are never retagged. A model's
   positional input (one that owns its storage) is the program's, not retagged, until the program
@@ -1481,12 +1482,13 @@ def _program_class(cls):
 
 def _program_object_attrs(v):
     """The attributes of an instance of a class the program defined (a meter, an evaluator,
-    `self` in its methods), or None for anything else: a library's object, a class, a function,
-    a dataclass (a container, _contents) or a torch.nn.Module (its attributes are looked at as
-    a model's modules, and its submodules hold no graph of their own)."""
+    `self` in its methods), or None for anything else: a library's object (a function's class
+    is a builtin), a class, a dataclass (a container, _contents) or a torch.nn.Module (its
+    attributes are looked at as a model's modules, and its submodules hold no graph of their
+    own)."""
     import torch
     d = getattr(v, "__dict__", None)
-    if (not isinstance(d, dict) or isinstance(v, (type, torch.nn.Module)) or callable(v) or
+    if (not isinstance(d, dict) or isinstance(v, (type, torch.nn.Module)) or
             dataclasses.is_dataclass(v) or not _program_class(type(v))):
         return None
     return list(d.items())[:_HOLDER_NAMES]
