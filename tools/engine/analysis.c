@@ -1497,11 +1497,6 @@ static size_t note_fields(gp_profile *p, const char *value, const char **f, size
     return k;
 }
 
-/*
- * A holder note of the PyTorch helper (name, kind, where, tensors, container, grad_fn, nodes,
- * when: tab-separated). Its scans write a burst of them with one `when` ("call Net#3", "exit");
- * the profile keeps the last scan's.
- */
 /* The scan read so far becomes p->holders if its top holder keeps at least as many graph nodes
  * as the top one there (holders' graphs overlap: their sum would count nodes twice): the look
  * that saw the most graph memory is kept, not the last one (at exit, a global holding the last
@@ -1520,6 +1515,11 @@ static void holders_commit(gp_profile *p)
     e->scan_nodes = 0;
 }
 
+/*
+ * A holder note of the PyTorch helper (name, kind, where, tensors, container, grad_fn, nodes,
+ * when: tab-separated). Its scans write a burst of them with one `when` ("call Net#3", "exit");
+ * the profile keeps one scan's (holders_commit).
+ */
 static void holder_note(gp_profile *p, const gp_event *ev)
 {
     engine *e = p->internal;
