@@ -115,9 +115,9 @@ typedef struct gp_run_result {
  * library first, GRADPROF_OUTPUT = the absolute template, GRADPROF_ENABLE=1, the recorder
  * options set, with --cuda CUDA_INJECTION64_PATH, the Python startup folder first on PYTHONPATH,
  * GRADPROF_GRAD_DEFAULT when spec->grad_default says and PYTHONHASHSEED when spec->same_hash_seed
- * does. This process's own environment is not
- * changed. While the program runs, ^C and ^\ reach it (gradprof only notes them), and SIGTERM
- * and SIGHUP sent to gradprof are passed on (and noted).
+ * does. This process's own environment is not changed. While the program runs, ^C and ^\ reach
+ * it (gradprof only notes them), and SIGTERM and SIGHUP sent to gradprof are passed on (and
+ * noted).
  *
  * Returns 0 once the program ran, whatever its status (in *r; free with gp_run_result_free). Or
  * prints why and returns GP_EXIT_USAGE for a bad template (a missing or unwritable directory, a
