@@ -689,6 +689,43 @@ static void test_escape_at_once(void **state)
     }
 }
 
+/* Past its first 64 escapes the detector counts an escape's bytes without listing its buffers:
+ * the finding's line and the verdict measure "at once" against the same total. 70 iterations
+ * of a 1 KiB saved buffer, each kept for 66 iterations: 68 escape, 65 KiB of them alive at once
+ * (more than the 64 listed). */
+static void test_escape_at_once_counted(void **state)
+{
+    (void)state;
+    enum { ITERS = 70, KEPT = 66, SIZE = 1024 };
+    char trace[512];
+    snprintf(trace, sizeof trace, "%s/window66.gptrace", tmpdir);
+    tb *b = tb_open(trace, "python3 eval.py");
+    assert_non_null(b);
+    tb_thread(b, 1, "main");
+    uint64_t t = 1000;
+    for (uint64_t i = 0; i < ITERS; i++) {
+        tb_region_push(b, "inference");
+        tb_at(b, t += 100);
+        tb_alloc(b, 0x100000 + i * 0x1000, SIZE, 0);
+        tb_tag(b, 0x100000 + i * 0x1000, SIZE, LP_CAT_SAVED, "aten::relu", "net.1", "[256]", true,
+               0);
+        tb_region_pop(b);
+        if (i >= KEPT)
+            tb_free(b, 0x100000 + (i - KEPT) * 0x1000);
+    }
+    tb_end(b);
+    assert_int_equal(tb_close(b), 0);
+    assert_int_equal(run("'%s' report '%s'", GRADPROF_BIN, trace), 0);
+    char *text = e2e_slurp(out_path, NULL);
+    assert_non_null(text);
+    assert_contains(text, "graphs kept beyond the next iteration: up to 65.00 KiB of graph "
+                          "memory at once (68.00 KiB in all)\n");
+    assert_contains(text, "68.00 KiB (69,632 B), at most 65.00 KiB saved for backward alive at "
+                          "once, 68 events");
+    free(text);
+    remove(trace);
+}
+
 static void test_leaks_by_tag_without_stacks(void **state)
 {
     (void)state;
@@ -1033,6 +1070,7 @@ int main(void)
         cmocka_unit_test(test_site_ties_by_label),
         cmocka_unit_test(test_forgot_no_grad_verdict),
         cmocka_unit_test(test_escape_at_once),
+        cmocka_unit_test(test_escape_at_once_counted),
         cmocka_unit_test(test_leaks_by_tag_without_stacks),
         cmocka_unit_test(test_out_of_memory),
         cmocka_unit_test(test_mark_labels_do_not_overlap),

@@ -966,13 +966,23 @@ bool gp__finding_has_peak(gp_finding_kind kind)
     return kind == GP_FIND_GRAPH_ESCAPES || kind == GP_FIND_FORGOT_NO_GRAD;
 }
 
+/* The most of a finding's saved memory alive at once (gp_finding.peak_bytes) where that is less
+ * than all it saved over the run, else 0. An escape's bytes are all saved memory, the itemised
+ * and, past its first escapes, the counted; forgot_no_grad's items hold every byte. */
+static uint64_t saved_at_once(const gp_finding *f)
+{
+    uint64_t total = f->kind == GP_FIND_GRAPH_ESCAPES ? f->bytes : saved_bytes(f);
+    return f->peak_bytes < total ? f->peak_bytes : 0;
+}
+
 const char *gp__finding_at_once(const gp_finding *f, char *buf, size_t size)
 {
     char b[32];
+    uint64_t once = saved_at_once(f);
     buf[0] = '\0';
-    if (f->peak_bytes && f->peak_bytes < saved_bytes(f))
+    if (once)
         snprintf(buf, size, ", at most %s saved for backward alive at once",
-                 gp_format_bytes(f->peak_bytes, b, sizeof b));
+                 gp_format_bytes(once, b, sizeof b));
     return buf;
 }
 
@@ -1063,7 +1073,7 @@ static const char *finding_verdict(const gp_profile *p, char *buf, size_t size)
         return buf;
     }
     if ((f = gp__finding_of(p, GP_FIND_GRAPH_ESCAPES))) {
-        if (f->peak_bytes && f->peak_bytes < f->bytes) /* escapes count saved memory alone */
+        if (saved_at_once(f))
             snprintf(buf, size,
                      "graphs kept beyond the next iteration%s: up to %s of graph memory at once "
                      "(%s in all)",
@@ -1084,7 +1094,7 @@ static const char *finding_verdict(const gp_profile *p, char *buf, size_t size)
                      " graph%s alive then",
                      gp_format_bytes(at_peak, b1, sizeof b1), mods, mods == 1 ? "" : "s",
                      p->graphs_at_peak, p->graphs_at_peak == 1 ? "" : "s");
-        else if (saved && f->peak_bytes && f->peak_bytes < saved) /* not all alive together */
+        else if (saved_at_once(f)) /* not all alive together */
             snprintf(buf, size,
                      "forgot no_grad: %s saved for backward inside '%s' by %zu module%s, at most "
                      "%s alive at once",
