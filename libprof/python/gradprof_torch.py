@@ -364,7 +364,8 @@ class _TLS(threading.local):
         self.checkpoint = 0    # non-reentrant torch.utils.checkpoint calls running here
         self.jit_trace = 0     # torch.jit.trace calls running here
         self.roots = []        # the attached roots (_Model) whose forward runs here, innermost last
-        self.leaves = []       # (weakref to tensor, storage key): saves without grad_fn, untagged
+        self.leaves = []       # (weakref to tensor, storage key, module): saves without grad_fn,
+                               # untagged until that module returns (name_leaf_saves)
 
 
 class _Entry:
@@ -748,7 +749,7 @@ class _State:
                 return ptr
             if fn is None and module:  # tagged by its saver when the module returns
                 e.tagged = False
-                self.tls.leaves.append((weakref.ref(t), ptr))
+                self.tls.leaves.append((weakref.ref(t), ptr, module))
                 return ptr
             self._count_saved(e)
         self._tag_saved(ptr, e)
@@ -790,15 +791,15 @@ class _State:
         tls = self.tls
         mine, rest = [], []
         for x in tls.leaves:  # (weakrefs compare their tensors: split by module, not by value)
-            (mine if output is None or self._leaf_module(x[1]) == module else rest).append(x)
+            (mine if output is None or x[2] == module else rest).append(x)
         if not mine:
             return
         tls.leaves = rest
-        found = (_savers(output, {ptr for _, ptr in mine}, self.storage_of)
+        found = (_savers(output, {ptr for _, ptr, _ in mine}, self.storage_of)
                  if output is not None else {})
         tagged = []
         with self.lock:
-            for ref, ptr in mine:
+            for ref, ptr, _ in mine:
                 t, e = ref(), self.saved.get(ptr)
                 if t is None or e is None or e.tagged:
                     continue
@@ -808,10 +809,6 @@ class _State:
                 tagged.append((ptr, e))
         for ptr, e in tagged:
             self._tag_saved(ptr, e)
-
-    def _leaf_module(self, ptr):
-        e = self.saved.get(ptr)
-        return e.module if e is not None else None
 
     def promote_dropped_inputs(self):
         """A model's input that a live graph saved was the program's; at the model's next call,
