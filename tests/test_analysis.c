@@ -21,14 +21,21 @@
 
 enum { PARAMS = 536616, INPUT = 32768, A = 32768, N = 512, OUT = 1280 };
 
-static gp_profile *load(const char *name)
+/* The profile of the trace at `path` (default options), or the test fails. */
+static gp_profile *load_path(const char *path)
 {
-    char path[4096], err[512];
-    snprintf(path, sizeof path, "%s/%s.gptrace", GRADPROF_TEST_TRACES, name);
+    char err[512];
     gp_profile *p = NULL;
     if (gp_profile_load(path, NULL, &p, err, sizeof err) != 0)
         fail_msg("%s", err);
     return p;
+}
+
+static gp_profile *load(const char *name)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.gptrace", GRADPROF_TEST_TRACES, name);
+    return load_path(path);
 }
 
 static const gp_finding *finding(const gp_profile *p, gp_finding_kind kind)
@@ -478,13 +485,10 @@ static const char *threads_trace(bool main_scope, bool worker_no_grad)
 static void test_grad_per_thread(void **state)
 {
     (void)state;
-    char err[512];
     for (int run = 0; run < 3; run++) {
         bool worker_no_grad = run == 2;
         const char *path = threads_trace(run != 1, worker_no_grad);
-        gp_profile *p = NULL;
-        if (gp_profile_load(path, NULL, &p, err, sizeof err) != 0)
-            fail_msg("%s", err);
+        gp_profile *p = load_path(path);
         const gp_finding *f = finding(p, GP_FIND_FORGOT_NO_GRAD);
         if (worker_no_grad) { /* no_grad where the model runs: nothing to find */
             assert_null(f);
@@ -506,7 +510,7 @@ static void test_grad_per_thread(void **state)
 static void test_failed_allocs(void **state)
 {
     (void)state;
-    char path[4096], err[512];
+    char path[4096];
     snprintf(path, sizeof path, "%s/failed_%d.gptrace", GRADPROF_TEST_TRACES, (int)getpid());
     tb *b = tb_open(path, "python3 eval.py");
     assert_non_null(b);
@@ -525,9 +529,7 @@ static void test_failed_allocs(void **state)
     tb_note(b, LP_NOTE_ALLOC_FAILED, "64");
     tb_end(b);
     assert_int_equal(tb_close(b), 0);
-    gp_profile *p = NULL;
-    if (gp_profile_load(path, NULL, &p, err, sizeof err) != 0)
-        fail_msg("%s", err);
+    gp_profile *p = load_path(path);
     assert_int_equal(p->failed_allocs, 2);
     const gp_failed_alloc *f = &p->first_failed;
     assert_int_equal(f->size, 1048576);
@@ -558,7 +560,7 @@ static void test_holders_of_the_fullest_look(void **state)
         {"exit", {"loss\tglobal\teval.py:10\t1\t\tMeanBackward0\t41"}},
     };
     for (int equal_at_exit = 0; equal_at_exit < 2; equal_at_exit++) {
-        char path[4096], err[512], note[256];
+        char path[4096], note[256];
         snprintf(path, sizeof path, "%s/holders_%d.gptrace", GRADPROF_TEST_TRACES, (int)getpid());
         tb *b = tb_open(path, "python3 eval.py");
         assert_non_null(b);
@@ -576,9 +578,7 @@ static void test_holders_of_the_fullest_look(void **state)
             }
         tb_end(b);
         assert_int_equal(tb_close(b), 0);
-        gp_profile *p = NULL;
-        if (gp_profile_load(path, NULL, &p, err, sizeof err) != 0)
-            fail_msg("%s", err);
+        gp_profile *p = load_path(path);
         assert_int_equal(p->n_holders, 1);
         assert_string_equal(p->holders[0].name, equal_at_exit ? "loss" : "outs");
         assert_int_equal(p->holders[0].nodes, 120);

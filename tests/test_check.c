@@ -173,6 +173,16 @@ static void test_end_reason(void **state)
 
 /* ---- judging --------------------------------------------------------------------------------- */
 
+/* r was not judged for one doubt only: `code`, not accepted, which `option` would accept. */
+static void expect_one_doubt(const gp_check_result *r, int code, const char *option)
+{
+    assert_int_equal(r->verdict, GP_CHECK_UNJUDGED);
+    assert_int_equal(r->n_doubts, 1);
+    assert_int_equal(r->doubts[0].code, code);
+    assert_false(r->doubts[0].accepted);
+    assert_string_equal(r->doubts[0].option, option);
+}
+
 static void expect_incomplete(const char *path, const char *why)
 {
     gp_profile *p = load(path);
@@ -183,11 +193,7 @@ static void expect_incomplete(const char *path, const char *why)
     gp_check_rules rules;
     gp_check_rules_default(&rules);
     gp_check_result *r = run(p, &rules);
-    assert_int_equal(r->verdict, GP_CHECK_UNJUDGED);
-    assert_int_equal(r->n_doubts, 1);
-    assert_int_equal(r->doubts[0].code, GP_EINCOMPLETE);
-    assert_false(r->doubts[0].accepted);
-    assert_string_equal(r->doubts[0].option, "--allow-incomplete");
+    expect_one_doubt(r, GP_EINCOMPLETE, "--allow-incomplete");
     gp_check_result_free(r);
     rules.allow_incomplete = true;
     r = run(p, &rules);
@@ -256,6 +262,16 @@ static void write_raw(const char *path, bool stacks)
     write_raw_noted(path, stacks, NULL);
 }
 
+/* Rules with no category or detector: only a peak of at most `limit` bytes. */
+static void max_peak_only(gp_check_rules *rules, uint64_t limit)
+{
+    gp_check_rules_default(rules);
+    memset(rules->forbid, 0, sizeof rules->forbid);
+    memset(rules->detectors, 0, sizeof rules->detectors);
+    rules->has_max_peak = true;
+    rules->max_peak = limit;
+}
+
 /* 90% of the bytes raw without a stack: unclassified; fine with stacks or when no rule needs
  * categories. */
 static void test_unclassified(void **state)
@@ -271,19 +287,14 @@ static void test_unclassified(void **state)
     gp_check_rules rules;
     gp_check_rules_default(&rules);
     gp_check_result *r = run(p, &rules);
-    assert_int_equal(r->verdict, GP_CHECK_UNJUDGED);
-    assert_int_equal(r->doubts[0].code, GP_EUNCLASSIFIED);
+    expect_one_doubt(r, GP_EUNCLASSIFIED, "--allow-unclassified");
     gp_check_result_free(r);
     rules.allow_unclassified = true;
     r = run(p, &rules);
     assert_int_equal(r->verdict, GP_CHECK_PASSED);
     gp_check_result_free(r);
     /* rules that do not need categories are judged */
-    gp_check_rules_default(&rules);
-    memset(rules.forbid, 0, sizeof rules.forbid);
-    memset(rules.detectors, 0, sizeof rules.detectors);
-    rules.has_max_peak = true;
-    rules.max_peak = 5000;
+    max_peak_only(&rules, 5000);
     r = run(p, &rules);
     assert_int_equal(r->n_doubts, 0);
     assert_int_equal(r->verdict, GP_CHECK_FAILED);
@@ -330,10 +341,7 @@ static void test_saves_unseen(void **state)
     gp_check_rules rules;
     gp_check_rules_default(&rules);
     gp_check_result *r = run(p, &rules);
-    assert_int_equal(r->verdict, GP_CHECK_UNJUDGED);
-    assert_int_equal(r->n_doubts, 1);
-    assert_int_equal(r->doubts[0].code, GP_EINCOMPLETE);
-    assert_string_equal(r->doubts[0].option, "--allow-incomplete");
+    expect_one_doubt(r, GP_EINCOMPLETE, "--allow-incomplete");
     contains(r->doubts[0].message, "does not show every tensor saved for backward (saves_seen: "
                                    "some (the program's own saved_tensors_hooks))");
     gp_check_result_free(r);
@@ -349,11 +357,7 @@ static void test_saves_unseen(void **state)
     assert_int_equal(r->n_doubts, 0);
     gp_check_result_free(r);
     /* rules that never look at saved memory are judged */
-    gp_check_rules_default(&rules);
-    memset(rules.forbid, 0, sizeof rules.forbid);
-    memset(rules.detectors, 0, sizeof rules.detectors);
-    rules.has_max_peak = true;
-    rules.max_peak = 1 << 20;
+    max_peak_only(&rules, 1 << 20);
     r = run(p, &rules);
     assert_int_equal(r->verdict, GP_CHECK_PASSED);
     gp_check_result_free(r);
@@ -525,14 +529,10 @@ static void test_peak_growth_leaks(void **state)
     (void)state;
     gp_profile *p = load(FIXTURE("leak_accumulate"));
     gp_check_rules rules;
-    gp_check_rules_default(&rules);
-    memset(rules.forbid, 0, sizeof rules.forbid);
-    memset(rules.detectors, 0, sizeof rules.detectors);
+    max_peak_only(&rules, 1);
     rules.has_max_growth = true;
     rules.max_growth = 64 * 1024;
     rules.no_leaks = true;
-    rules.has_max_peak = true;
-    rules.max_peak = 1;
     gp_check_result *r = run(p, &rules);
     const gp_check_violation *v = find(r, "max-growth", -1);
     assert_non_null(v);

@@ -50,6 +50,26 @@ static char out_path[512], err_path[512];
  * (128 + N for signal N). */
 #define run(...) e2e_shell(NULL, out_path, err_path, __VA_ARGS__)
 
+/* A new trace at `path` of a program started as `command`, its thread 1 named "main". */
+static tb *open_main(const char *path, const char *command)
+{
+    tb *b = tb_open(path, command);
+    assert_non_null(b);
+    tb_thread(b, 1, "main");
+    return b;
+}
+
+/* Ends and closes trace b (at `path`) and returns the text `gradprof report` prints of it. */
+static char *end_and_report(tb *b, const char *path)
+{
+    tb_end(b);
+    assert_int_equal(tb_close(b), 0);
+    assert_int_equal(run("'%s' report '%s'", GRADPROF_BIN, path), 0);
+    char *text = e2e_slurp(out_path, NULL);
+    assert_non_null(text);
+    return text;
+}
+
 /* Runs the report of trace NAME in FORMAT (extra options in `extra`) from the traces directory and
  * compares its stdout with tests/golden/report_NAME[SUFFIX].EXT, or rewrites that file when
  * GRADPROF_UPDATE_GOLDEN=1. */
@@ -369,9 +389,7 @@ static void test_out_of_memory(void **state)
     char trace[512];
     snprintf(trace, sizeof trace, "%s/oom.gptrace", tmpdir);
     for (int with_finding = 0; with_finding < 2; with_finding++) {
-        tb *b = tb_open(trace, "python3 eval.py");
-        assert_non_null(b);
-        tb_thread(b, 1, "main");
+        tb *b = open_main(trace, "python3 eval.py");
         tb_at(b, 1000);
         if (with_finding)
             tb_region_push(b, "inference"); /* grad on there: a forgot_no_grad finding */
@@ -382,11 +400,7 @@ static void test_out_of_memory(void **state)
         tb_note(b, LP_NOTE_ALLOC_FAILED, "1048576");
         tb_at(b, 3000000);
         tb_note(b, LP_NOTE_ALLOC_FAILED, "1048576");
-        tb_end(b);
-        assert_int_equal(tb_close(b), 0);
-        assert_int_equal(run("'%s' report '%s'", GRADPROF_BIN, trace), 0);
-        char *text = e2e_slurp(out_path, NULL);
-        assert_non_null(text);
+        char *text = end_and_report(b, trace);
         assert_contains(text, "\nFailed        2 allocations (out of memory); the first: 1.00 MiB "
                               "asked at 2.00 ms in net.2, with 4.00 KiB live, 4.00 KiB of it graph "
                               "memory\n");
@@ -613,9 +627,7 @@ static void test_forgot_no_grad_verdict(void **state)
                           "'inference' by 1 module, at most 4.00 KiB alive at once\n",
     };
     for (int variant = PEAK_IN_TRAINING; variant <= ONE_AT_A_TIME; variant++) {
-        tb *b = tb_open(trace, "python3 train.py");
-        assert_non_null(b);
-        tb_thread(b, 1, "main");
+        tb *b = open_main(trace, "python3 train.py");
         uint64_t t = 1000, train = variant == PEAK_IN_EVAL ? 2048 : 65536;
         tb_region_push(b, "train"); /* a training step: its graph, then backward frees it */
         tb_at(b, t += 100);
@@ -643,11 +655,7 @@ static void test_forgot_no_grad_verdict(void **state)
             for (uint64_t i = 0; i < 3; i++)
                 tb_free(b, 0x40000 + i * 0x1000);
         }
-        tb_end(b);
-        assert_int_equal(tb_close(b), 0);
-        assert_int_equal(run("'%s' report '%s'", GRADPROF_BIN, trace), 0);
-        char *text = e2e_slurp(out_path, NULL);
-        assert_non_null(text);
+        char *text = end_and_report(b, trace);
         assert_contains(text, want[variant]);
         free(text);
         remove(trace);
@@ -699,9 +707,7 @@ static void test_escape_at_once_counted(void **state)
     enum { ITERS = 70, KEPT = 66, SIZE = 1024 };
     char trace[512];
     snprintf(trace, sizeof trace, "%s/window66.gptrace", tmpdir);
-    tb *b = tb_open(trace, "python3 eval.py");
-    assert_non_null(b);
-    tb_thread(b, 1, "main");
+    tb *b = open_main(trace, "python3 eval.py");
     uint64_t t = 1000;
     for (uint64_t i = 0; i < ITERS; i++) {
         tb_region_push(b, "inference");
@@ -713,11 +719,7 @@ static void test_escape_at_once_counted(void **state)
         if (i >= KEPT)
             tb_free(b, 0x100000 + (i - KEPT) * 0x1000);
     }
-    tb_end(b);
-    assert_int_equal(tb_close(b), 0);
-    assert_int_equal(run("'%s' report '%s'", GRADPROF_BIN, trace), 0);
-    char *text = e2e_slurp(out_path, NULL);
-    assert_non_null(text);
+    char *text = end_and_report(b, trace);
     assert_contains(text, "graphs kept beyond the next iteration: up to 65.00 KiB of graph "
                           "memory at once (68.00 KiB in all)\n");
     assert_contains(text, "68.00 KiB (69,632 B), at most 65.00 KiB saved for backward alive at "
@@ -731,9 +733,7 @@ static void test_leaks_by_tag_without_stacks(void **state)
     (void)state;
     char trace[512];
     snprintf(trace, sizeof trace, "%s/nostacks.gptrace", tmpdir);
-    tb *b = tb_open(trace, "python3 leak.py");
-    assert_non_null(b);
-    tb_thread(b, 1, "main");
+    tb *b = open_main(trace, "python3 leak.py");
     uint64_t t = 1000;
     tb_at(b, t += 100);
     tb_alloc(b, 0x10000, 10000, 0);
@@ -834,9 +834,7 @@ static void test_mark_labels_do_not_overlap(void **state)
     (void)state;
     char trace[512];
     snprintf(trace, sizeof trace, "%s/marks.gptrace", tmpdir);
-    tb *b = tb_open(trace, "python3 marks.py");
-    assert_non_null(b);
-    tb_thread(b, 1, "main");
+    tb *b = open_main(trace, "python3 marks.py");
     tb_at(b, 1000);
     tb_alloc(b, 0x10000, 4096, 0);
     tb_at(b, 1000000000);
@@ -874,9 +872,7 @@ static void test_job_without_ranks(void **state)
     char traces[2][512];
     for (int k = 0; k < 2; k++) {
         snprintf(traces[k], sizeof traces[k], "%s/pool%d.gptrace", tmpdir, k);
-        tb *b = tb_open(traces[k], "python3 pool.py");
-        assert_non_null(b);
-        tb_thread(b, 1, "main");
+        tb *b = open_main(traces[k], "python3 pool.py");
         tb_at(b, 1000);
         tb_alloc(b, 0x10000, k ? 8192 : 4096, 0); /* the second one peaks higher */
         tb_end(b);
