@@ -263,9 +263,7 @@ static void lp__idmap_clear(lp__idmap *m)
 static inline void lp__hash_step(uint64_t *a, uint64_t *b, uint64_t word)
 {
     *a = (*a ^ word) * 0xff51afd7ed558ccdull;
-    *a ^= *a >> 32;
     *b = (*b + word) * 0xc4ceb9fe1a85ec53ull;
-    *b ^= *b >> 29;
 }
 
 /* 128-bit FNV-style hash of bytes, as two 64-bit halves (never both 0). */
