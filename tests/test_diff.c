@@ -657,6 +657,112 @@ static void test_b_builds_a_graph(void **state)
     tmp_remove(&t);
 }
 
+/* One run of a model whose layer `layer` PyTorch may compute two ways: with grad (A) three ops
+ * whose 64 KiB outputs autograd saves, without (B) one fused op `fused` whose output it frees
+ * before the next layer. Around it: 8 KiB of interpreter memory nothing tags, a 1000 B
+ * parameter, a 512 B head. */
+static void write_layer_run(const char *path, bool grad, const char *layer, const char *fused)
+{
+    tb *b = tb_open(path, "python3 m.py");
+    assert_non_null(b);
+    tb_thread(b, 1, "main");
+    tb_at(b, 1000);
+    tb_alloc(b, 0x1000, 8192, 0);
+    tb_alloc(b, 0x10000, 1000, 0);
+    tb_tag(b, 0x10000, 1000, LP_CAT_PARAMETER, "parameter", "net.0", "[250]", true, 0);
+    tb_module_push(b, "net");
+    tb_module_push(b, layer);
+    const char *ops[] = {"aten::linear", "aten::softmax", "aten::relu"};
+    uint64_t at = 2000;
+    for (int i = 0; i < (grad ? 3 : 1); i++) {
+        uint64_t addr = 0x100000 + (uint64_t)i * 0x10000;
+        tb_at(b, at += 1000);
+        tb_alloc(b, addr, 65536, 0);
+        tb_tag(b, addr, 65536, LP_CAT_ACTIVATION, grad ? ops[i] : fused, layer, "[64,256]", grad,
+               0);
+        if (grad)
+            tb_tag(b, addr, 65536, LP_CAT_SAVED, ops[i], layer, "[64,256]", true, 0);
+    }
+    tb_region_pop(b);
+    tb_at(b, at += 1000);
+    if (!grad)
+        tb_free(b, 0x100000);
+    tb_alloc(b, 0x200000, 512, 0);
+    tb_tag(b, 0x200000, 512, LP_CAT_ACTIVATION, "aten::linear", "net.head", "[128]", grad, 0);
+    tb_region_pop(b);
+    tb_end(b);
+    assert_int_equal(tb_close(b), 0);
+}
+
+/* B ran a layer another way (PyTorch's fused kernels without grad): A's buffers made in it have
+ * no twin, count as held, and are left out of the alignment's judgement, which the rest passes;
+ * the diff names the layer and B's op in the text, JSON and HTML. The model's own module is never
+ * taken for rerouted: the same runs with the fused op in "net" do not align. */
+static void test_rerouted_layer(void **state)
+{
+    (void)state;
+    char a[64] = "/tmp/gp_test_diff_aXXXXXX", b[64] = "/tmp/gp_test_diff_bXXXXXX";
+    int fa = mkstemp(a), fb = mkstemp(b);
+    assert_true(fa >= 0 && fb >= 0);
+    close(fa);
+    close(fb);
+    write_layer_run(a, true, "net.enc", "");
+    write_layer_run(b, false, "net.enc", "aten::_fused_fwd");
+    gp_profile *pa, *pb;
+    gp_diff *d;
+    char err[512];
+    assert_int_equal(gp_diff_load(a, b, NULL, &pa, &pb, &d, err, sizeof err), 0);
+    assert_false(d->diverged);
+    assert_string_equal(d->rerouted,
+                        "B ran 1 module another way, with an op A never ran there (net.enc: "
+                        "aten::_fused_fwd), as PyTorch does where it has a fused kernel for use "
+                        "without grad: A's buffers made in it (0.19 MiB at A's peak) have no twin "
+                        "and count as held; the alignment is judged on the rest");
+    assert_int_equal(d->rerouted_bytes, 3 * 65536);
+    assert_int_equal(d->twinnable_bytes, 8192 + 1000 + 512);
+    assert_int_equal(d->twinned_bytes, 8192 + 1000 + 512);
+    assert_int_equal(d->held_bytes, 3 * 65536);
+    assert_sums(d);
+    gp_diff_free(d);
+    gp_profile_free(pa);
+    gp_profile_free(pb);
+
+    tmp t;
+    tmp_make(&t);
+    const char *args[] = {"diff", "--require-aligned", a, b, NULL};
+    assert_int_equal(run(t.out, t.err, args), 0);
+    char *out = e2e_slurp(t.out, NULL);
+    assert_non_null(strstr(out, "\n  note: B ran 1 module another way, with an op A never ran "
+                                "there (net.enc: aten::_fused_fwd)"));
+    free(out);
+    const char *json[] = {"diff", "--format", "json", "-o", t.file, a, b, NULL};
+    assert_int_equal(run(t.out, t.err, json), 0);
+    out = e2e_slurp(t.file, NULL);
+    assert_non_null(strstr(out, "\"rerouted\": \"B ran 1 module another way"));
+    assert_non_null(strstr(out, "\"rerouted_bytes\": 196608"));
+    free(out);
+    const char *html[] = {"diff", "--format", "html", "-o", t.file, a, b, NULL};
+    assert_int_equal(run(t.out, t.err, html), 0);
+    out = e2e_slurp(t.file, NULL);
+    assert_non_null(strstr(out, "<div class=\"note\">B ran 1 module another way"));
+    free(out);
+
+    write_layer_run(a, true, "net", "");
+    write_layer_run(b, false, "net", "aten::_fused_fwd");
+    assert_int_equal(run(t.out, t.err, args), 3);
+    out = e2e_slurp(t.out, NULL);
+    assert_null(strstr(out, "another way"));
+    free(out);
+    char *errs = e2e_slurp(t.err, NULL);
+    /* one of A's outputs pairs with B's fused one by the loose key (same size, no stacks) */
+    assert_non_null(strstr(errs, "the runs do not align: only 36.5% of the bytes live at A's peak "
+                                 "(75240 of 206312, graph memory left out)"));
+    free(errs);
+    unlink(a);
+    unlink(b);
+    tmp_remove(&t);
+}
+
 static void test_damaged(void **state)
 {
     (void)state;
@@ -698,6 +804,7 @@ int main(void)
         cmocka_unit_test(test_other_program),
         cmocka_unit_test(test_without_stacks),
         cmocka_unit_test(test_b_builds_a_graph),
+        cmocka_unit_test(test_rerouted_layer),
         cmocka_unit_test(test_damaged),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -546,6 +546,37 @@ def test_pitfalls(E):
     test_kept_inputs(E)
     test_checkpoint(E)
     test_jit_trace(E)
+    test_fused_path(E)
+
+
+def test_fused_path(E):
+    """A Transformer encoder with batch_first=True in eval (transformer.py --batch-first): without
+    grad PyTorch runs each layer as one fused op, so B's buffers there are not A's. `compare`
+    diffs it all the same: the layers are named as run another way, the rest aligns, and the
+    saved bytes it infers are within 3% of the program's own truth."""
+    script = os.path.join(E.pytorch, "transformer.py")
+    out, tr = E.path("fused.diff.json"), E.path("fused.truth.json")
+    for old in glob.glob(glob.escape(E.path("fused.")) + "*"):
+        os.unlink(old)
+    env = dict(os.environ, **ALIGNED_ENV)
+    cmd = [E.gradprof, "compare", "--ignore-stdout", "--format", "json", "-o", out, "-n",
+           E.path("fused"), "--", PY, script, "--batch-first"]
+    _, truth = parallel([lambda: run(cmd, env=env),
+                         truth_run(E, "transformer.py", ["--batch-first", "--grad"], tr, env)])
+    d = json.load(open(out))
+    al, T = d["alignment"], truth["saved_bytes"]
+    log("fused path: %s; twinned %d of %d B; saved inferred %d B, truth %d B, held %d B" % (
+        al["rerouted"][:160], al["twinned_bytes"], al["twinnable_bytes"],
+        d["saved_inferred_bytes"], T, d["held_by_graph_bytes"]))
+    expect(not al["diverged"], "fused path: the runs align (%s)" % al["why"])
+    expect(all("TextClassifier.encoder.layers.%d: aten::_transformer_encoder_layer_fwd" % i
+               in al["rerouted"] for i in (0, 1)),
+           "fused path: both encoder layers are named with B's fused op")
+    expect(abs(d["saved_inferred_bytes"] - T) <= TOLERANCE * T,
+           "fused path: saved (inferred) %d B within 3%% of the truth %d B (%+.2f%%)"
+           % (d["saved_inferred_bytes"], T, pct(d["saved_inferred_bytes"], T)))
+    expect(d["held_by_graph_bytes"] >= d["saved_inferred_bytes"],
+           "fused path: held by graph construction counts the saved bytes")
 
 
 # A linear probe (Linear(1024, 4): its graph saves its input and its weight, no activation) in an

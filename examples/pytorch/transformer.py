@@ -12,7 +12,8 @@ batch of token ids, N forwards.
 the attention inputs, scores and softmax weights, the feed-forward activations and every layer
 norm's input. The encoder takes (S, N, D) as PyTorch's default batch_first=False; --batch-first
 uses (N, S, D), where under no_grad / inference_mode PyTorch takes its fused "fast path"
-(torch._transformer_encoder_layer_fwd), so the two runs no longer compute the same ops.
+(torch._transformer_encoder_layer_fwd), so the two runs no longer compute the same ops: `gradprof
+diff` names those layers as run another way and counts what A made in them as held.
 --instrument adds the one line of gradprof's helper (libprof/python/gradprof_torch.py); --truth FILE
 writes the bytes autograd saved and held at the program's peak (saved_truth.py) as JSON.
 """

@@ -947,11 +947,6 @@ int gp_align_finish(gp_align *al)
             al->paired_bytes += r->size;
         if (x->saved_inferred)
             al->saved_inferred_bytes += r->size;
-        if (r->cat != LP_CAT_AUTOGRAD && r->cat != LP_CAT_GRADIENT) {
-            al->twinnable_bytes += r->size;
-            if (pb->b_seq)
-                al->twinned_bytes += r->size;
-        }
     }
     free(order);
 
@@ -988,20 +983,6 @@ int gp_align_finish(gp_align *al)
     internal_free(in); /* buffers[] and the sums are the result: the rest goes before the diff */
     al->internal = NULL;
     return 0;
-}
-
-bool gp_align_diverged(const gp_align *al, char *why, size_t why_size)
-{
-    if (al->twinnable_bytes == 0 || al->twinned_bytes * 2 >= al->twinnable_bytes)
-        return false;
-    snprintf(why, why_size,
-             "only %.1f%% of the bytes live at A's peak (%llu of %llu, graph memory left out) "
-             "have a twin in B (A made %llu allocations, B %llu): the runs do not look like "
-             "the same program on the same input",
-             100.0 * (double)al->twinned_bytes / (double)al->twinnable_bytes,
-             (unsigned long long)al->twinned_bytes, (unsigned long long)al->twinnable_bytes,
-             (unsigned long long)al->a_allocs, (unsigned long long)al->b_allocs);
-    return true;
 }
 
 gp_align *gp_align_new(void)

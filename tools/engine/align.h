@@ -86,8 +86,6 @@ typedef struct gp_align {
     uint64_t a_bytes;     /* live at A's peak (host) */
     uint64_t b_bytes;     /* live in B at the instant (host) */
     uint64_t held_bytes, b_more_bytes, unaligned_bytes, saved_inferred_bytes, paired_bytes;
-    /* alignment quality: bytes live at A's peak, not graph memory by tag or rule, with a twin */
-    uint64_t twinned_bytes, twinnable_bytes;
     uint64_t loose_bytes; /* bytes live at A's peak whose twin only the loose key found */
     uint64_t a_allocs, b_allocs; /* allocations each run made */
     struct gp__align_internal *internal;
@@ -102,9 +100,5 @@ const gp_replay_observer *gp_align_observer(gp_align *al, int which);
 /* Classifies the buffers once both runs are loaded and frees what only that needed (al's
  * observers are gone then). Returns 0, or -1 when out of memory (during either load or now). */
 int gp_align_finish(gp_align *al);
-
-/* True when the runs do not look like two runs of one program: less than half of the bytes live
- * at A's peak (not graph memory) have a twin in B. Fills why with the figures. */
-bool gp_align_diverged(const gp_align *al, char *why, size_t why_size);
 
 #endif /* GRADPROF_TOOLS_ALIGN_H */

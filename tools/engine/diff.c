@@ -550,6 +550,151 @@ static void check_b_graph(gp_diff *d)
              (double)saved / 1048576.0, (double)nodes / 1048576.0);
 }
 
+/* ---- rerouted modules, and whether the runs align ---------------------------------------------
+ *
+ * With grad off PyTorch may compute a module another way: a Transformer layer in eval runs one
+ * fused op (aten::_transformer_encoder_layer_fwd) where grad on runs a dozen. Such a module is
+ * rerouted: B ran an op in it that A never ran there, while A ran something there too. A's
+ * buffers made in it (or in a module inside it) have no twin by nature and count as held, which
+ * is what grad costs there; the alignment is judged on A's other buffers. A model's own module
+ * (a path without a parent) is never rerouted: that would leave nothing of the model to judge. */
+
+typedef struct op_at {
+    const char *op, *module;
+} op_at;
+
+static int op_at_cmp(const void *x, const void *y)
+{
+    const op_at *a = x, *b = y;
+    int c = strcmp(a->module, b->module);
+    return c ? c : strcmp(a->op, b->op);
+}
+
+static int module_cmp(const void *x, const void *y)
+{
+    return strcmp(((const op_at *)x)->module, ((const op_at *)y)->module);
+}
+
+static int module_tree_cmp(const void *x, const void *y)
+{
+    return path_cmp(((const op_at *)x)->module, ((const op_at *)y)->module);
+}
+
+/* Whether module m is `outer` or lies inside it. */
+static bool module_within(const char *m, const char *outer)
+{
+    size_t n = strlen(outer);
+    return strncmp(m, outer, n) == 0 && (m[n] == '\0' || m[n] == '.');
+}
+
+/* The rerouted modules, outermost only, in tree order (*out, *n; the caller frees *out): from
+ * the runs' tag keys. Returns -1 when out of memory. */
+static int find_rerouted(const gp_profile *a, const gp_profile *b, op_at **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    op_at *in_a = malloc((a->n_tag_keys + 1) * sizeof *in_a), *found = NULL;
+    size_t n_a = 0, cap = 0;
+    if (!in_a)
+        return -1;
+    for (size_t i = 0; i < a->n_tag_keys; i++)
+        if (a->tag_keys[i].op[0] && a->tag_keys[i].module[0])
+            in_a[n_a++] = (op_at){a->tag_keys[i].op, a->tag_keys[i].module};
+    qsort(in_a, n_a, sizeof *in_a, op_at_cmp);
+    for (size_t i = 0; i < b->n_tag_keys; i++) {
+        op_at k = {b->tag_keys[i].op, b->tag_keys[i].module};
+        if (!k.op[0] || !strchr(k.module, '.') || bsearch(&k, in_a, n_a, sizeof *in_a, op_at_cmp) ||
+            !bsearch(&k, in_a, n_a, sizeof *in_a, module_cmp))
+            continue;
+        op_at *slot = gp__push((void **)&found, n, &cap, sizeof *found);
+        if (!slot) {
+            free(in_a);
+            free(found);
+            *n = 0;
+            return -1;
+        }
+        *slot = k;
+    }
+    free(in_a);
+    /* by module, then op: a module comes before those inside it (its path is their prefix), so
+     * the ones kept are the outermost, each named with its first op by name */
+    qsort(found, *n, sizeof *found, op_at_cmp);
+    size_t kept = 0;
+    for (size_t i = 0; i < *n; i++) {
+        bool inside = false;
+        for (size_t j = 0; j < kept && !inside; j++)
+            inside = module_within(found[i].module, found[j].module);
+        if (!inside)
+            found[kept++] = found[i];
+    }
+    *n = kept;
+    qsort(found, kept, sizeof *found, module_tree_cmp);
+    *out = found;
+    return 0;
+}
+
+static bool in_rerouted(const char *module, const op_at *r, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (module_within(module, r[i].module))
+            return true;
+    return false;
+}
+
+/* d->rerouted, d->rerouted_bytes, the alignment's quality and d->diverged: at least half of the
+ * bytes live at A's peak, graph memory (autograd, gradient) and rerouted modules aside, must have
+ * a twin in B. Returns -1 when out of memory. */
+static int judge_alignment(gp_diff *d, const gp_align *al, const gp_profile *a, const gp_profile *b)
+{
+    op_at *rr;
+    size_t n_rr;
+    if (find_rerouted(a, b, &rr, &n_rr) != 0)
+        return -1;
+    for (size_t i = 0; i < al->n_buffers; i++) {
+        const gp_aligned *x = &al->buffers[i];
+        if (x->side != 0 || x->category == LP_CAT_AUTOGRAD || x->category == LP_CAT_GRADIENT)
+            continue;
+        if (n_rr && in_rerouted(x->module, rr, n_rr)) {
+            d->rerouted_bytes += x->size;
+            continue;
+        }
+        d->twinnable_bytes += x->size;
+        if (x->state != GP_TWIN_NONE)
+            d->twinned_bytes += x->size;
+    }
+    d->rerouted[0] = '\0';
+    if (n_rr) {
+        size_t len = (size_t)snprintf(d->rerouted, sizeof d->rerouted,
+                                      "B ran %zu module%s another way, with an op A never ran "
+                                      "there (",
+                                      n_rr, n_rr == 1 ? "" : "s");
+        for (size_t i = 0; i < n_rr && i < 3 && len < sizeof d->rerouted; i++)
+            len += (size_t)snprintf(d->rerouted + len, sizeof d->rerouted - len, "%s%s: %s",
+                                    i ? "; " : "", rr[i].module, rr[i].op);
+        if (n_rr > 3 && len < sizeof d->rerouted)
+            len += (size_t)snprintf(d->rerouted + len, sizeof d->rerouted - len, "; %zu more",
+                                    n_rr - 3);
+        if (len < sizeof d->rerouted)
+            snprintf(d->rerouted + len, sizeof d->rerouted - len,
+                     "), as PyTorch does where it has a fused kernel for use without grad: A's "
+                     "buffers made in %s (%.2f MiB at A's peak) have no twin and count as "
+                     "held; the alignment is judged on the rest",
+                     n_rr == 1 ? "it" : "them", (double)d->rerouted_bytes / 1048576.0);
+    }
+    free(rr);
+    d->diverged = d->twinnable_bytes && d->twinned_bytes * 2 < d->twinnable_bytes;
+    if (d->diverged)
+        snprintf(d->diverged_why, sizeof d->diverged_why,
+                 "only %.1f%% of the bytes live at A's peak (%llu of %llu, graph memory%s left "
+                 "out) have a twin in B (A made %llu allocations, B %llu): the runs do not look "
+                 "like the same program on the same input",
+                 100.0 * (double)d->twinned_bytes / (double)d->twinnable_bytes,
+                 (unsigned long long)d->twinned_bytes, (unsigned long long)d->twinnable_bytes,
+                 n_rr ? " and rerouted modules" : "", (unsigned long long)al->a_allocs,
+                 (unsigned long long)al->b_allocs);
+    return 0;
+}
+
 static int fill_run(gp_diff *d, gp_diff_run *r, gp_profile *p, const char *path)
 {
     const char *cmd = p->trace ? gp_trace_meta(p->trace, "command") : NULL;
@@ -605,9 +750,8 @@ int gp_diff_compute(gp_profile *a, gp_profile *b, const gp_align *al, const char
     d->b_more_bytes = al->b_more_bytes;
     d->unaligned_bytes = al->unaligned_bytes;
     d->saved_inferred_bytes = al->saved_inferred_bytes;
-    d->twinned_bytes = al->twinned_bytes;
-    d->twinnable_bytes = al->twinnable_bytes;
-    d->diverged = gp_align_diverged(al, d->diverged_why, sizeof d->diverged_why);
+    if (judge_alignment(d, al, a, b) != 0)
+        goto oom;
     compare_programs(d);
     check_b_graph(d);
 

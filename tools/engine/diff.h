@@ -93,9 +93,17 @@ typedef struct gp_diff {
     uint64_t own_by_category[LP_CAT_COUNT][2]; /* each run's categories at its own peak */
     int64_t aligned_delta; /* a.instant_bytes - b.instant_bytes */
     uint64_t held_bytes, b_more_bytes, unaligned_bytes, saved_inferred_bytes;
-    uint64_t twinned_bytes, twinnable_bytes; /* alignment quality (align.h) */
-    bool diverged;         /* the runs do not look like one program (gp_align_diverged) */
-    char diverged_why[256];
+    /* Alignment quality: bytes live at A's peak with a twin in B, of those that should have
+     * one (graph memory and rerouted modules left out). */
+    uint64_t twinned_bytes, twinnable_bytes;
+    bool diverged; /* less than half of them have a twin: the runs do not look like one program */
+    char diverged_why[320];
+    /* Rerouted modules: B ran an op in them that A never ran there (PyTorch's fused kernels,
+     * taken only without grad, as for a Transformer layer in eval). A's buffers made in them
+     * have no twin and count as held; rerouted_bytes of them were live at A's peak. rerouted
+     * says which modules and ops, "" when none. */
+    uint64_t rerouted_bytes;
+    char rerouted[512];
     /* a warning when the traces' commands name two programs (the executable's file name, and
      * for Python the script or module); "" when they name one, or a command is not recorded.
      * Unlike diverged it judges nothing: a fixed copy of a script may still align. */

@@ -230,6 +230,8 @@ static int runs_table(FILE *out, const gp_diff *d)
         fprintf(out, "  warning: %s\n", d->other_program);
     if (d->b_graph[0])
         fprintf(out, "  warning: %s\n", d->b_graph);
+    if (d->rerouted[0])
+        fprintf(out, "  note: %s\n", d->rerouted);
     if (d->diverged)
         fprintf(out, "  warning: the runs do not align: %s\n", d->diverged_why);
     return rc;
@@ -418,6 +420,8 @@ static void json_summary(gp__jw *j, const gp_diff *d)
     gp__jw_u64(j, "twinnable_bytes", d->twinnable_bytes);
     gp__jw_bool(j, "diverged", d->diverged);
     json_str(j, "why", d->diverged ? d->diverged_why : "");
+    json_str(j, "rerouted", d->rerouted);
+    gp__jw_u64(j, "rerouted_bytes", d->rerouted_bytes);
     json_str(j, "other_program", d->other_program);
     json_str(j, "b_graph", d->b_graph);
     gp__jw_end(j);

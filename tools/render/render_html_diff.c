@@ -58,13 +58,14 @@ static void diff_header(FILE *out, const gp_diff *d)
     diff_run_line(out, "B", &d->b);
     gp__html_damage_warnings(out, d->a.profile, "A: ");
     gp__html_damage_warnings(out, d->b.profile, "B: ");
-    const char *const warnings[] = {d->other_program, d->b_graph,
+    const char *const warnings[] = {d->other_program, d->b_graph, d->rerouted,
                                     d->diverged ? d->diverged_why : ""};
     for (size_t i = 0; i < sizeof warnings / sizeof *warnings; i++) {
         if (!warnings[i][0])
             continue;
-        fputs(i == 2 ? "<div class=\"warn\"><b>The runs do not align:</b> "
-                     : "<div class=\"warn\">",
+        fputs(i == 2   ? "<div class=\"note\">"
+              : i == 3 ? "<div class=\"warn\"><b>The runs do not align:</b> "
+                       : "<div class=\"warn\">",
               out);
         gp__html_escape(out, warnings[i]);
         fputs("</div>\n", out);
