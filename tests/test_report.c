@@ -676,14 +676,14 @@ static void test_escape_at_once(void **state)
          "",
          0,
          {"\nverdict: graphs kept beyond the next iteration: up to 64.00 KiB of graph memory at "
-          "once (256.00 KiB in all)\n",
-          "(262,144 B), at most 64.00 KiB saved for backward alive at once, 8 events"}},
-        {"report", "--format json", 0, {"\"bytes\": 262144,\n      \"peak_bytes\": 65536,"}},
+          "once (320.00 KiB in all)\n",
+          "(327,680 B), at most 64.00 KiB saved for backward alive at once, 10 events"}},
+        {"report", "--format json", 0, {"\"bytes\": 327680,\n      \"peak_bytes\": 65536,"}},
         {"check",
          "--forbid none",
          1,
-         {"in region 'inference': 256.00 KiB (262144 bytes), at most 64.00 KiB saved for "
-          "backward alive at once, 8 events"}},
+         {"in region 'inference': 320.00 KiB (327680 bytes), at most 64.00 KiB saved for "
+          "backward alive at once, 10 events"}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         assert_int_equal(run("'%s' %s '%s/leak_window.gptrace' %s", GRADPROF_BIN, cases[i].command,
@@ -699,8 +699,9 @@ static void test_escape_at_once(void **state)
 
 /* Past its first 64 escapes the detector counts an escape's bytes without listing its buffers:
  * the finding's line and the verdict measure "at once" against the same total. 70 iterations
- * of a 1 KiB saved buffer, each kept for 66 iterations: 68 escape, 65 KiB of them alive at once
- * (more than the 64 listed). */
+ * of a 1 KiB saved buffer, each kept for 66 iterations: 69 escape (68 judged when the iteration
+ * after the next begins, the 69th at the end), 65 KiB of them alive at once (more than the 64
+ * listed). */
 static void test_escape_at_once_counted(void **state)
 {
     (void)state;
@@ -721,9 +722,9 @@ static void test_escape_at_once_counted(void **state)
     }
     char *text = end_and_report(b, trace);
     assert_contains(text, "graphs kept beyond the next iteration: up to 65.00 KiB of graph "
-                          "memory at once (68.00 KiB in all)\n");
-    assert_contains(text, "68.00 KiB (69,632 B), at most 65.00 KiB saved for backward alive at "
-                          "once, 68 events");
+                          "memory at once (69.00 KiB in all)\n");
+    assert_contains(text, "69.00 KiB (70,656 B), at most 65.00 KiB saved for backward alive at "
+                          "once, 69 events");
     free(text);
     remove(trace);
 }

@@ -1142,30 +1142,51 @@ static void escape_items(gp_profile *p, uint32_t inst, const char *region)
 }
 
 /*
- * An inference region was entered again on this thread: if tensors allocated inside the instance
- * before the previous one are still saved for backward, a graph was kept beyond the next
- * iteration: outputs left the region attached to their graph, and something keeps them (the
- * escape detector, gp__detect_escape). An output kept only until the next iteration replaces it
- * (Python's `out = model(x)`, the loss of the last batch) is not an escape. Then the newest
- * instance replaces the oldest in t->inference_recent.
+ * Instance `old` of an inference region is judged once the next instance of it on its thread has
+ * ended: if tensors allocated inside it are still saved for backward then, a graph was kept beyond
+ * the next iteration: outputs left the region attached to their graph, and something keeps them
+ * (the escape detector, gp__detect_escape). An output kept only until the next iteration replaces
+ * it (Python's `out = model(x)`, the loss of the last batch) is not an escape. The engine judges
+ * when the region is entered again (inference_entered), and at the end of the trace
+ * (escapes_at_end).
  */
+static void escape_judge(gp_profile *p, uint32_t old)
+{
+    engine *e = p->internal;
+    instance *in = &e->instances[old];
+    if (in->saved_inside == 0)
+        return;
+    if (gp__detect_escape(e->detectors, in->name, in->saved_inside, e->now))
+        escape_items(p, old, in->name);
+    in->escaped = true;
+    gp__detect_escape_live(e->detectors, in->name, (int64_t)in->saved_inside, e->now);
+}
+
 static void inference_entered(gp_profile *p, thread_state *t, uint32_t i)
 {
     engine *e = p->internal;
     uint32_t old = t->inference_recent[1];
     if (old != NONE) {
-        instance *in = &e->instances[old];
-        if (in->saved_inside > 0) {
-            if (gp__detect_escape(e->detectors, in->name, in->saved_inside, e->now))
-                escape_items(p, old, in->name);
-            in->escaped = true;
-            gp__detect_escape_live(e->detectors, in->name, (int64_t)in->saved_inside, e->now);
-        }
+        escape_judge(p, old);
         instance_unref(e, old);
     }
     t->inference_recent[1] = t->inference_recent[0];
     t->inference_recent[0] = i;
     e->instances[i].refs++;
+}
+
+/* At the end of the trace, each thread's last-but-one inference instance, once the last one has
+ * ended too: a graph that outlived the next iteration and the program's last line is kept as
+ * surely as one that outlived the next iteration and the one after it. */
+static void escapes_at_end(gp_profile *p)
+{
+    engine *e = p->internal;
+    for (size_t i = 0; i < e->n_threads; i++) {
+        const thread_state *t = &e->threads[i];
+        uint32_t old = t->inference_recent[1], last = t->inference_recent[0];
+        if (old != NONE && last != NONE && !e->instances[last].open)
+            escape_judge(p, old);
+    }
 }
 
 static void region_pop(gp_profile *p, thread_state *t)
@@ -1756,6 +1777,7 @@ static int finish(gp_profile *p)
     e->key_site_bytes = NULL;
     e->n_key_site = e->cap_key_site = 0;
     timeline_close_bucket(p);
+    escapes_at_end(p);
     holders_commit(p);
     free(e->scan);
     e->scan = NULL;
