@@ -51,6 +51,31 @@ static struct {
     char status[96];
 } L;
 
+/* Code objects whose frames the walk leaves out (lp_hide_python_code); set once each, read by
+ * every thread's walk: the count is published after its entry. */
+static struct {
+    const void *_Atomic code[LP_HIDDEN_CODE_MAX];
+    atomic_int n;
+} H;
+
+void lp_hide_python_code(const void *code)
+{
+    static atomic_int claimed;
+    if (!code)
+        return;
+    for (int i = 0; i < atomic_load(&H.n); i++)
+        if (atomic_load_explicit(&H.code[i], memory_order_relaxed) == code)
+            return;
+    int i = atomic_fetch_add(&claimed, 1);
+    if (i >= LP_HIDDEN_CODE_MAX)
+        return;
+    atomic_store_explicit(&H.code[i], code, memory_order_relaxed);
+    /* slots are claimed in order, each published once the ones before it are */
+    int want = i;
+    while (!atomic_compare_exchange_weak(&H.n, &want, i + 1))
+        want = i;
+}
+
 static void lp__py_off(const char *why)
 {
     snprintf(L.status, sizeof L.status, "off: %s", why);
@@ -289,6 +314,9 @@ static bool lp__py_read(const _PyInterpreterFrame *f, lp__pyframe *o)
     ptrdiff_t lasti = f->prev_instr - _PyCode_CODE(code);
     o->lasti = lasti >= 0 && lasti < Py_SIZE(code) ? (int32_t)lasti : -1;
     o->entry = f->is_entry;
+    o->hidden = false;
+    for (int i = 0, k = atomic_load_explicit(&H.n, memory_order_acquire); i < k; i++)
+        o->hidden |= atomic_load_explicit(&H.code[i], memory_order_relaxed) == code;
     return true;
 }
 

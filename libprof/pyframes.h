@@ -24,6 +24,7 @@ typedef struct lp__pyframe {
     int32_t firstlineno;             /* the code's co_firstlineno */
     bool entry; /* the outermost frame of one C activation of the eval loop: the frames from
                  * the previous entry (or the innermost) up to this one are that activation's */
+    bool hidden; /* its code was given to lp_hide_python_code: left out of the stack */
 } lp__pyframe;
 
 /*

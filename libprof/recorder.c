@@ -1776,6 +1776,7 @@ static uint64_t lp__py_where(lp__thread *th, const lp__pyframe *f, uint64_t k1, 
  * starting the interpreter or a thread). A stack deeper than `depth` keeps its innermost `depth`
  * frames and adds up to depth / 2 of the Python frames beyond them, the innermost and the
  * outermost half each: the program's own line stays in the stack however deep the C++ below it.
+ * Frames of hidden code (lp_hide_python_code) are left out, their activations still matched.
  * Returns the merged count, at most depth + depth / 2.
  */
 static int lp__merge_python(lp__thread *th, const uintptr_t *ips, int n, int depth)
@@ -1791,7 +1792,8 @@ static int lp__merge_python(lp__thread *th, const uintptr_t *ips, int n, int dep
             calls = true;
             if (k < np) {
                 do
-                    th->merged[m++] = (struct lp__mframe){0, (int16_t)k};
+                    if (!th->py[k].hidden)
+                        th->merged[m++] = (struct lp__mframe){0, (int16_t)k};
                 while (!th->py[k++].entry && k < np && m < depth);
                 continue;
             }
@@ -1809,10 +1811,14 @@ static int lp__merge_python(lp__thread *th, const uintptr_t *ips, int n, int dep
     }
     if (np < 0)
         np = lp__py_walk(th->py, depth, depth / 2);
-    int rest = np - k, take = rest < depth / 2 ? rest : depth / 2;
+    int16_t rest[LP_MAX_STACK_DEPTH + LP_MAX_STACK_DEPTH / 2];
+    int n_rest = 0;
+    for (; k < np; k++)
+        if (!th->py[k].hidden)
+            rest[n_rest++] = (int16_t)k;
+    int take = n_rest < depth / 2 ? n_rest : depth / 2;
     for (int j = 0; j < take; j++) /* the innermost take - take / 2, then the outermost */
-        th->merged[m++] =
-            (struct lp__mframe){0, (int16_t)(j < take - take / 2 ? k + j : np - take + j)};
+        th->merged[m++] = (struct lp__mframe){0, rest[j < take - take / 2 ? j : n_rest - take + j]};
     return m;
 }
 

@@ -1156,6 +1156,45 @@ def test_helper(E):
     r = report_json(E, trace)()
     expect(not r["findings"], "no_grad inside the threads: no finding (%s)"
            % [f["kind"] for f in r["findings"]])
+    test_deep_model_frames(E, env)
+
+
+def test_deep_model_frames(E, env):
+    """The helper's wrapper around Module.__call__ is not a frame of the recorded stacks, where it
+    took a place of the Python frames' budget at every module level: a Linear six Sequentials
+    deep inside the program's Block is labelled by Block.forward's line (by Net.forward's before,
+    Block's frame being among those passed over)."""
+    prog = E.path("deep_model.py")
+    with open(prog, "w") as f:
+        f.write("import torch\n"
+                "from torch import nn\n"
+                "class Block(nn.Module):\n"
+                "    def __init__(self):\n"
+                "        super().__init__()\n"
+                "        self.body = nn.Linear(256, 256)\n"
+                "        for _ in range(6):\n"
+                "            self.body = nn.Sequential(self.body)\n"
+                "    def forward(self, x):\n"
+                "        return self.body(x)\n"
+                "class Net(nn.Module):\n"
+                "    def __init__(self):\n"
+                "        super().__init__()\n"
+                "        self.blocks = nn.Sequential(Block(), Block())\n"
+                "    def forward(self, x):\n"
+                "        return self.blocks(x)\n"
+                "out = Net().eval()(torch.randn(64, 256))\n")
+    trace = E.path("deep_model.gptrace")
+    remove_traces(trace)
+    run([E.gradprof, "run", "--stack-depth", "32", "-o", trace, "--", PY, prog], env=env)
+    r = report_json(E, trace, top=0)()
+    labels = sorted({x["label"] for x in r["sites"] if x["op"] == "aten::linear"})
+    expect(labels == ["deep_model.py:10 (Block.forward)"],
+           "a Linear deep in the program's Block: labelled by its line (%s)" % labels)
+    folded = run([E.gradprof, "report", trace, "--format", "folded", "--min", "0"]).stdout
+    wrapped = [l for l in folded.splitlines() if "_wrap_module_call" in l]
+    expect(folded.count("Module._call_impl") > 0 and not wrapped,
+           "no stack has the helper's module-call wrapper (%d do: %s)"
+           % (len(wrapped), wrapped[:1]))
 
 
 def record_prog(E, trace, prog, args, env):

@@ -95,6 +95,17 @@ void lp_note(const char *key, const char *value);
 void lp_exclude_push(void);
 void lp_exclude_pop(void);
 
+/*
+ * Leaves the frames of one Python function out of the recorded stacks: a tagging source's own
+ * wrapper around the program's calls (the PyTorch helper's around every module call), which is not
+ * the program's frame and would take a place of the stack's depth at every level. `code` is the
+ * function's code object (its id() in CPython), which must live as long as the recording; at most
+ * LP_HIDDEN_CODE_MAX of them, later ones are ignored. A hidden frame that is the only Python frame
+ * of its eval-loop activation stays. Nothing without Python frames (pyframes.h).
+ */
+#define LP_HIDDEN_CODE_MAX 8
+void lp_hide_python_code(const void *code);
+
 /* Live and peak bytes per category on one device, and of all categories together. The peak of each
  * category is that category's own maximum since the last reset. */
 typedef struct lp_counters {

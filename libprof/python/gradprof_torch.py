@@ -901,7 +901,7 @@ def _hooks_everywhere(s):
             pass
         return boot(self)
 
-    _patch(threading.Thread, "_bootstrap_inner", _bootstrap_inner)
+    _patch(threading.Thread, "_bootstrap_inner", _bootstrap_inner, hide=True)
     push()
     return True
 
@@ -957,7 +957,7 @@ def _wrap_process_bootstrap(cls):
             pass
         return boot(self, *a, **k)
 
-    _patch(cls, "_bootstrap", _bootstrap)
+    _patch(cls, "_bootstrap", _bootstrap, hide=True)
 
 
 if hasattr(os, "register_at_fork"):
@@ -1169,7 +1169,7 @@ def _wrap_jit_trace(jit):
                 tls.jit_trace -= 1
 
         functools.update_wrapper(traced, orig)
-        _patch(jit, name, traced)
+        _patch(jit, name, traced, hide=True)
 
 
 def _enter_module(s, mod, path, root, args, frame):
@@ -1686,10 +1686,19 @@ def _note_holders(s, when):
 
 # -- grad-mode context managers, backward, the program's own saved-tensor hooks ----------------
 
-def _patch(obj, attr, new):
+def _patch(obj, attr, new, hide=False):
+    """Sets obj.attr to new, restored by _uninstall_globals. hide: new is a wrapper around the
+    program's own code (a module call, a thread's run): its frames are left out of the recorded
+    stacks (lp_hide_python_code), where the one around Module.__call__ would otherwise take a
+    place of the stack's depth at every module level."""
     _S.patches.append((obj, attr, obj.__dict__.get(attr, _MISSING) if isinstance(obj, type)
                        else getattr(obj, attr)))
     setattr(obj, attr, new)
+    lib = _S.lib.lib if _S.lib else None
+    if hide and hasattr(lib, "lp_hide_python_code"):  # newer libprof
+        lib.lp_hide_python_code.restype = None
+        lib.lp_hide_python_code.argtypes = [ctypes.c_void_p]
+        lib.lp_hide_python_code(id(new.__code__))
 
 
 _MISSING = object()
@@ -1799,7 +1808,7 @@ def _wrap_checkpoint(module):
             pass
         return out
 
-    _patch(module, "checkpoint", checkpoint)
+    _patch(module, "checkpoint", checkpoint, hide=True)
 
 
 def _checkpoint_saves(s, out, args):
@@ -1937,11 +1946,12 @@ def _install_globals():
     import torch.utils.checkpoint
     _wrap_checkpoint(torch.utils.checkpoint)
     _wrap_jit_trace(torch.jit)
-    _patch(torch.Tensor, "backward", _wrap_backward(torch.Tensor.backward))
-    _patch(torch.nn.Module, "__call__", _wrap_module_call(torch.nn.Module.__call__))
+    _patch(torch.Tensor, "backward", _wrap_backward(torch.Tensor.backward), hide=True)
+    _patch(torch.nn.Module, "__call__", _wrap_module_call(torch.nn.Module.__call__),
+           hide=True)
     _wrap_ctx(torch.autocast, "autocast")
-    _patch(torch.autograd, "backward", _wrap_backward(torch.autograd.backward))
-    _patch(torch.autograd, "grad", _wrap_backward(torch.autograd.grad))
+    _patch(torch.autograd, "backward", _wrap_backward(torch.autograd.backward), hide=True)
+    _patch(torch.autograd, "grad", _wrap_backward(torch.autograd.grad), hide=True)
     import multiprocessing.process as mp_process
     if hasattr(mp_process.BaseProcess, "_bootstrap"):
         _wrap_process_bootstrap(mp_process.BaseProcess)
