@@ -96,9 +96,11 @@ static size_t frames_in_common(const char *a, const char *b)
     return n;
 }
 
-/* Frame n of key (its first is 0), copied into buf by its short name when `shorten`; NULL past
- * the end. */
-static const char *nth_frame(const char *key, size_t n, bool shorten, char *buf, size_t size)
+/* How a frame is shown: by its short name, its signature, or as it is. */
+enum { SHORT, SIGNATURE, FULL };
+
+/* Frame n of key (its first is 0), copied into buf in `form`; NULL past the end. */
+static const char *nth_frame(const char *key, size_t n, int form, char *buf, size_t size)
 {
     for (size_t k = 0; k < n && key; k++) {
         key = strchr(key, ';');
@@ -108,14 +110,18 @@ static const char *nth_frame(const char *key, size_t n, bool shorten, char *buf,
         return NULL;
     char frame[256];
     snprintf(frame, sizeof frame, "%.*s", (int)strcspn(key, ";"), key);
-    snprintf(buf, size, "%s", shorten ? gp_function_short_name(frame, buf + size, size) : frame);
+    snprintf(buf, size, "%s",
+             form == SHORT       ? gp_function_short_name(frame, buf + size, size)
+             : form == SIGNATURE ? gp_function_signature(frame, buf + size, size)
+                                 : frame);
     return buf;
 }
 
 /* What gp_labels_distinct promises for row i, from every other row: NULL when no row with another
  * key has its label; else "LABEL via F", F the first frame of its key past the most frames it
  * shares with such a row, by its short name unless such a row sharing as many frames has one of
- * that short name there, or "LABEL (outermost)" when its key has no frame there. */
+ * that short name there, then by its signature unless such a row has that signature there, else
+ * as it is; or "LABEL (outermost)" when its key has no frame there. */
 static char *reference_label(const char *const *labels, const char *const *keys, size_t n, size_t i)
 {
     size_t lcp = 0;
@@ -130,12 +136,17 @@ static char *reference_label(const char *const *labels, const char *const *keys,
     if (!others)
         return NULL;
     char mine[512], theirs[512];
-    bool shorten = nth_frame(keys[i], lcp, true, mine, 256) != NULL;
-    for (size_t j = 0; j < n && shorten; j++)
-        if (j != i && !strcmp(labels[j], labels[i]) && strcmp(keys[j], keys[i]) &&
-            frames_in_common(keys[i], keys[j]) == lcp && nth_frame(keys[j], lcp, true, theirs, 256))
-            shorten = strcmp(mine, theirs) != 0;
-    const char *f = nth_frame(keys[i], lcp, shorten, mine, 256);
+    int form = SHORT;
+    for (bool apart = false; !apart && form != FULL;) {
+        apart = nth_frame(keys[i], lcp, form, mine, 256) != NULL;
+        for (size_t j = 0; j < n && apart; j++)
+            if (j != i && !strcmp(labels[j], labels[i]) && strcmp(keys[j], keys[i]) &&
+                frames_in_common(keys[i], keys[j]) == lcp &&
+                nth_frame(keys[j], lcp, form, theirs, 256))
+                apart = strcmp(mine, theirs) != 0;
+        form += !apart;
+    }
+    const char *f = nth_frame(keys[i], lcp, form, mine, 256);
     char *out = malloc(strlen(labels[i]) + strlen(keys[i]) + 16);
     assert_non_null(out);
     if (f)
@@ -206,7 +217,16 @@ static void test_labels_by_hand(void **state)
 static void test_labels_random_against_reference(void **state)
 {
     (void)state;
-    static const char *const frames[] = {"a", "b(int)", "b(long)", "cc<int>(int)", "main"};
+    static const char *const frames[] = {"a",
+                                         "b(int)",
+                                         "b(long)",
+                                         "cc<int>(int)",
+                                         "cc<long>(int)",
+                                         "d<int>(int) const",
+                                         "d<int>(long)",
+                                         "d<int>(long) &",
+                                         "main"};
+    const uint64_t n_frames = sizeof frames / sizeof *frames;
     for (int round = 0; round < 40; round++) {
         size_t n = 1 + rng(60);
         char **labels = calloc(n, sizeof *labels), **keys = calloc(n, sizeof *keys);
@@ -214,15 +234,15 @@ static void test_labels_random_against_reference(void **state)
         assert_non_null(keys);
         for (size_t i = 0; i < n; i++) {
             labels[i] = malloc(8);
-            keys[i] = malloc(64);
+            keys[i] = malloc(128);
             assert_non_null(labels[i]);
             assert_non_null(keys[i]);
             snprintf(labels[i], 8, "L%d", (int)rng(6));
             size_t depth = 1 + rng(4), used = 0;
             keys[i][0] = '\0';
             for (size_t k = 0; k < depth; k++)
-                used += (size_t)snprintf(keys[i] + used, 64 - used, "%s%s", k ? ";" : "",
-                                         frames[rng(5)]);
+                used += (size_t)snprintf(keys[i] + used, 128 - used, "%s%s", k ? ";" : "",
+                                         frames[rng(n_frames)]);
         }
         check_labels((const char *const *)labels, (const char *const *)keys, n);
         for (size_t i = 0; i < n; i++) {

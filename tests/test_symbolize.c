@@ -309,6 +309,36 @@ static void test_short_name(void **state)
     /* Too long for the buffer: the whole name. */
     const char *name = "ns::long_function_name(int)";
     assert_ptr_equal(gp_function_short_name(name, buf, 8), name);
+
+    /* Signatures: the short name with its parameters and qualifiers, template arguments out. */
+    static const char *const signatures[][2] = {
+        {"c10::intrusive_ptr<c10::TensorImpl, c10::detail::intrusive_target_default_null_type<"
+         "c10::TensorImpl> > c10::TensorImpl::shallow_copy_and_detach_core<c10::VariableVersion "
+         "const&>(c10::VariableVersion const&, bool) const",
+         "c10::TensorImpl::shallow_copy_and_detach_core(c10::VariableVersion const&, bool) const"},
+        {"std::vector<int, std::allocator<int> >::push_back(int const&)",
+         "std::vector::push_back(int const&)"},
+        {"void ns::f<int>(std::vector<at::Tensor, std::allocator<at::Tensor> > const&, bool) &&",
+         "ns::f(std::vector const&, bool) &&"},
+        {"ns::Functor::operator()(int) const", "ns::Functor::operator()(int) const"},
+        {"std::ostream& std::operator<< <std::char_traits<char> >(std::ostream&, char const*)",
+         "std::operator<<(std::ostream&, char const*)"},
+        {"at::foo(int)::{lambda(int)#1}::operator()(int) const",
+         "at::foo::{lambda#1}::operator()(int) const"},
+        {"ns::g(int (&) [3]) [clone .isra.0]", "ns::g(int (&) [3])"},
+        {"at::empty(long)", "at::empty(long)"},
+    };
+    for (size_t i = 0; i < sizeof signatures / sizeof *signatures; i++) {
+        const char *got = gp_function_signature(signatures[i][0], buf, sizeof buf);
+        if (strcmp(got, signatures[i][1]) != 0)
+            fail_msg("'%s' -> '%s', expected '%s'", signatures[i][0], got, signatures[i][1]);
+    }
+    /* no parameter list: the short name; nothing it reads: the name itself */
+    assert_string_equal(gp_function_signature("ns::Table<int>::size", buf, sizeof buf),
+                        "ns::Table::size");
+    for (size_t i = 0; i < sizeof kept / sizeof *kept; i++)
+        assert_ptr_equal(gp_function_signature(kept[i], buf, sizeof buf), kept[i]);
+    assert_ptr_equal(gp_function_signature(name, buf, 12), name);
 }
 
 static void test_mangled_symbol(void **state)

@@ -2520,12 +2520,23 @@ typedef struct label_ref {
     size_t i;
 } label_ref;
 
+/* Keys frame by frame: ';' before any other byte, so that a key comes right before the keys
+ * that extend it ("f;main" < "f;main;start" < "f (x);main", where strcmp puts ' ' first). */
+static int key_cmp(const char *a, const char *b)
+{
+    for (;; a++, b++) {
+        int ca = *a == ';' ? 1 : (unsigned char)*a, cb = *b == ';' ? 1 : (unsigned char)*b;
+        if (ca != cb || !ca)
+            return ca - cb;
+    }
+}
+
 static int by_label_then_key(const void *pa, const void *pb)
 {
     const label_ref *a = pa, *b = pb;
     if (a->label != b->label)
         return a->label < b->label ? -1 : 1;
-    return strcmp(a->key, b->key);
+    return key_cmp(a->key, b->key);
 }
 
 /* Frame n of key (its first is 0) and its length; NULL and 0 past the end. */
@@ -2539,38 +2550,47 @@ static const char *key_frame(const char *key, size_t n, size_t *len)
     return key;
 }
 
-/* The frame f (len bytes, no NUL) by its short name (gp_function_short_name), in buf (2 * size
- * bytes); NULL for a frame of size bytes or more. */
-static const char *short_frame(const char *f, size_t len, char *buf, size_t size)
+/* How a label's "via" frame is shown: the first form in which it reads apart from its
+ * neighbours'. */
+enum frame_form {
+    FORM_SHORT,     /* gp_function_short_name */
+    FORM_SIGNATURE, /* gp_function_signature: two overloads */
+    FORM_FULL,      /* as symbolized: two instances of one template */
+};
+
+/* The frame f (len bytes, no NUL) in `form`, in buf (2 * size bytes); NULL for a frame of size
+ * bytes or more. */
+static const char *frame_in(const char *f, size_t len, enum frame_form form, char *buf, size_t size)
 {
     if (len >= size)
         return NULL;
     memcpy(buf, f, len);
     buf[len] = '\0';
-    return gp_function_short_name(buf, buf + size, size);
+    if (form == FORM_SHORT)
+        return gp_function_short_name(buf, buf + size, size);
+    return form == FORM_SIGNATURE ? gp_function_signature(buf, buf + size, size) : buf;
 }
 
-/* Whether frame n of keys a and b, which differ there, reads the same by their short names: two
- * overloads of one function. */
-static bool same_short_frame(const char *a, const char *b, size_t n)
+/* Whether frame n of keys a and b, which differ there, reads the same in `form`. */
+static bool same_frame_in(const char *a, const char *b, size_t n, enum frame_form form)
 {
     size_t la, lb;
     const char *fa = key_frame(a, n, &la), *fb = key_frame(b, n, &lb);
     char ba[2048], bb[2048];
-    const char *sa = fa ? short_frame(fa, la, ba, sizeof ba / 2) : NULL;
-    const char *sb = fb ? short_frame(fb, lb, bb, sizeof bb / 2) : NULL;
+    const char *sa = fa ? frame_in(fa, la, form, ba, sizeof ba / 2) : NULL;
+    const char *sb = fb ? frame_in(fb, lb, form, bb, sizeof bb / 2) : NULL;
     return sa && sb && !strcmp(sa, sb);
 }
 
-/* "LABEL via F" (F frame lcp of key, by its short name when `shorten`) or "LABEL (outermost)" when
- * key has no frame there. */
-static char *label_via(const char *label, const char *key, size_t lcp, bool shorten)
+/* "LABEL via F" (F frame lcp of key, in `form`; as symbolized when too long for it) or "LABEL
+ * (outermost)" when key has no frame there. */
+static char *label_via(const char *label, const char *key, size_t lcp, enum frame_form form)
 {
     size_t flen, llen = strlen(label);
-    const char *f = key_frame(key, lcp, &flen), *short_f;
+    const char *f = key_frame(key, lcp, &flen), *shown;
     char buf[2048];
-    if (flen && shorten && (short_f = short_frame(f, flen, buf, sizeof buf / 2))) {
-        f = short_f;
+    if (flen && form != FORM_FULL && (shown = frame_in(f, flen, form, buf, sizeof buf / 2))) {
+        f = shown;
         flen = strlen(f);
     }
     static const char via[] = " via ", outermost[] = " (outermost)";
@@ -2646,12 +2666,15 @@ int gp_labels_distinct(const char *const *labels, const char *const *keys, size_
         size_t lcp_before = before ? common_frames(by[a - 1].key, by[a].key) : 0;
         size_t lcp_after = after ? common_frames(by[b].key, by[a].key) : 0;
         size_t lcp = lcp_before > lcp_after ? lcp_before : lcp_after;
-        /* the frame where the key parts by its short name, unless that is the neighbour's too */
-        bool shorten =
-            !(before && lcp_before == lcp && same_short_frame(by[a - 1].key, by[a].key, lcp)) &&
-            !(after && lcp_after == lcp && same_short_frame(by[b].key, by[a].key, lcp));
+        /* the frame where the key parts, in the first form that is not the neighbour's too */
+        enum frame_form form = FORM_SHORT;
+        while (
+            form != FORM_FULL &&
+            ((before && lcp_before == lcp && same_frame_in(by[a - 1].key, by[a].key, lcp, form)) ||
+             (after && lcp_after == lcp && same_frame_in(by[b].key, by[a].key, lcp, form))))
+            form++;
         for (size_t i = a; i < b && rc == 0; i++)
-            if (!(out[by[i].i] = label_via(labels[by[i].i], by[i].key, lcp, shorten)))
+            if (!(out[by[i].i] = label_via(labels[by[i].i], by[i].key, lcp, form)))
                 rc = -1;
     }
     free(by);

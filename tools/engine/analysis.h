@@ -376,9 +376,11 @@ const char *gp_site_key(gp_profile *p, uint32_t stack);
 /* Labels that tell the rows of one table apart: where two rows share a label (the same function
  * reached from different callers, or frames that could not be symbolized) but not a key (their
  * frames joined by ';', innermost first: gp_site_key, or more of them), out[i] is a new string
- * "LABEL via F", F the first frame of keys[i] that no neighbour with that label shares (by its
- * short name, gp_function_short_name, unless the neighbour's frame there has that short name too:
- * two overloads), or "LABEL (outermost)" when keys[i] is another key's start;
+ * "LABEL via F", F the first frame of keys[i] that no neighbour with that label shares, by its
+ * short name (gp_function_short_name), or where the neighbour's frame there has that short name
+ * too (two overloads) by its signature (gp_function_signature), or where that is the same too
+ * (two instances of a template) as symbolized; or "LABEL (outermost)" when keys[i] is another
+ * key's start;
  * every other out[i] is NULL. The caller frees each out[i]. 0, or -1 when out of memory (all
  * NULL then). */
 int gp_labels_distinct(const char *const *labels, const char *const *keys, size_t n, char **out);

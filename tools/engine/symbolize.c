@@ -225,6 +225,56 @@ const char *gp_function_short_name(const char *name, char *buf, size_t size)
     return start < o && braces == 0 ? buf + start : name;
 }
 
+const char *gp_function_signature(const char *name, char *buf, size_t size)
+{
+    /* the parameter list: the last '(' group outside any other bracket, operator names passed */
+    const char *open = NULL, *close = NULL, *group = NULL;
+    int d = 0;
+    for (const char *p = name; *p; p++) {
+        if (d == 0 && !strncmp(p, "operator", 8) && (p == name || !sym_ident_char(p[-1])) &&
+            !sym_ident_char(p[8])) {
+            size_t n = sym_operator_len(p + 8);
+            if (n) {
+                p += 8 + n - 1;
+                continue;
+            }
+        }
+        if (*p == '(' && d == 0)
+            group = p;
+        if (*p == '<' || *p == '(' || *p == '[' || *p == '{') {
+            d++;
+        } else if ((*p == '>' || *p == ')' || *p == ']' || *p == '}') && --d == 0 && *p == ')' &&
+                   group) {
+            open = group;
+            close = p;
+            group = NULL;
+        }
+    }
+    const char *s = gp_function_short_name(name, buf, size);
+    if (!open || d != 0 || s == name)
+        return s;
+    size_t o = strlen(s);
+    memmove(buf, s, o + 1);
+    /* the parameters without their template arguments, then the qualifiers, not a clone's
+     * suffix */
+    const char *tail = strstr(close, " [clone ");
+    const char *end = tail ? tail : close + strlen(close);
+    for (const char *p = open; p < end && o + 1 < size; p++) {
+        if (*p == '<' && p < close) {
+            int t = 0;
+            do
+                t += *p == '<' ? 1 : *p == '>' ? -1 : 0;
+            while (t > 0 && ++p < close);
+            continue;
+        }
+        buf[o++] = *p;
+    }
+    if (o + 1 >= size)
+        return name;
+    buf[o] = '\0';
+    return buf;
+}
+
 /* ---- string interning --------------------------------------------------------------------- */
 
 /* The hash of a string for the string table. */

@@ -126,6 +126,12 @@ gp_sym_stats gp_symbolizer_stats(const gp_symbolizer *s);
  * string in `buf`. */
 const char *gp_function_short_name(const char *name, char *buf, size_t size);
 
+/* The short name with its parameter list and qualifiers, template arguments dropped from both
+ * ("std::ostream& ns::f<int>(std::vector<int> const&, bool) const" -> "ns::f(std::vector const&,
+ * bool) const"): what tells two overloads apart where their short names are one. The short name
+ * (gp_function_short_name) when there is no parameter list; `name` itself when that is. */
+const char *gp_function_signature(const char *name, char *buf, size_t size);
+
 /* Demangles a C++ (Itanium ABI, "_Z...") name into a malloc'd string the caller frees; NULL when
  * `name` is not a mangled name or out of memory. Exposed for tests. */
 char *gp__sym_demangle(const char *name);
