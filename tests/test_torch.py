@@ -1121,11 +1121,11 @@ def test_helper(E):
     with open(prog, "w") as f:
         f.write("import contextlib, sys, threading, time, torch\n"
                 "import gradprof_torch as gp\n"
-                "naming = gp._path_in_caller\n"
+                "naming = gp._owner_in_caller\n"
                 "def slow_naming(mod, frame):  # a thread switch while the model is named\n"
                 "    time.sleep(0.01)\n"
                 "    return naming(mod, frame)\n"
-                "gp._path_in_caller = slow_naming\n"
+                "gp._owner_in_caller = slow_naming\n"
                 "m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()\n"
                 "go, outs = threading.Barrier(4), []\n"
                 "inside = sys.argv[1:] == ['inside']  # no_grad in the threads' own function\n"
@@ -1157,6 +1157,48 @@ def test_helper(E):
     expect(not r["findings"], "no_grad inside the threads: no finding (%s)"
            % [f["kind"] for f in r["findings"]])
     test_deep_model_frames(E, env)
+    test_generate_method(E, env)
+
+
+def test_generate_method(E, env):
+    """A model whose own method calls its submodules (a generate() that embeds the prompt, then
+    each new token in a loop), never its forward: the submodules are named by their path in it,
+    and each generate() call is one iteration (not each call of the first submodule), so the
+    growth of a list that keeps the outputs with their graphs is given per call."""
+    prog = E.path("generate_method.py")
+    with open(prog, "w") as f:
+        f.write("import torch\n"
+                "from torch import nn\n"
+                "class Decoder(nn.Module):\n"
+                "    def __init__(self):\n"
+                "        super().__init__()\n"
+                "        self.emb = nn.Embedding(100, 64)\n"
+                "        self.cell = nn.GRUCell(64, 64)\n"
+                "        self.out = nn.Linear(64, 100)\n"
+                "    def generate(self, prompt, steps=8):\n"
+                "        h = self.emb(prompt).mean(1)\n"
+                "        tok, logits = prompt[:, -1], []\n"
+                "        for _ in range(steps):\n"
+                "            h = self.cell(self.emb(tok), h)\n"
+                "            logits.append(self.out(h))\n"
+                "            tok = logits[-1].argmax(-1)\n"
+                "        return torch.stack(logits, 1)\n"
+                "model, kept = Decoder().eval(), []\n"
+                "for _ in range(5):\n"
+                "    kept.append(model.generate(torch.randint(0, 100, (16, 12))))\n")
+    trace = E.path("generate_method.gptrace")
+    record_prog(E, trace, prog, [], env)()
+    r = report_json(E, trace, top=0)()
+    modules = sorted({m["module"] for m in r["modules"] if m["module"]})
+    expect(modules == ["Decoder.cell", "Decoder.emb", "Decoder.out"],
+           "generate(): the submodules named by their path in the model (%s)" % modules)
+    expect(len(r["iterations"]) == 5,
+           "one iteration per generate() call (%d)" % len(r["iterations"]))
+    growth = [f for f in r["findings"] if f["kind"] == "growth_across_iterations"]
+    per_call = growth[0]["bytes"] / 3 if growth else 0  # marks 1..4: three calls' graphs
+    expect(growth and per_call > 8 * 16 * 64 * 4,
+           "the growth is given per generate() call: more than 8 steps' hidden states (%d B)"
+           % per_call)
 
 
 def test_deep_model_frames(E, env):

@@ -444,6 +444,8 @@ class _State:
         self.attached = False   # torch's global module hooks are installed (attach())
         self.auto_roots = {}    # id(module) -> _Model: modules called outside any other module
         self.primary = None     # id of the first attached root called: its calls are iterations
+        self.iteration_places = {}  # an owned primary's caller code -> where it first called it
+        self.iterations = 0         # iteration marks made
         self.user_marks = False  # the program calls gp.mark itself: no automatic marks
         self.global_handles = []
         self.watch = None       # a test being watched (watch_begin), or None
@@ -1077,6 +1079,7 @@ class _Model:
         self.handles = []
         self.paths = None  # id(submodule) -> dotted path, made at the first lookup
         self.calls = 0
+        self.owned = False  # an attached root named by its path in the module whose method calls it
 
     @property
     def module(self):
@@ -1186,7 +1189,7 @@ def _enter_module(s, mod, path, root, args, frame):
         s.promote_dropped_inputs()
         s.name_leaf_saves(None, None)  # left by a forward that raised
         if root.weak:
-            _enter_attached_root(s, mod, root)
+            _enter_attached_root(s, mod, root, frame)
     e = s.push("module", key, path, frame)
     if e is None or root is None:
         return
@@ -1272,45 +1275,66 @@ def _attach_root_locked(s, mod, frame):
             del s.auto_roots[k]
         if len(s.auto_roots) >= _MAX_ATTACHED_ROOTS:
             return None
-    base = _path_in_caller(mod, frame) or _class_name(mod)
+    owned = _owner_in_caller(mod, frame)[0]
+    base = owned or _class_name(mod)
     taken = {v.name for v in s.auto_roots.values() if v.module is not None}
     name, n = base, 1
     while name in taken:
         n += 1
         name = "%s#%d" % (base, n)
     m = s.auto_roots[id(mod)] = _Model(mod, name, weak=True)
+    m.owned = owned is not None
     if s.primary is None:
         s.primary = id(mod)
     return m
 
 
-def _path_in_caller(mod, frame):
-    """"Owner.path" when `frame` (or one of the two frames outside it, past torch's own) runs the
-    forward of a module that has `mod` among its submodules; else None."""
+def _owner_in_caller(mod, frame):
+    """(owner path, frame) when `frame`, or one of the two frames outside it past torch's and
+    gradprof's own (_internal_file), runs a method of a module that has `mod` among its submodules:
+    its forward (the program called model.forward(x) itself, which runs no module hooks), or any
+    method of the program's own code (a generate() that calls the submodules); else (None, None).
+    The path is "Owner.path"."""
     import torch
     for _ in range(3):
         if frame is None:
-            return None
+            return None, None
         code = frame.f_code
-        if code.co_name == "forward" and code.co_argcount and code.co_varnames[0] == "self":
+        internal = _internal_file(code.co_filename)
+        if (code.co_argcount and code.co_varnames[0] == "self" and
+                (code.co_name == "forward" or not internal)):
             scope = frame.f_locals
             owner = scope.get("self")
             _forget_locals(frame, scope)
             if not isinstance(owner, torch.nn.Module) or owner is mod:
-                return None
+                return None, None
             for path, sub in owner.named_modules():
                 if sub is mod and path:
-                    return "%s.%s" % (_class_name(owner), path)
-            return None
-        if not _internal_file(code.co_filename):
-            return None
+                    return "%s.%s" % (_class_name(owner), path), frame
+            return None, None
+        if not internal:
+            return None, None
         frame = frame.f_back
-    return None
+    return None, None
 
 
-def _enter_attached_root(s, mod, root):
+def _starts_iteration(s, root, frame):
+    """Whether this call of the first attached root (from `frame`, its caller's) is an
+    iteration: every call of a model; of a submodule that a method of its owner calls (named
+    Owner.path), only the calls from the place in that method where it first called it. A
+    generate() that embeds the prompt, then each new token in a loop, is one iteration a call."""
+    if not root.owned:
+        return True
+    frame = _owner_in_caller(root.module, frame)[1]
+    if frame is None:
+        return True
+    place = s.iteration_places.setdefault(frame.f_code, frame.f_lasti)
+    return place == frame.f_lasti
+
+
+def _enter_attached_root(s, mod, root, frame):
     """An attached root's call: the program's iteration (a mark at each call of the first root
-    it called, unless it marks iterations itself), who keeps graphs of earlier calls alive, and
+    it called that _starts_iteration, unless it marks iterations itself), who keeps graphs of earlier calls alive, and
     an inference region around a call in eval mode (model.eval()), unless the program has an
     inference region open. A graph such a call builds that a backward pass then uses (training
     in eval mode, input gradients) is not a finding: the engine takes its buffers back."""
@@ -1324,8 +1348,9 @@ def _enter_attached_root(s, mod, root):
             w["live_at_calls"].append(s.saved_live_total)
     if s.saved_live_total > 0:
         _note_holders(s, "call %s#%d" % (root.name, root.calls))
-    if id(mod) == s.primary and not s.user_marks:
-        s.lib.lib.lp_mark(_b("iter %d" % root.calls))
+    if id(mod) == s.primary and not s.user_marks and _starts_iteration(s, root, frame):
+        s.iterations += 1
+        s.lib.lib.lp_mark(_b("iter %d" % s.iterations))
     if not mod.training and not any(e.name == REGION_INFERENCE for e in tls.stack):
         s.push("attached", id(mod), REGION_INFERENCE)
 
