@@ -1096,11 +1096,10 @@ def test_helper(E):
     # Graphs that only a global of the program keeps at exit (its frames are gone by then): the
     # last look names it, with the line that stores it. The program calls the model's forward
     # itself (no module hooks run for the model): its submodules are named by their path in it.
-    prog = E.path("keeps_at_exit.py")
-    with open(prog, "w") as f:
-        f.write("import torch\n"
-                "m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()\n"
-                "outs = [m.forward(torch.randn(4, 8)) for _ in range(3)]\n")
+    prog = write_program(E, "keeps_at_exit.py",
+                         "import torch\n"
+                         "m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()\n"
+                         "outs = [m.forward(torch.randn(4, 8)) for _ in range(3)]\n")
     trace = E.path("keeps_at_exit.gptrace")
     record_prog(E, trace, prog, [], env)()
     r = report_json(E, trace)()
@@ -1117,26 +1116,25 @@ def test_helper(E):
 
     # One model called by four threads at once (grad is per thread: the caller's no_grad does not
     # reach them) is one model to the helper, however the threads interleave while it is named.
-    prog = E.path("threads_share_model.py")
-    with open(prog, "w") as f:
-        f.write("import contextlib, sys, threading, time, torch\n"
-                "import gradprof_torch as gp\n"
-                "naming = gp._owner_in_caller\n"
-                "def slow_naming(mod, frame):  # a thread switch while the model is named\n"
-                "    time.sleep(0.01)\n"
-                "    return naming(mod, frame)\n"
-                "gp._owner_in_caller = slow_naming\n"
-                "m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()\n"
-                "go, outs = threading.Barrier(4), []\n"
-                "inside = sys.argv[1:] == ['inside']  # no_grad in the threads' own function\n"
-                "def work():\n"
-                "    go.wait()\n"
-                "    with torch.no_grad() if inside else contextlib.nullcontext():\n"
-                "        outs.append(m(torch.randn(4, 8)))\n"
-                "ts = [threading.Thread(target=work) for _ in range(4)]\n"
-                "with torch.no_grad():\n"
-                "    [t.start() for t in ts]\n"
-                "    [t.join() for t in ts]\n")
+    prog = write_program(E, "threads_share_model.py",
+                         "import contextlib, sys, threading, time, torch\n"
+                         "import gradprof_torch as gp\n"
+                         "naming = gp._owner_in_caller\n"
+                         "def slow_naming(mod, frame):  # a thread switch while naming\n"
+                         "    time.sleep(0.01)\n"
+                         "    return naming(mod, frame)\n"
+                         "gp._owner_in_caller = slow_naming\n"
+                         "m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()\n"
+                         "go, outs = threading.Barrier(4), []\n"
+                         "inside = sys.argv[1:] == ['inside']  # no_grad in the threads' code\n"
+                         "def work():\n"
+                         "    go.wait()\n"
+                         "    with torch.no_grad() if inside else contextlib.nullcontext():\n"
+                         "        outs.append(m(torch.randn(4, 8)))\n"
+                         "ts = [threading.Thread(target=work) for _ in range(4)]\n"
+                         "with torch.no_grad():\n"
+                         "    [t.start() for t in ts]\n"
+                         "    [t.join() for t in ts]\n")
     trace = E.path("threads_share_model.gptrace")
     record_prog(E, trace, prog, [], env)()
     r = report_json(E, trace)()
@@ -1165,27 +1163,26 @@ def test_generate_method(E, env):
     each new token in a loop), never its forward: the submodules are named by their path in it,
     and each generate() call is one iteration (not each call of the first submodule), so the
     growth of a list that keeps the outputs with their graphs is given per call."""
-    prog = E.path("generate_method.py")
-    with open(prog, "w") as f:
-        f.write("import torch\n"
-                "from torch import nn\n"
-                "class Decoder(nn.Module):\n"
-                "    def __init__(self):\n"
-                "        super().__init__()\n"
-                "        self.emb = nn.Embedding(100, 64)\n"
-                "        self.cell = nn.GRUCell(64, 64)\n"
-                "        self.out = nn.Linear(64, 100)\n"
-                "    def generate(self, prompt, steps=8):\n"
-                "        h = self.emb(prompt).mean(1)\n"
-                "        tok, logits = prompt[:, -1], []\n"
-                "        for _ in range(steps):\n"
-                "            h = self.cell(self.emb(tok), h)\n"
-                "            logits.append(self.out(h))\n"
-                "            tok = logits[-1].argmax(-1)\n"
-                "        return torch.stack(logits, 1)\n"
-                "model, kept = Decoder().eval(), []\n"
-                "for _ in range(5):\n"
-                "    kept.append(model.generate(torch.randint(0, 100, (16, 12))))\n")
+    prog = write_program(E, "generate_method.py",
+                         "import torch\n"
+                         "from torch import nn\n"
+                         "class Decoder(nn.Module):\n"
+                         "    def __init__(self):\n"
+                         "        super().__init__()\n"
+                         "        self.emb = nn.Embedding(100, 64)\n"
+                         "        self.cell = nn.GRUCell(64, 64)\n"
+                         "        self.out = nn.Linear(64, 100)\n"
+                         "    def generate(self, prompt, steps=8):\n"
+                         "        h = self.emb(prompt).mean(1)\n"
+                         "        tok, logits = prompt[:, -1], []\n"
+                         "        for _ in range(steps):\n"
+                         "            h = self.cell(self.emb(tok), h)\n"
+                         "            logits.append(self.out(h))\n"
+                         "            tok = logits[-1].argmax(-1)\n"
+                         "        return torch.stack(logits, 1)\n"
+                         "model, kept = Decoder().eval(), []\n"
+                         "for _ in range(5):\n"
+                         "    kept.append(model.generate(torch.randint(0, 100, (16, 12))))\n")
     trace = E.path("generate_method.gptrace")
     record_prog(E, trace, prog, [], env)()
     r = report_json(E, trace, top=0)()
@@ -1206,25 +1203,24 @@ def test_deep_model_frames(E, env):
     took a place of the Python frames' budget at every module level: a Linear six Sequentials
     deep inside the program's Block is labelled by Block.forward's line (by Net.forward's before,
     Block's frame being among those passed over)."""
-    prog = E.path("deep_model.py")
-    with open(prog, "w") as f:
-        f.write("import torch\n"
-                "from torch import nn\n"
-                "class Block(nn.Module):\n"
-                "    def __init__(self):\n"
-                "        super().__init__()\n"
-                "        self.body = nn.Linear(256, 256)\n"
-                "        for _ in range(6):\n"
-                "            self.body = nn.Sequential(self.body)\n"
-                "    def forward(self, x):\n"
-                "        return self.body(x)\n"
-                "class Net(nn.Module):\n"
-                "    def __init__(self):\n"
-                "        super().__init__()\n"
-                "        self.blocks = nn.Sequential(Block(), Block())\n"
-                "    def forward(self, x):\n"
-                "        return self.blocks(x)\n"
-                "out = Net().eval()(torch.randn(64, 256))\n")
+    prog = write_program(E, "deep_model.py",
+                         "import torch\n"
+                         "from torch import nn\n"
+                         "class Block(nn.Module):\n"
+                         "    def __init__(self):\n"
+                         "        super().__init__()\n"
+                         "        self.body = nn.Linear(256, 256)\n"
+                         "        for _ in range(6):\n"
+                         "            self.body = nn.Sequential(self.body)\n"
+                         "    def forward(self, x):\n"
+                         "        return self.body(x)\n"
+                         "class Net(nn.Module):\n"
+                         "    def __init__(self):\n"
+                         "        super().__init__()\n"
+                         "        self.blocks = nn.Sequential(Block(), Block())\n"
+                         "    def forward(self, x):\n"
+                         "        return self.blocks(x)\n"
+                         "out = Net().eval()(torch.randn(64, 256))\n")
     trace = E.path("deep_model.gptrace")
     remove_traces(trace)
     run([E.gradprof, "run", "--stack-depth", "32", "-o", trace, "--", PY, prog], env=env)
@@ -1237,6 +1233,14 @@ def test_deep_model_frames(E, env):
     expect(folded.count("Module._call_impl") > 0 and not wrapped,
            "no stack has the helper's module-call wrapper (%d do: %s)"
            % (len(wrapped), wrapped[:1]))
+
+
+def write_program(E, name, source):
+    """A test program, E's work folder/NAME with `source`; returns its path."""
+    path = E.path(name)
+    with open(path, "w") as f:
+        f.write(source)
+    return path
 
 
 def record_prog(E, trace, prog, args, env):
