@@ -1198,9 +1198,12 @@ def _enter_module(s, mod, path, root, args, frame):
         info = s.storage_of(t)
         if info is not None and info[0] not in inputs:
             inputs[info[0]] = t
-            # an input that owns its storage: the program lets go of it when the tensor goes
-            if (t._base is None and t.storage_offset() == 0 and
-                    info[1] == t.numel() * t.element_size()):
+            # an input that owns its storage, or a view of all of it whose base nothing else
+            # in Python holds (a flatten of a model's last output: the base has no Python
+            # object, and getrefcount sees only the one made for it here): the program lets go
+            # of the storage when it lets go of the tensor
+            if (t.storage_offset() == 0 and info[1] == t.numel() * t.element_size() and
+                    (t._base is None or sys.getrefcount(t._base) <= 1)):
                 s.input_args[info[0]] = weakref.ref(t)
     e.inputs = tuple(inputs)
     for k in e.inputs:
