@@ -589,6 +589,40 @@ static void test_holders_of_the_fullest_look(void **state)
     }
 }
 
+/* A look that finds a holder the program passes back into its model (kind carried: an RNN's
+ * state) is kept over looks without one, however many nodes theirs reach: at exit the last
+ * output reaches as many as the state, through it. */
+static void test_holders_carried_first(void **state)
+{
+    (void)state;
+    static const char *const notes[] = {
+        "logits\tlocal\tlm.py:19\t1\t\tAddBackward0\t400\tcall LM#2",
+        "state\tcarried\tlm.py:19\t2\ttuple\tStackBackward0\t300\tcall LM#3",
+        "logits\tlocal\tlm.py:19\t1\t\tAddBackward0\t600\tcall LM#3",
+        "logits\tglobal\tlm.py:19\t1\t\tAddBackward0\t900\texit",
+        "state\tglobal\tlm.py:19\t2\ttuple\tStackBackward0\t890\texit",
+    };
+    char path[4096];
+    snprintf(path, sizeof path, "%s/carried_%d.gptrace", GRADPROF_TEST_TRACES, (int)getpid());
+    tb *b = tb_open(path, "python3 lm.py");
+    assert_non_null(b);
+    tb_thread(b, 1, "main");
+    uint64_t t = 1000;
+    for (size_t i = 0; i < sizeof notes / sizeof notes[0]; i++) {
+        tb_at(b, t += 100);
+        tb_note(b, "holder", notes[i]);
+    }
+    tb_end(b);
+    assert_int_equal(tb_close(b), 0);
+    gp_profile *p = load_path(path);
+    assert_int_equal(p->n_holders, 2);
+    assert_string_equal(p->holders[0].name, "state");
+    assert_string_equal(p->holders[0].kind, GP_HOLDER_CARRIED);
+    assert_int_equal(p->holders[1].nodes, 600);
+    gp_profile_free(p);
+    remove(path);
+}
+
 /* The tag key (category, op, module) of p, or NULL. */
 static const gp_tag_key *tag_key(const gp_profile *p, lp_category cat, const char *op,
                                  const char *module)
@@ -698,6 +732,7 @@ int main(void)
         cmocka_unit_test(test_leak_accumulate_grows),
         cmocka_unit_test(test_leak_window_escapes_one_at_a_time),
         cmocka_unit_test(test_holders_of_the_fullest_look),
+        cmocka_unit_test(test_holders_carried_first),
         cmocka_unit_test(test_raw_sites_temporaries_leaks_devices),
         cmocka_unit_test(test_without_sites),
         cmocka_unit_test(test_detectors_positive_and_negative),

@@ -413,6 +413,56 @@ def test_retention(E):
     expect(any(f["kind"] == "forgot_no_grad" for f in rep["findings"]),
            "mlp.py: forgot_no_grad, from the eval-mode calls, with no change to the script")
     test_object_holders(E)
+    test_carried_state(E)
+
+
+# A language model evaluated batch after batch with its LSTM state carried over (as truncated
+# backpropagation through time does), grad on:
+#   carried   the state passed back in as it comes out: each call's graph reaches every earlier one
+#   kwarg     the same, the state passed by keyword
+#   detached  the state detached before it goes back in: one graph at a time
+CARRIED_STATE = r"""
+import sys, torch
+from torch import nn
+torch.manual_seed(0)
+mode = sys.argv[1]
+class LM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb, self.rnn = nn.Embedding(100, 64), nn.LSTM(64, 64, batch_first=True)
+        self.head = nn.Linear(64, 100)
+    def forward(self, x, state=None):
+        out, state = self.rnn(self.emb(x), state)
+        return self.head(out), state
+model, state, nll = LM().eval(), None, 0.0
+for step in range(6):
+    x = torch.randint(0, 100, (8, 20))
+    if mode == "kwarg":
+        logits, state = model(x, state=state)
+    else:
+        logits, state = model(x, state)
+    if mode == "detached":
+        state = tuple(s.detach() for s in state)
+    nll += logits.logsumexp(-1).mean().item()
+print(mode, nll > 0)
+"""
+
+
+def test_carried_state(E):
+    modes = ("carried", "kwarg", "detached")
+    _script, traces, _runs = record_modes(E, "carried_state", CARRIED_STATE, modes)
+    checks = dict(zip(modes, parallel([check_json(E, traces[m], *RETENTION_GATE)
+                                       for m in modes])))
+    for mode in modes[:2]:
+        rc, c = checks[mode]
+        expect(rc == 1 and c["summary"].startswith(
+                   "graph kept across iterations through state, a tuple, passed back into the "
+                   "model with its graph at carried_state.py:") and "(detach() it)" in c["summary"],
+               "%s: the verdict names the state the program carries into each call (rc %d: %s)"
+               % (mode, rc, c["summary"]))
+    rc, c = checks["detached"]
+    expect(rc == 0 and c["passed"], "detached: the retention gate passes (rc %d: %s)"
+           % (rc, c["summary"]))
 
 
 # Graphs kept by an attribute of the program's own object, as the classic evaluation loops do:

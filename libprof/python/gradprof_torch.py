@@ -366,6 +366,7 @@ class _TLS(threading.local):
         self.roots = []        # the attached roots (_Model) whose forward runs here, innermost last
         self.leaves = []       # (weakref to tensor, storage key, module): saves without grad_fn,
                                # untagged until that module returns (name_leaf_saves)
+        self.call_kwargs = {}  # the keyword arguments of the last module call made here
 
 
 class _Entry:
@@ -1189,7 +1190,7 @@ def _enter_module(s, mod, path, root, args, frame):
         s.promote_dropped_inputs()
         s.name_leaf_saves(None, None)  # left by a forward that raised
         if root.weak:
-            _enter_attached_root(s, mod, root, frame)
+            _enter_attached_root(s, mod, root, args, frame)
     e = s.push("module", key, path, frame)
     if e is None or root is None:
         return
@@ -1335,11 +1336,12 @@ def _starts_iteration(s, root, frame):
     return place == frame.f_lasti
 
 
-def _enter_attached_root(s, mod, root, frame):
+def _enter_attached_root(s, mod, root, args, frame):
     """An attached root's call: the program's iteration (a mark at each call of the first root
-    it called that _starts_iteration, unless it marks iterations itself), who keeps graphs of earlier calls alive, and
-    an inference region around a call in eval mode (model.eval()), unless the program has an
-    inference region open. A graph such a call builds that a backward pass then uses (training
+    it called that _starts_iteration, unless it marks iterations itself), who keeps graphs of
+    earlier calls alive (and which of them the call takes back in: `args`), and an inference
+    region around a call in eval mode (model.eval()), unless the program has an inference region
+    open. A graph such a call builds that a backward pass then uses (training
     in eval mode, input gradients) is not a finding: the engine takes its buffers back."""
     root.calls += 1
     tls = s.tls
@@ -1350,7 +1352,7 @@ def _enter_attached_root(s, mod, root, frame):
         if w["model_id"] == id(mod):
             w["live_at_calls"].append(s.saved_live_total)
     if s.saved_live_total > 0:
-        _note_holders(s, "call %s#%d" % (root.name, root.calls))
+        _note_holders(s, "call %s#%d" % (root.name, root.calls), (args, tls.call_kwargs))
     if id(mod) == s.primary and not s.user_marks and _starts_iteration(s, root, frame):
         s.iterations += 1
         s.lib.lib.lp_mark(_b("iter %d" % s.iterations))
@@ -1588,15 +1590,21 @@ def _graph_tensors(v, limit):
     return fns or None
 
 
-def _holders(s):
+def _holders(s, inputs=()):
     """The names that hold tensors with a graph: locals and globals of the program's frames (not
     torch's or gradprof's), attributes of the program's own objects they name (`meter.sum`,
     `self.outputs`), attributes of the attached and instrumented models' modules, and the tensors
-    within their values (_graph_tensors). Returns dicts, the most graph nodes first. Cost is
-    bounded by _HOLDER_NAMES, _HOLDER_ITEMS, _HOLDER_DEPTH and _HOLDER_NODES."""
+    within their values (_graph_tensors). A name that holds a tensor with a graph among `inputs`
+    (the positional and the keyword arguments of the model's call being made) is kind "carried":
+    the program passes the graph of an earlier call back in (an RNN's state, a key/value cache
+    not detached), so each call's graph reaches all the earlier ones. Returns dicts, carried ones
+    first, then the most graph nodes first. Cost is bounded by _HOLDER_NAMES, _HOLDER_ITEMS,
+    _HOLDER_DEPTH and _HOLDER_NODES."""
     out = []
     budget = [_HOLDER_NODES]
     objects = set()  # ids of the program's objects whose attributes were looked at
+    carried_fns = [fn for v in inputs for fn in _graph_tensors(v, _HOLDER_ITEMS) or ()]
+    carried = {id(fn) for fn in carried_fns}  # carried_fns keeps them alive: their ids stay
 
     def consider(name, kind, where, v):
         """`where()` says where the program stores `v` (called only for a name that holds a
@@ -1606,6 +1614,8 @@ def _holders(s):
             return
         nodes = _graph_nodes(fns, set(), budget[0])
         budget[0] -= nodes
+        if carried and any(id(fn) in carried for fn in fns):
+            kind = "carried"
         out.append({"name": name, "kind": kind, "where": where(), "tensors": len(fns),
                     "container": type(v).__name__ if not _is_tensor(v) else "",
                     "grad_fn": type(fns[0]).__name__, "nodes": nodes})
@@ -1660,7 +1670,7 @@ def _holders(s):
                 consider(m.path(sub) + "." + name, "attribute",
                          functools.partial(_stores, code, name, code.co_firstlineno)
                          if code is not None else str, v)
-    out.sort(key=lambda h: -h["nodes"])
+    out.sort(key=lambda h: (h["kind"] != "carried", -h["nodes"]))
     return out
 
 
@@ -1698,12 +1708,12 @@ def _is_tensor(v):
     return isinstance(v, torch.Tensor)
 
 
-def _note_holders(s, when):
-    """Finds who keeps graphs alive (_holders), keeps the list (last_holders) and writes one note
-    "holder" per name."""
+def _note_holders(s, when, inputs=()):
+    """Finds who keeps graphs alive (_holders; `inputs`: the arguments of the model's call being
+    made), keeps the list (last_holders) and writes one note "holder" per name."""
     s.lib.own_begin()
     try:
-        s.last_holders = _holders(s)[:16]
+        s.last_holders = _holders(s, inputs)[:16]
     finally:
         s.lib.own_end()
     for h in s.last_holders:
@@ -1921,6 +1931,7 @@ def _note_autograd_error(e, module=None):
 def _wrap_module_call(orig):
     @functools.wraps(orig)
     def __call__(self, *a, **k):
+        _S.tls.call_kwargs = k  # the forward hooks see only the positional ones
         try:
             return orig(self, *a, **k)
         except RuntimeError as e:

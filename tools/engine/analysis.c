@@ -270,11 +270,13 @@ struct gp__profile_internal {
     uint64_t now;
     uint64_t graph_instances;  /* inference instances whose saved tensors are alive now */
     /* The helper's holder scans (notes "holder", one scan per `when`): the scan being read, and
-     * p->holders, the one whose top holder kept the most graph nodes so far (holders_commit). */
+     * p->holders, the one that found a holder the program passes back into its model ("carried")
+     * or else whose top holder kept the most graph nodes so far (holders_commit). */
     const char *holder_scan; /* the `when` of the scan being read */
     gp_holder *scan;
     size_t n_scan, cap_scan, cap_holders;
     uint64_t scan_nodes, holders_nodes;
+    bool scan_carried, holders_carried;
     bool oom;
     char **owned_strings;
     size_t n_owned, cap_owned;
@@ -1525,15 +1527,19 @@ static size_t note_fields(gp_profile *p, const char *value, const char **f, size
 static void holders_commit(gp_profile *p)
 {
     engine *e = p->internal;
-    if (e->n_scan && e->scan_nodes >= e->holders_nodes) {
+    bool better =
+        e->scan_carried != e->holders_carried ? e->scan_carried : e->scan_nodes >= e->holders_nodes;
+    if (e->n_scan && better) {
         gp_holder *h = p->holders;
         size_t cap = e->cap_holders;
         p->holders = e->scan, p->n_holders = e->n_scan, e->cap_holders = e->cap_scan;
         e->scan = h, e->cap_scan = cap;
         e->holders_nodes = e->scan_nodes;
+        e->holders_carried = e->scan_carried;
     }
     e->n_scan = 0;
     e->scan_nodes = 0;
+    e->scan_carried = false;
 }
 
 /*
@@ -1560,6 +1566,7 @@ static void holder_note(gp_profile *p, const gp_event *ev)
                      strtoull(f[6], NULL, 10), ev->time_ns};
     if (h->nodes > e->scan_nodes)
         e->scan_nodes = h->nodes;
+    e->scan_carried |= !strcmp(h->kind, GP_HOLDER_CARRIED);
 }
 
 /* An autograd_error note (kind, message, op, module, where: tab-separated), for the detector

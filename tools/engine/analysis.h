@@ -176,9 +176,13 @@ typedef struct gp_finding {
 /* A name that kept graphs alive, as the PyTorch helper found it (note "holder"): a variable of
  * the program, a module's attribute or the items of a container, holding tensors whose graphs
  * are alive. Strings owned by the profile. */
+/* A holder the program passes back into its model's next call with its graph (an RNN's state,
+ * a key/value cache not detached): each call's graph then reaches all the earlier ones. */
+#define GP_HOLDER_CARRIED "carried"
+
 typedef struct gp_holder {
     const char *name;      /* "total_loss", "Decoder.blocks.0.attn.k_cache", "embeddings" */
-    const char *kind;      /* "local", "global", "attribute" */
+    const char *kind;      /* "local", "global", "attribute", GP_HOLDER_CARRIED */
     const char *where;     /* the program's line that stores it: "eval.py:36" */
     const char *container; /* "list", "dict", ... when it holds several tensors; "" for one */
     const char *grad_fn;   /* the first tensor's grad_fn: "AddBackward0" */

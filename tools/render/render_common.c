@@ -1024,15 +1024,20 @@ static bool peak_in_region(const gp_profile *p, const char *name)
     return false;
 }
 
-/* " by total_loss (eval.py:36)" for the holder keeping the most graph nodes, "" if none. */
+/* " by total_loss, a list at eval.py:36" for the first holder (the one keeping the most graph
+ * nodes), " through state, passed back into the model with its graph at lm.py:19 (detach() it)"
+ * for one the program carries into its model's next call; "" if none. */
 static void holder_phrase(const gp_profile *p, char *buf, size_t size)
 {
     buf[0] = '\0';
     if (p->n_holders == 0)
         return;
     const gp_holder *h = &p->holders[0];
-    snprintf(buf, size, " by %s%s%s%s%s", h->name, *h->container ? ", a " : "", h->container,
-             *h->where ? " at " : "", h->where);
+    bool carried = !strcmp(h->kind, GP_HOLDER_CARRIED);
+    snprintf(buf, size, " %s %s%s%s%s%s%s%s", carried ? "through" : "by", h->name,
+             *h->container ? ", a " : "", h->container,
+             carried ? ", passed back into the model with its graph" : "", *h->where ? " at " : "",
+             h->where, carried ? " (detach() it)" : "");
 }
 
 /* gp__verdict from the findings alone; NULL when there is none. */
