@@ -1931,7 +1931,8 @@ def _note_autograd_error(e, module=None):
 def _wrap_module_call(orig):
     @functools.wraps(orig)
     def __call__(self, *a, **k):
-        _S.tls.call_kwargs = k  # the forward hooks see only the positional ones
+        tls = _S.tls
+        tls.call_kwargs = k  # for the forward hooks, which see only the positional ones
         try:
             return orig(self, *a, **k)
         except RuntimeError as e:
@@ -1940,6 +1941,8 @@ def _wrap_module_call(orig):
             except Exception:
                 pass
             raise
+        finally:
+            tls.call_kwargs = {}  # not a reference to the program's tensors past the call
     return __call__
 
 
