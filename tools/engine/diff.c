@@ -616,6 +616,8 @@ static int find_rerouted(const gp_profile *a, const gp_profile *b, op_at **out, 
         *slot = k;
     }
     free(in_a);
+    if (*n == 0)
+        return 0; /* found is NULL: not an array qsort may be given */
     /* by module, then op: a module comes before those inside it (its path is their prefix), so
      * the ones kept are the outermost, each named with its first op by name */
     qsort(found, *n, sizeof *found, op_at_cmp);
