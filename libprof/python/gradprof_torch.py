@@ -451,6 +451,7 @@ class _State:
         self.global_handles = []
         self.watch = None       # a test being watched (watch_begin), or None
         self.last_holders = []  # what the last holder scan found
+        self.attribute_nodes = {}  # a called model's attribute -> graph nodes at the last look
         self.saves_all = False  # the hooks are on in every thread (_see_all_saves)
         self.saves_noted = 0    # the process (pid) whose trace notes that (saves_seen)
         self.unseen_noted = 0   # the process whose trace notes saves made with the hooks off
@@ -1352,7 +1353,7 @@ def _enter_attached_root(s, mod, root, args, frame):
         if w["model_id"] == id(mod):
             w["live_at_calls"].append(s.saved_live_total)
     if s.saved_live_total > 0:
-        _note_holders(s, "call %s#%d" % (root.name, root.calls), (args, tls.call_kwargs))
+        _note_holders(s, "call %s#%d" % (root.name, root.calls), (args, tls.call_kwargs), mod)
     if id(mod) == s.primary and not s.user_marks and _starts_iteration(s, root, frame):
         s.iterations += 1
         s.lib.lib.lp_mark(_b("iter %d" % s.iterations))
@@ -1590,14 +1591,17 @@ def _graph_tensors(v, limit):
     return fns or None
 
 
-def _holders(s, inputs=()):
+def _holders(s, inputs=(), called=None):
     """The names that hold tensors with a graph: locals and globals of the program's frames (not
     torch's or gradprof's), attributes of the program's own objects they name (`meter.sum`,
     `self.outputs`), attributes of the attached and instrumented models' modules, and the tensors
     within their values (_graph_tensors). A name that holds a tensor with a graph among `inputs`
     (the positional and the keyword arguments of the model's call being made) is kind "carried":
     the program passes the graph of an earlier call back in (an RNN's state, a key/value cache
-    not detached), so each call's graph reaches all the earlier ones. Returns dicts, carried ones
+    not detached), so each call's graph reaches all the earlier ones; so is a tensor or tuple
+    attribute of the model being called (`called`) whose graph has more nodes at each of its
+    calls than at the one before (a key/value cache the model keeps on itself; a list that
+    grows by appending is not). Returns dicts, carried ones
     first, then the most graph nodes first. Cost is bounded by _HOLDER_NAMES, _HOLDER_ITEMS,
     _HOLDER_DEPTH and _HOLDER_NODES."""
     out = []
@@ -1606,15 +1610,19 @@ def _holders(s, inputs=()):
     carried_fns = [fn for v in inputs for fn in _graph_tensors(v, _HOLDER_ITEMS) or ()]
     carried = {id(fn) for fn in carried_fns}  # carried_fns keeps them alive: their ids stay
 
-    def consider(name, kind, where, v):
+    def consider(name, kind, where, v, state=False):
         """`where()` says where the program stores `v` (called only for a name that holds a
-        graph)."""
+        graph); `state`: v is an attribute of the model being called."""
         fns = _graph_tensors(v, _HOLDER_ITEMS)
         if not fns:
             return
         nodes = _graph_nodes(fns, set(), budget[0])
         budget[0] -= nodes
-        if carried and any(id(fn) in carried for fn in fns):
+        grew = False
+        if state and (_is_tensor(v) or isinstance(v, tuple)):  # a list grows by appending
+            grew = nodes > s.attribute_nodes.get(name, nodes)
+            s.attribute_nodes[name] = nodes
+        if grew or (carried and any(id(fn) in carried for fn in fns)):
             kind = "carried"
         out.append({"name": name, "kind": kind, "where": where(), "tensors": len(fns),
                     "container": type(v).__name__ if not _is_tensor(v) else "",
@@ -1669,7 +1677,7 @@ def _holders(s, inputs=()):
                     continue
                 consider(m.path(sub) + "." + name, "attribute",
                          functools.partial(_stores, code, name, code.co_firstlineno)
-                         if code is not None else str, v)
+                         if code is not None else str, v, root is called)
     out.sort(key=lambda h: (h["kind"] != "carried", -h["nodes"]))
     return out
 
@@ -1708,12 +1716,13 @@ def _is_tensor(v):
     return isinstance(v, torch.Tensor)
 
 
-def _note_holders(s, when, inputs=()):
-    """Finds who keeps graphs alive (_holders; `inputs`: the arguments of the model's call being
-    made), keeps the list (last_holders) and writes one note "holder" per name."""
+def _note_holders(s, when, inputs=(), called=None):
+    """Finds who keeps graphs alive (_holders; `called`, `inputs`: the model being called and
+    the arguments of that call), keeps the list (last_holders) and writes one note "holder" per
+    name."""
     s.lib.own_begin()
     try:
-        s.last_holders = _holders(s, inputs)[:16]
+        s.last_holders = _holders(s, inputs, called)[:16]
     finally:
         s.lib.own_end()
     for h in s.last_holders:

@@ -1025,8 +1025,8 @@ static bool peak_in_region(const gp_profile *p, const char *name)
 }
 
 /* " by total_loss, a list at eval.py:36" for the first holder (the one keeping the most graph
- * nodes), " through state, passed back into the model with its graph at lm.py:19 (detach() it)"
- * for one the program carries into its model's next call; "" if none. */
+ * nodes); " through state, a tuple, which each call of the model takes back with its graph, at
+ * lm.py:19 (detach() it)" for one carried into the model's calls; "" if none. */
 static void holder_phrase(const gp_profile *p, char *buf, size_t size)
 {
     buf[0] = '\0';
@@ -1036,8 +1036,8 @@ static void holder_phrase(const gp_profile *p, char *buf, size_t size)
     bool carried = !strcmp(h->kind, GP_HOLDER_CARRIED);
     snprintf(buf, size, " %s %s%s%s%s%s%s%s", carried ? "through" : "by", h->name,
              *h->container ? ", a " : "", h->container,
-             carried ? ", passed back into the model with its graph" : "", *h->where ? " at " : "",
-             h->where, carried ? " (detach() it)" : "");
+             carried ? ", which each call of the model takes back with its graph," : "",
+             *h->where ? " at " : "", h->where, carried ? " (detach() it)" : "");
 }
 
 /* gp__verdict from the findings alone; NULL when there is none. */
