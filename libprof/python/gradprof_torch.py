@@ -1342,8 +1342,8 @@ def _enter_attached_root(s, mod, root, args, frame):
     it called that _starts_iteration, unless it marks iterations itself), who keeps graphs of
     earlier calls alive (and which of them the call takes back in: `args`), and an inference
     region around a call in eval mode (model.eval()), unless the program has an inference region
-    open. A graph such a call builds that a backward pass then uses (training
-    in eval mode, input gradients) is not a finding: the engine takes its buffers back."""
+    open. A graph such a call builds that a backward pass then uses (training in eval mode,
+    input gradients) is not a finding: the engine takes its buffers back."""
     root.calls += 1
     tls = s.tls
     w = s.watch
@@ -1601,9 +1601,8 @@ def _holders(s, inputs=(), called=None):
     not detached), so each call's graph reaches all the earlier ones; so is a tensor or tuple
     attribute of the model being called (`called`) whose graph has more nodes at each of its
     calls than at the one before (a key/value cache the model keeps on itself; a list that
-    grows by appending is not). Returns dicts, carried ones
-    first, then the most graph nodes first. Cost is bounded by _HOLDER_NAMES, _HOLDER_ITEMS,
-    _HOLDER_DEPTH and _HOLDER_NODES."""
+    grows by appending is not). Returns dicts, carried ones first, then the most graph nodes
+    first. Cost is bounded by _HOLDER_NAMES, _HOLDER_ITEMS, _HOLDER_DEPTH and _HOLDER_NODES."""
     out = []
     budget = [_HOLDER_NODES]
     objects = set()  # ids of the program's objects whose attributes were looked at
