@@ -100,8 +100,9 @@ void lp_exclude_pop(void);
  * wrapper around the program's calls (the PyTorch helper's around every module call), which is not
  * the program's frame and would take a place of the stack's depth at every level. `code` is the
  * function's code object (its id() in CPython), which must live as long as the recording; at most
- * LP_HIDDEN_CODE_MAX of them, later ones are ignored. A hidden frame that is the only Python frame
- * of its eval-loop activation stays. Nothing without Python frames (pyframes.h).
+ * LP_HIDDEN_CODE_MAX of them, later ones are ignored. Hidden frames are still read, so that each
+ * eval-loop activation keeps its match to the Python frames it runs, but never emitted. Nothing
+ * without Python frames (pyframes.h).
  */
 #define LP_HIDDEN_CODE_MAX 8
 void lp_hide_python_code(const void *code);

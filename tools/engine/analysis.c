@@ -149,7 +149,7 @@ typedef struct instance {
     uint32_t refs; /* live objects made inside + child instances */
     uint64_t ordinal; /* regions of this name entered before this one (all threads) */
     bool open, inference;
-    bool escaped; /* an inference instance whose graphs outlived the next one (inference_entered) */
+    bool escaped;    /* an inference instance whose graphs outlived the next one (escape_judge) */
     uint8_t scope;   /* grad_scope: what kind of grad-mode scope it is, if any */
     /* live bytes allocated inside (while open), and live bytes allocated inside that are saved
      * for backward (open or closed: what its graphs keep; a graph's nodes and the parameters'
@@ -1520,10 +1520,12 @@ static size_t note_fields(gp_profile *p, const char *value, const char **f, size
     return k;
 }
 
-/* The scan read so far becomes p->holders if its top holder keeps at least as many graph nodes
- * as the top one there (holders' graphs overlap: their sum would count nodes twice): the look
- * that saw the most graph memory is kept, not the last one (at exit, a global holding the last
- * loss outlives the list that held every batch's graph). */
+/* The scan read so far becomes p->holders if it found a carried holder and p->holders did not,
+ * or, both alike, if its top holder keeps at least as many graph nodes as the top one there
+ * (holders' graphs overlap: their sum would count nodes twice): the look that saw the most graph
+ * memory is kept, not the last one (at exit, a global holding the last loss outlives the list
+ * that held every batch's graph, and the last output reaches as many nodes as the state carried
+ * into each call). */
 static void holders_commit(gp_profile *p)
 {
     engine *e = p->internal;

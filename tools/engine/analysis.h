@@ -173,13 +173,13 @@ typedef struct gp_finding {
     uint64_t peak_bytes;
 } gp_finding;
 
+/* A holder the model's calls take back with its graph (an RNN's state passed back in, a
+ * key/value cache not detached): each call's graph then reaches all the earlier ones. */
+#define GP_HOLDER_CARRIED "carried"
+
 /* A name that kept graphs alive, as the PyTorch helper found it (note "holder"): a variable of
  * the program, a module's attribute or the items of a container, holding tensors whose graphs
  * are alive. Strings owned by the profile. */
-/* A holder the program passes back into its model's next call with its graph (an RNN's state,
- * a key/value cache not detached): each call's graph then reaches all the earlier ones. */
-#define GP_HOLDER_CARRIED "carried"
-
 typedef struct gp_holder {
     const char *name;      /* "total_loss", "Decoder.blocks.0.attn.k_cache", "embeddings" */
     const char *kind;      /* "local", "global", "attribute", GP_HOLDER_CARRIED */
@@ -313,8 +313,9 @@ struct gp_profile {
     size_t n_spans;
     gp_finding *findings;
     size_t n_findings;
-    gp_holder *holders; /* who kept graphs alive at the helper's look whose first holder kept
-                         * the most graph nodes (the latest of equals), most nodes first */
+    gp_holder *holders; /* who kept graphs alive at the helper's look that found a carried
+                         * holder, or else whose first holder kept the most graph nodes (the
+                         * latest of equals); carried ones first, then the most nodes first */
     size_t n_holders;
     /* inference-region instances (eval calls, iterations) whose tensors saved for backward were
      * alive at the primary device's peak: "1 graph alive at the peak" */
