@@ -476,7 +476,9 @@ def test_carried_state(E):
 #   meter    an AverageMeter summing loss tensors (`meter.update(loss)`, no .item())
 #   outputs  an evaluator (a callable object) appending its outputs to self.outputs with their
 #            graphs
-#   fixed    both done right (.item(), .detach())
+#   hooked   features a forward hook appends to a list with their graphs, joined after the loop
+#            (torch.stack reaches the same graphs, but the list kept them from call to call)
+#   fixed    all done right (.item(), .detach())
 OBJECT_HOLDERS = r"""
 import sys, torch
 torch.manual_seed(0)
@@ -502,19 +504,28 @@ def evaluate(net, meter):
     return float(meter.sum / meter.count)
 net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),
                           torch.nn.Linear(256, 8)).eval()
-if mode != "outputs":
+if mode in ("meter", "fixed"):
     meter = AverageMeter()
     print("avg %.4f" % evaluate(net, meter))
-if mode != "meter":
+if mode in ("outputs", "fixed"):
     print("mean %.4f" % Evaluator(net)([torch.randn(256, 64) for _ in range(6)]))
+if mode in ("hooked", "fixed"):
+    feats = []
+    net[1].register_forward_hook(
+        lambda mod, inp, out: feats.append(out.mean(0) if mode == "hooked" else out.mean(0).detach()))
+    for i in range(6):
+        net(torch.randn(256, 64)).argmax(1)
+    emb = torch.stack(feats)
+    print("features", tuple(emb.shape))
 """
-# mode -> the holder the verdict must name: the attribute, and where the class stores it
+# mode -> the holder the verdict must name: the attribute or name, and where the program stores it
 OBJECT_HOLDER = {"meter": "meter.sum at object_holders.py:7,9",
-                 "outputs": "self.outputs, a list at object_holders.py:13"}
+                 "outputs": "self.outputs, a list at object_holders.py:13",
+                 "hooked": "feats, a list at object_holders.py:32"}
 
 
 def test_object_holders(E):
-    modes = ("meter", "outputs", "fixed")
+    modes = ("meter", "outputs", "hooked", "fixed")
     _script, traces, _runs = record_modes(E, "object_holders", OBJECT_HOLDERS, modes)
     checks = dict(zip(modes, parallel([check_json(E, traces[m], *RETENTION_GATE)
                                        for m in modes])))

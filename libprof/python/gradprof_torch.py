@@ -452,6 +452,7 @@ class _State:
         self.watch = None       # a test being watched (watch_begin), or None
         self.last_holders = []  # what the last holder scan found
         self.attribute_nodes = {}  # a called model's attribute -> graph nodes at the last look
+        self.holder_names = set()  # the names earlier holder scans found
         self.saves_all = False  # the hooks are on in every thread (_see_all_saves)
         self.saves_noted = 0    # the process (pid) whose trace notes that (saves_seen)
         self.unseen_noted = 0   # the process whose trace notes saves made with the hooks off
@@ -1601,8 +1602,12 @@ def _holders(s, inputs=(), called=None):
     not detached), so each call's graph reaches all the earlier ones; so is a tensor or tuple
     attribute of the model being called (`called`) whose graph has more nodes at each of its
     calls than at the one before (a key/value cache the model keeps on itself; a list that
-    grows by appending is not). Returns dicts, carried ones first, then the most graph nodes
-    first. Cost is bounded by _HOLDER_NAMES, _HOLDER_ITEMS, _HOLDER_DEPTH and _HOLDER_NODES."""
+    grows by appending is not). Returns dicts, carried ones first, then those an earlier scan
+    found too among the ones that reach at least half the most graph nodes (graphs kept from
+    one call to the next were held by a name some scan saw; a name made later from it, such as
+    `torch.cat(outputs)` after the loop, reaches the same nodes but kept nothing across the
+    calls), then the most graph nodes first. Cost is bounded by _HOLDER_NAMES, _HOLDER_ITEMS,
+    _HOLDER_DEPTH and _HOLDER_NODES."""
     out = []
     budget = [_HOLDER_NODES]
     objects = set()  # ids of the program's objects whose attributes were looked at
@@ -1677,7 +1682,11 @@ def _holders(s, inputs=(), called=None):
                 consider(m.path(sub) + "." + name, "attribute",
                          functools.partial(_stores, code, name, code.co_firstlineno)
                          if code is not None else str, v, root is called)
-    out.sort(key=lambda h: (h["kind"] != "carried", -h["nodes"]))
+    most = max((h["nodes"] for h in out), default=0)
+    out.sort(key=lambda h: (h["kind"] != "carried",
+                            not (h["name"] in s.holder_names and 2 * h["nodes"] >= most),
+                            -h["nodes"]))
+    s.holder_names.update(h["name"] for h in out)
     return out
 
 
