@@ -171,6 +171,8 @@ typedef struct gp_finding {
     /* graph_escapes_inference and forgot_no_grad: the most of its saved-for-backward bytes
      * alive at one time (bytes adds up every buffer once, over the whole run); 0 for others */
     uint64_t peak_bytes;
+    /* growth_across_iterations: the iterations (1-based marks) its bytes grew between */
+    uint32_t grew_from, grew_to;
 } gp_finding;
 
 /* A holder the model's calls take back with its graph (an RNN's state passed back in, a

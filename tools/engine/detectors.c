@@ -298,6 +298,8 @@ static void detect_growth(gp__detectors *d, const gp_profile *p)
     a->f.first_time_ns = first->time_ns;
     a->f.bytes = graph_live(last) - graph_live(first);
     a->f.count = grew;
+    a->f.grew_from = (uint32_t)base + 1;
+    a->f.grew_to = (uint32_t)n;
     for (size_t k = 0; k < d->n_key_growth; k++) {
         const key_growth *g = &d->key_growth[k];
         const gp_tag_key *key = &p->tag_keys[k];

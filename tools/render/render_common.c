@@ -1072,9 +1072,11 @@ static const char *finding_verdict(const gp_profile *p, char *buf, size_t size)
     }
     if ((f = gp__finding_of(p, GP_FIND_GROWTH))) {
         uint64_t per = f->count ? f->bytes / f->count : f->bytes;
-        snprintf(buf, size, "graph kept across iterations%s: +%s per iteration (%s in all)",
+        snprintf(buf, size,
+                 "graph kept across iterations%s: +%s per iteration (+%s from iteration %" PRIu32
+                 " to %" PRIu32 ")",
                  *by ? by : "", gp_format_bytes(per, b1, sizeof b1),
-                 gp_format_bytes(f->bytes, b2, sizeof b2));
+                 gp_format_bytes(f->bytes, b2, sizeof b2), f->grew_from, f->grew_to);
         return buf;
     }
     if ((f = gp__finding_of(p, GP_FIND_GRAPH_ESCAPES))) {
