@@ -139,8 +139,8 @@ const gp_finding *gp__finding_of(const gp_profile *p, gp_finding_kind kind);
  * forgot_no_grad, gradients in inference, graph memory where grad is off), naming who keeps the
  * graphs (p->holders) when the PyTorch helper found it:
  *   "forgot no_grad: 102 MiB saved for backward at the peak by 53 modules, 1 graph alive then"
- *   "graph kept across iterations by total_loss at eval.py:36: +8.2 MiB per iteration (+16.4 MiB from
- *    iteration 2 to 4)"
+ *   "graph kept across iterations by total_loss at eval.py:36: +8.2 MiB per iteration
+ *    (+16.4 MiB from iteration 2 to 4)"
  * When allocations failed it adds "; out of memory at 33.3 s", or without a finding says
  * "out of memory: " and gp__failed_alloc_text. Written into buf; NULL (nothing written) when
  * there is neither.
