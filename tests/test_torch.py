@@ -519,9 +519,10 @@ if mode in ("hooked", "fixed"):
     print("features", tuple(emb.shape))
 """
 # mode -> the holder the verdict must name: the attribute or name, and where the program stores it
+# or appends to it (in the hook's lambda too)
 OBJECT_HOLDER = {"meter": "meter.sum at object_holders.py:7,9",
-                 "outputs": "self.outputs, a list at object_holders.py:13",
-                 "hooked": "feats, a list at object_holders.py:32"}
+                 "outputs": "self.outputs, a list at object_holders.py:13,17",
+                 "hooked": "feats, a list at object_holders.py:32,34"}
 
 
 def test_object_holders(E):
@@ -531,7 +532,7 @@ def test_object_holders(E):
                                        for m in modes])))
     for mode, holder in OBJECT_HOLDER.items():
         rc, c = checks[mode]
-        expect(rc == 1 and c["summary"].startswith("graph kept across iterations by " + holder),
+        expect(rc == 1 and c["summary"].startswith("graph kept across iterations by %s: " % holder),
                "%s: the verdict names the attribute that keeps the graphs (rc %d: %s)"
                % (mode, rc, c["summary"]))
     rc, c = checks["fixed"]

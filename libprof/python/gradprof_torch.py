@@ -109,6 +109,7 @@ import os
 import re
 import sys
 import threading
+import types
 import weakref
 
 __all__ = ["attach", "instrument", "uninstall", "profile", "mark", "region", "thread_name",
@@ -1467,23 +1468,44 @@ def _internal_file(filename):
             "/site-packages/" in filename or "/dist-packages/" in filename)
 
 
-_STORE_LINES = {}  # code -> {name: sorted lines where the code stores it}
+_STORE_LINES = {}  # code -> {name: sorted lines where the code stores it or puts into it}
+_STORES = ("STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF", "STORE_ATTR")
+_LOADS = ("LOAD_FAST", "LOAD_NAME", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_ATTR")
+# what a nested function's code reads or writes of the enclosing code's names (its own
+# locals, LOAD_FAST, are other variables); attributes are not scoped
+_OUTER = ("STORE_GLOBAL", "STORE_DEREF", "STORE_ATTR", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_ATTR")
+# the methods that put something into a container: `outputs.append(out)` keeps `out`
+_MUTATORS = frozenset(("append", "extend", "insert", "add", "update", "appendleft",
+                       "extendleft", "setdefault", "put", "put_nowait"))
 
 
 def _store_lines(code, name):
-    """The lines where `code` stores `name` (a variable or, for STORE_ATTR, an attribute), sorted.
-    Which of several stores ran last is not known without tracing the program, so all count. One
-    pass over the code's instructions finds the stores of every name (cached per code object)."""
+    """The lines where `code` stores `name` (a variable or, for STORE_ATTR, an attribute) or puts
+    something into it (`name.append(x)`, `self.name.extend(xs)`: how a list of outputs gets each
+    one), sorted; in the functions `code` defines too (a hook's lambda appending to the list),
+    for the names they share with it. Which of several stores ran last is not known without
+    tracing the program, so all count. One pass over the code's instructions finds the stores
+    of every name (cached per code object)."""
     table = _STORE_LINES.get(code)
     if table is None:
         import dis
-        cur, found = None, {}
-        for ins in dis.get_instructions(code):
-            if ins.starts_line is not None:
-                cur = ins.starts_line
-            if ins.opname in ("STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF",
-                              "STORE_ATTR") and cur is not None:
-                found.setdefault(ins.argval, set()).add(cur)
+        found, todo = {}, [(code, False)]
+        while todo:
+            c, nested = todo.pop()
+            cur, prev = None, None
+            for ins in dis.get_instructions(c):
+                if ins.starts_line is not None:
+                    cur = ins.starts_line
+                if isinstance(ins.argval, types.CodeType):
+                    todo.append((ins.argval, True))
+                if cur is not None and (not nested or ins.opname in _OUTER):
+                    if ins.opname in _STORES:
+                        found.setdefault(ins.argval, set()).add(cur)
+                if (prev is not None and ins.opname in ("LOAD_METHOD", "LOAD_ATTR") and
+                        ins.argval in _MUTATORS and cur is not None):
+                    found.setdefault(prev.argval, set()).add(cur)
+                prev = ins if (ins.opname in _LOADS and
+                               (not nested or ins.opname in _OUTER)) else None
         table = {k: sorted(v) for k, v in found.items()}
         if len(_STORE_LINES) < 4096:
             _STORE_LINES[code] = table
