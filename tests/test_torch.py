@@ -1229,6 +1229,38 @@ def test_helper(E):
            % [f["kind"] for f in r["findings"]])
     test_deep_model_frames(E, env)
     test_generate_method(E, env)
+    test_direct_forward(E, env)
+
+
+def test_direct_forward(E, env):
+    """A model whose forward the program calls itself (`net.forward(x)`, not `net(x)`) in eval mode
+    with grad on: each submodule's call is then a model call of its own, and the tensor one
+    passes to the next is that call's input, tagged saved once the program lets go of it (at the
+    call after). That tag is made inside the inference region the call opens, so forgot_no_grad
+    counts every saved byte, as it does for `net(x)` (it missed a third of them before: every
+    submodule's saved input)."""
+    prog = write_program(E, "direct_forward.py",
+                         "import sys, torch\n"
+                         "from torch import nn\n"
+                         "torch.manual_seed(0)\n"
+                         "net = nn.Sequential(nn.Conv2d(3, 16, 3), nn.BatchNorm2d(16), nn.ReLU(),\n"
+                         "                    nn.Conv2d(16, 16, 3), nn.ReLU(), nn.Flatten(),\n"
+                         "                    nn.Linear(16 * 28 * 28, 10)).eval()\n"
+                         "for i in range(3):\n"
+                         "    x = torch.rand(8, 3, 32, 32)\n"
+                         "    y = net.forward(x) if sys.argv[1] == 'direct' else net(x)\n"
+                         "    print(y.argmax(1).tolist())\n")
+    for mode in ("direct", "call"):
+        trace = E.path("direct_forward_%s.gptrace" % mode)
+        record_prog(E, trace, prog, [mode], env)()
+        r = report_json(E, trace, top=0)()
+        saved = sum(k["total_bytes"] for k in r["tag_keys"] if k["category"] == "saved")
+        forgot = [f["bytes"] for f in r["findings"] if f["kind"] == "forgot_no_grad"]
+        modules = {k["module"] for k in r["tag_keys"] if k["category"] == "saved"}
+        expect(saved > 3 * 8 * 16 * 30 * 30 * 4 and forgot == [saved],
+               "%s: forgot_no_grad counts every saved byte (%s of %d B)" % (mode, forgot, saved))
+        expect("Sequential.1" in modules and "Sequential.4" in modules,
+               "%s: the saves are named by the submodules' paths (%s)" % (mode, sorted(modules)))
 
 
 def test_generate_method(E, env):

@@ -1190,10 +1190,12 @@ def _enter_module(s, mod, path, root, args, frame):
     s.emit_grad_mode()
     if root is not None:
         s.tag_params(root)  # parameters made or replaced since the last forward
-        s.promote_dropped_inputs()
         s.name_leaf_saves(None, None)  # left by a forward that raised
         if root.weak:
             _enter_attached_root(s, mod, root, args, frame)
+        # inside the inference region the call opened, as the saves were made inside the last
+        # one: a graph built in eval mode keeps them (forgot_no_grad counts them)
+        s.promote_dropped_inputs()
     e = s.push("module", key, path, frame)
     if e is None or root is None:
         return
