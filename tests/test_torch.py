@@ -1230,6 +1230,45 @@ def test_helper(E):
     test_deep_model_frames(E, env)
     test_generate_method(E, env)
     test_direct_forward(E, env)
+    test_optimizer_state(E, env)
+
+
+def test_optimizer_state(E, env):
+    """A training loop, unmodified: the optimizer's state is tagged optimizer_state by the step
+    that makes it, op `Class.key`, module and name of its parameter. Adam keeps two moments of
+    each parameter's size (and a one-element step count); SGD with momentum one buffer; a
+    program's own optimizer class is seen too."""
+    prog = write_program(E, "optimizer_state.py",
+                         "import sys, torch\n"
+                         "from torch import nn\n"
+                         "torch.manual_seed(0)\n"
+                         "class MySGD(torch.optim.SGD):\n"
+                         "    pass\n"
+                         "net = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))\n"
+                         "kind = {'adam': torch.optim.Adam, 'sgd': MySGD}[sys.argv[1]]\n"
+                         "opt = kind(net.parameters(), lr=1e-3, **({'momentum': 0.9}\n"
+                         "           if sys.argv[1] == 'sgd' else {}))\n"
+                         "for step in range(3):\n"
+                         "    opt.zero_grad()\n"
+                         "    net(torch.randn(32, 64)).logsumexp(1).mean().backward()\n"
+                         "    opt.step()\n"
+                         "print(sum(float(p.sum()) for p in net.parameters()))\n")
+    params = (64 * 256 + 256 + 256 * 10 + 10) * 4
+    for kind, cls, keys in (("adam", "Adam", ("exp_avg", "exp_avg_sq")),
+                            ("sgd", "MySGD", ("momentum_buffer",))):
+        trace = E.path("optimizer_state_%s.gptrace" % kind)
+        record_prog(E, trace, prog, [kind], env)()
+        r = report_json(E, trace, top=0)()
+        state = [k for k in r["tag_keys"] if k["category"] == "optimizer_state"]
+        by_op = {}
+        for k in state:
+            by_op[k["op"]] = by_op.get(k["op"], 0) + k["total_bytes"]
+        for key in keys:
+            expect(by_op.get("%s.%s" % (cls, key)) == params,
+                   "%s: %s.%s tagged, the size of the parameters (%s)" % (kind, cls, key, by_op))
+        modules = sorted({k["module"] for k in state})
+        expect(modules == ["Sequential.0", "Sequential.2"],
+               "%s: the state named by its parameters' modules (%s)" % (kind, modules))
 
 
 def test_direct_forward(E, env):

@@ -14,7 +14,7 @@ Usage (no installation: put libprof/python on sys.path, or run with PYTHONPATH=l
 Where it records to. Under ``gradprof run`` (libprof_preload.so in the process) the helper calls
 the preload's libprof through ``ctypes.CDLL(None)``: every raw allocation is already recorded with
 its stack, and the helper *retags* the live buffers it knows (parameters, tensors saved for
-backward, ``.grad``) with exact categories and module paths. Run without ``gradprof run`` it loads
+backward, ``.grad``, optimizer state) with exact categories and module paths. Run without ``gradprof run`` it loads
 ``libprof.so`` from ``$GRADPROF_LIBPROF``, from a build folder next to this file
 (``../../build*/libprof/libprof.so``, not a sanitizer build) or, installed, from its prefix's
 ``lib/`` (or ``lib/<triplet>/``) or the system's (``ctypes.util.find_library("prof")``), and
@@ -58,6 +58,10 @@ What it records:
   ``total = total + model(x).sum()`` keeps;
 * **gradients**: after each backward every parameter's ``.grad`` storage is tagged ``gradient``
   (op ``accumulate_grad``, module = the parameter's owner) once;
+* **optimizer state**: after each ``step()`` of an optimizer (torch's or the program's own class:
+  every one calls ``Optimizer.__init__``, which wraps its class's ``step``) the tensors of its
+  state not seen yet are tagged ``optimizer_state`` (op ``Adam.exp_avg``: the class and the
+  state's key; module and detail those of the parameter they belong to);
 * ``gp.mark(name)``, ``gp.region(name)`` (context manager or decorator), ``gp.thread_name(name)``.
 
 ``gp.saved_bytes_by_module()`` returns what the saved-tensor hook saw: per module, the bytes of
@@ -429,6 +433,9 @@ class _State:
         self.param_keys = set()  # storage bases of parameters/buffers (tagged or not)
         self.tagged_params = {}  # storage base -> weakref to the tensor (to notice replaced ones)
         self.params_seen = {}   # id(parameter or buffer) -> (weakref, data_ptr) at its last look
+        self.param_names = {}   # id(parameter) -> (weakref, module path, name): optimizer state
+        self.state_seen = {}    # id(optimizer state tensor) -> (weakref, data_ptr) once tagged
+        self.optimizer_classes = set()  # optimizer classes whose step is wrapped (_patch)
         self.grad_tags = {}     # id(param) -> (storage base, weakref to the grad tensor)
         self.saved = {}         # storage base -> _SavedEntry
         self.saved_live = {}    # module -> bytes saved and live now
@@ -621,6 +628,10 @@ class _State:
             pass
 
     def _tag_param(self, t, module, name, op):
+        try:
+            self.param_names[id(t)] = (weakref.ref(t), module, name)
+        except TypeError:
+            pass
         info = self.storage_of(t)
         if info is None:
             return
@@ -685,6 +696,34 @@ class _State:
                                              info.device)
                     except Exception:
                         pass
+
+    def tag_optimizer_state(self, opt):
+        """After a step of optimizer `opt`: the tensors of its state (SGD's momentum buffers,
+        Adam's moments) become OPTIMIZER_STATE, each once, op `Adam.exp_avg` (the optimizer's
+        class and the state's key), module and name those of the parameter it belongs to."""
+        import torch
+        cls = type(opt).__name__
+        for p, state in list(getattr(opt, "state", {}).items()):
+            named = self.param_names.get(id(p))
+            module, pname = (named[1], named[2]) if named and named[0]() is p else ("", "")
+            for key, v in list(state.items()) if isinstance(state, dict) else ():
+                if not isinstance(v, torch.Tensor):
+                    continue
+                seen = self.state_seen.get(id(v))
+                if seen is not None and seen[0]() is v and seen[1] == v.data_ptr():
+                    continue
+                info = self.storage_of(v)
+                if info is None:
+                    continue
+                try:
+                    self.state_seen[id(v)] = (weakref.ref(v), v.data_ptr())
+                    self.lib.tag_new(info[0], info[1], OPTIMIZER_STATE, "%s.%s" % (cls, key),
+                                     module, pname, False, info.device)
+                    if self.lib.mode == "standalone":
+                        weakref.finalize(v, self._untag_quiet, info[0], info[1],
+                                         OPTIMIZER_STATE, info.device)
+                except Exception:
+                    pass
 
     # -- saved tensors --
     def pack(self, t):
@@ -2016,6 +2055,38 @@ def _wrap_backward(orig):
     return backward
 
 
+def _wrap_optimizer_init(orig):
+    """Optimizer.__init__, then its class's step wrapped once (_wrap_optimizer_step): every
+    optimizer, torch's or the program's own, calls it."""
+    @functools.wraps(orig)
+    def __init__(self, *a, **k):
+        orig(self, *a, **k)
+        cls = type(self)
+        if _S.on and cls not in _S.optimizer_classes:
+            try:
+                _S.optimizer_classes.add(cls)
+                _patch(cls, "step", _wrap_optimizer_step(cls.step), hide=True)
+            except Exception:
+                pass
+
+    return __init__
+
+
+def _wrap_optimizer_step(orig):
+    @functools.wraps(orig)
+    def step(self, *a, **k):
+        out = orig(self, *a, **k)
+        s = _S
+        if s.on:
+            try:
+                s.tag_optimizer_state(self)  # made lazily, at the first step
+            except Exception:
+                pass
+        return out
+
+    return step
+
+
 def _install_globals():
     import torch
     import torch.autograd.graph as graph
@@ -2033,6 +2104,8 @@ def _install_globals():
     _patch(torch.nn.Module, "__call__", _wrap_module_call(torch.nn.Module.__call__),
            hide=True)
     _wrap_ctx(torch.autocast, "autocast")
+    import torch.optim
+    _patch(torch.optim.Optimizer, "__init__", _wrap_optimizer_init(torch.optim.Optimizer.__init__))
     _patch(torch.autograd, "backward", _wrap_backward(torch.autograd.backward), hide=True)
     _patch(torch.autograd, "grad", _wrap_backward(torch.autograd.grad), hide=True)
     import multiprocessing.process as mp_process
@@ -2041,6 +2114,7 @@ def _install_globals():
 
 
 def _uninstall_globals():
+    _S.optimizer_classes.clear()
     while _S.patches:
         obj, attr, orig = _S.patches.pop()
         try:
