@@ -511,8 +511,8 @@ if mode in ("outputs", "fixed"):
     print("mean %.4f" % Evaluator(net)([torch.randn(256, 64) for _ in range(6)]))
 if mode in ("hooked", "fixed"):
     feats = []
-    net[1].register_forward_hook(
-        lambda mod, inp, out: feats.append(out.mean(0) if mode == "hooked" else out.mean(0).detach()))
+    net[1].register_forward_hook(lambda mod, inp, out: feats.append(
+        out.mean(0) if mode == "hooked" else out.mean(0).detach()))
     for i in range(6):
         net(torch.randn(256, 64)).argmax(1)
     emb = torch.stack(feats)
@@ -522,7 +522,7 @@ if mode in ("hooked", "fixed"):
 # or appends to it (in the hook's lambda too)
 OBJECT_HOLDER = {"meter": "meter.sum at object_holders.py:7,9",
                  "outputs": "self.outputs, a list at object_holders.py:13,17",
-                 "hooked": "feats, a list at object_holders.py:32,34"}
+                 "hooked": "feats, a list at object_holders.py:32,33"}
 
 
 def test_object_holders(E):

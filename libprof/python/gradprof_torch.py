@@ -14,11 +14,11 @@ Usage (no installation: put libprof/python on sys.path, or run with PYTHONPATH=l
 Where it records to. Under ``gradprof run`` (libprof_preload.so in the process) the helper calls
 the preload's libprof through ``ctypes.CDLL(None)``: every raw allocation is already recorded with
 its stack, and the helper *retags* the live buffers it knows (parameters, tensors saved for
-backward, ``.grad``, optimizer state) with exact categories and module paths. Run without ``gradprof run`` it loads
-``libprof.so`` from ``$GRADPROF_LIBPROF``, from a build folder next to this file
-(``../../build*/libprof/libprof.so``, not a sanitizer build) or, installed, from its prefix's
-``lib/`` (or ``lib/<triplet>/``) or the system's (``ctypes.util.find_library("prof")``), and
-starts recording itself (``lp_start``, configured by the ``GRADPROF_*`` variables, stopped at
+backward, ``.grad``, optimizer state) with exact categories and module paths. Run without
+``gradprof run`` it loads ``libprof.so`` from ``$GRADPROF_LIBPROF``, from a build folder next to
+this file (``../../build*/libprof/libprof.so``, not a sanitizer build) or, installed, from its
+prefix's ``lib/`` (or ``lib/<triplet>/``) or the system's (``ctypes.util.find_library("prof")``),
+and starts recording itself (``lp_start``, configured by the ``GRADPROF_*`` variables, stopped at
 exit); raw allocations are then not seen, so the trace holds only what the helper reports:
 parameters, saved tensors for as long as the graph holds them (allocated when saved, freed when
 released), and gradients. If neither works it warns once and does nothing: it never breaks the
@@ -432,8 +432,8 @@ class _State:
         self.patches = []       # (obj, attr, original)
         self.param_keys = set()  # storage bases of parameters/buffers (tagged or not)
         self.tagged_params = {}  # storage base -> weakref to the tensor (to notice replaced ones)
-        self.params_seen = {}   # id(parameter or buffer) -> (weakref, data_ptr) at its last look
-        self.param_names = {}   # id(parameter) -> (weakref, module path, name): optimizer state
+        # id(parameter or buffer) -> (weakref, data_ptr, module path, name) at its last look
+        self.params_seen = {}
         self.state_seen = {}    # id(optimizer state tensor) -> (weakref, data_ptr) once tagged
         self.optimizer_classes = set()  # optimizer classes whose step is wrapped (_patch)
         self.grad_tags = {}     # id(param) -> (storage base, weakref to the grad tensor)
@@ -613,25 +613,9 @@ class _State:
             addr = None
         self._tag_param(t, module, name, op)
         if addr is not None:
-            self._param_seen(t, addr)
-
-    def _param_seen(self, t, addr):
-        key = id(t)
-        seen = self.params_seen
-
-        def forget(ref):
-            if seen.get(key, (None,))[0] is ref:
-                del seen[key]
-        try:
-            seen[key] = (weakref.ref(t, forget), addr)
-        except TypeError:  # not weakly referenceable: looked at on every call
-            pass
+            _remember(self.params_seen, t, addr, module, name)
 
     def _tag_param(self, t, module, name, op):
-        try:
-            self.param_names[id(t)] = (weakref.ref(t), module, name)
-        except TypeError:
-            pass
         info = self.storage_of(t)
         if info is None:
             return
@@ -704,8 +688,8 @@ class _State:
         import torch
         cls = type(opt).__name__
         for p, state in list(getattr(opt, "state", {}).items()):
-            named = self.param_names.get(id(p))
-            module, pname = (named[1], named[2]) if named and named[0]() is p else ("", "")
+            named = self.params_seen.get(id(p))
+            module, pname = named[2:] if named and named[0]() is p else ("", "")
             for key, v in list(state.items()) if isinstance(state, dict) else ():
                 if not isinstance(v, torch.Tensor):
                     continue
@@ -716,7 +700,7 @@ class _State:
                 if info is None:
                     continue
                 try:
-                    self.state_seen[id(v)] = (weakref.ref(v), v.data_ptr())
+                    _remember(self.state_seen, v, v.data_ptr())
                     self.lib.tag_new(info[0], info[1], OPTIMIZER_STATE, "%s.%s" % (cls, key),
                                      module, pname, False, info.device)
                     if self.lib.mode == "standalone":
@@ -1800,6 +1784,20 @@ def _note_holders(s, when, inputs=(), called=None):
         s.lib.note(b"holder", _b("%s\t%s\t%s\t%d\t%s\t%s\t%d\t%s" % (
             h["name"], h["kind"], h["where"], h["tensors"], h["container"], h["grad_fn"],
             h["nodes"], when)))
+
+
+def _remember(table, t, *value):
+    """table[id(t)] = (a weak reference to t, *value), removed when t dies (an id is reused
+    then); nothing for a tensor that cannot be weakly referenced (looked at every time)."""
+    key = id(t)
+
+    def forget(ref):
+        if table.get(key, (None,))[0] is ref:
+            del table[key]
+    try:
+        table[key] = (weakref.ref(t, forget),) + value
+    except TypeError:
+        pass
 
 
 # -- grad-mode context managers, backward, the program's own saved-tensor hooks ----------------
