@@ -478,6 +478,7 @@ def test_carried_state(E):
 #            graphs
 #   hooked   features a forward hook appends to a list with their graphs, joined after the loop
 #            (torch.stack reaches the same graphs, but the list kept them from call to call)
+#   keyed    outputs kept in a dict by batch index, with their graphs
 #   fixed    all done right (.item(), .detach())
 OBJECT_HOLDERS = r"""
 import sys, torch
@@ -517,16 +518,23 @@ if mode in ("hooked", "fixed"):
         net(torch.randn(256, 64)).argmax(1)
     emb = torch.stack(feats)
     print("features", tuple(emb.shape))
+if mode in ("keyed", "fixed"):
+    results = {}
+    for i in range(6):
+        out = net(torch.randn(256, 64))
+        results[i] = out if mode == "keyed" else out.detach()
+    print("keyed", len(results))
 """
 # mode -> the holder the verdict must name: the attribute or name, and where the program stores it
-# or appends to it (in the hook's lambda too)
+# or puts into it (append, in the hook's lambda too; a subscript store)
 OBJECT_HOLDER = {"meter": "meter.sum at object_holders.py:7,9",
                  "outputs": "self.outputs, a list at object_holders.py:13,17",
-                 "hooked": "feats, a list at object_holders.py:32,33"}
+                 "hooked": "feats, a list at object_holders.py:32,33",
+                 "keyed": "results, a dict at object_holders.py:40,43"}
 
 
 def test_object_holders(E):
-    modes = ("meter", "outputs", "hooked", "fixed")
+    modes = ("meter", "outputs", "hooked", "keyed", "fixed")
     _script, traces, _runs = record_modes(E, "object_holders", OBJECT_HOLDERS, modes)
     checks = dict(zip(modes, parallel([check_json(E, traces[m], *RETENTION_GATE)
                                        for m in modes])))

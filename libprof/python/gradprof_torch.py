@@ -1506,8 +1506,8 @@ _MUTATORS = frozenset(("append", "extend", "insert", "add", "update", "appendlef
 
 def _store_lines(code, name):
     """The lines where `code` stores `name` (a variable or, for STORE_ATTR, an attribute) or puts
-    something into it (`name.append(x)`, `self.name.extend(xs)`: how a list of outputs gets each
-    one), sorted; in the functions `code` defines too (a hook's lambda appending to the list),
+    something into it (`name.append(x)`, `self.name.extend(xs)`, `name[key] = x` with a name or a
+    constant for key: how a list or dict of outputs gets each one), sorted; in the functions `code` defines too (a hook's lambda appending to the list),
     for the names they share with it. Which of several stores ran last is not known without
     tracing the program, so all count. One pass over the code's instructions finds the stores
     of every name (cached per code object)."""
@@ -1517,7 +1517,7 @@ def _store_lines(code, name):
         found, todo = {}, [(code, False)]
         while todo:
             c, nested = todo.pop()
-            cur, prev = None, None
+            cur, prev, before = None, None, None  # the last two instructions
             for ins in dis.get_instructions(c):
                 if ins.starts_line is not None:
                     cur = ins.starts_line
@@ -1526,11 +1526,18 @@ def _store_lines(code, name):
                 if cur is not None and (not nested or ins.opname in _OUTER):
                     if ins.opname in _STORES:
                         found.setdefault(ins.argval, set()).add(cur)
-                if (prev is not None and ins.opname in ("LOAD_METHOD", "LOAD_ATTR") and
-                        ins.argval in _MUTATORS and cur is not None):
-                    found.setdefault(prev.argval, set()).add(cur)
-                prev = ins if (ins.opname in _LOADS and
-                               (not nested or ins.opname in _OUTER)) else None
+                # `name.append(x)`, and `name[key] = x` with a name or a constant for key
+                if ins.opname in ("LOAD_METHOD", "LOAD_ATTR") and ins.argval in _MUTATORS:
+                    into = prev
+                elif (ins.opname == "STORE_SUBSCR" and prev is not None and
+                      (prev.opname in _LOADS or prev.opname == "LOAD_CONST")):
+                    into = before
+                else:
+                    into = None
+                if (into is not None and into.opname in _LOADS and cur is not None and
+                        (not nested or into.opname in _OUTER)):
+                    found.setdefault(into.argval, set()).add(cur)
+                before, prev = prev, ins
         table = {k: sorted(v) for k, v in found.items()}
         if len(_STORE_LINES) < 4096:
             _STORE_LINES[code] = table

@@ -185,7 +185,7 @@ typedef struct gp_finding {
 typedef struct gp_holder {
     const char *name;      /* "total_loss", "Decoder.blocks.0.attn.k_cache", "embeddings" */
     const char *kind;      /* "local", "global", "attribute", GP_HOLDER_CARRIED */
-    const char *where;     /* the program's lines that store it or append to it: "eval.py:36" */
+    const char *where;     /* the program's lines that store it or put into it: "eval.py:36" */
     const char *container; /* "list", "dict", ... when it holds several tensors; "" for one */
     const char *grad_fn;   /* the first tensor's grad_fn: "AddBackward0" */
     uint64_t tensors;      /* tensors with a graph it holds */
