@@ -2298,6 +2298,7 @@ def watch_begin():
                 "saved_modules": {}, "model_id": None, "model": "", "live_at_calls": [],
                 "saved_total": _S.saved_live_total}
     _S.last_holders = []
+    _S.holder_names.clear()  # an earlier test's names say nothing of this one
     return True
 
 
