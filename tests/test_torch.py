@@ -1239,6 +1239,44 @@ def test_helper(E):
     test_generate_method(E, env)
     test_direct_forward(E, env)
     test_optimizer_state(E, env)
+    test_iteration_model(E, env)
+
+
+def test_iteration_model(E, env):
+    """Which model's calls are the iterations, in an evaluation loop that keeps each batch's loss
+    with its graph (6 batches):
+      transforms  a dataset normalizes each sample with torchvision's Normalize, a module called
+                  before the model, 4 times a batch: the iterations are the model's 6 calls
+      prototypes  another model runs once before the loop: the loop's model takes over at its
+                  second call, and the growth is found (with one mark, it could not be)"""
+    prog = write_program(E, "iteration_model.py",
+                         "import sys, torch, torchvision.transforms as T\n"
+                         "from torch import nn\n"
+                         "torch.manual_seed(0)\n"
+                         "norm = T.Normalize([0.5] * 8, [0.5] * 8)\n"
+                         "class Data(torch.utils.data.Dataset):\n"
+                         "    def __len__(self):\n"
+                         "        return 24\n"
+                         "    def __getitem__(self, i):\n"
+                         "        return norm(torch.rand(8, 16, 16)), i % 10\n"
+                         "model = nn.Sequential(nn.Flatten(), nn.Linear(2048, 4096), nn.ReLU(),\n"
+                         "                      nn.Linear(4096, 10)).eval()\n"
+                         "if sys.argv[1] == 'prototypes':\n"
+                         "    encoder = nn.Linear(2048, 2048).eval()\n"
+                         "    with torch.no_grad():\n"
+                         "        encoder(torch.rand(4, 2048))\n"
+                         "losses = []\n"
+                         "for x, y in torch.utils.data.DataLoader(Data(), batch_size=4):\n"
+                         "    losses.append(nn.functional.cross_entropy(model(x), y))\n"
+                         "print(len(losses))\n")
+    for mode, marks in (("transforms", 6), ("prototypes", 6)):
+        trace = E.path("iteration_model_%s.gptrace" % mode)
+        record_prog(E, trace, prog, [mode], env)()
+        r = report_json(E, trace, top=0)()
+        kinds = [f["kind"] for f in r["findings"]]
+        expect(len(r["iterations"]) == marks and "growth_across_iterations" in kinds,
+               "%s: %d iterations, one per model call, and the growth found (%d; %s)"
+               % (mode, marks, len(r["iterations"]), kinds))
 
 
 def test_optimizer_state(E, env):

@@ -452,7 +452,8 @@ class _State:
         self.explicit = set()   # ids of the modules of instrumented models (their own hooks)
         self.attached = False   # torch's global module hooks are installed (attach())
         self.auto_roots = {}    # id(module) -> _Model: modules called outside any other module
-        self.primary = None     # id of the first attached root called: its calls are iterations
+        self.primary = None     # id of the attached root whose calls are iterations (_primary)
+        self.root_calls = 0     # calls of attached roots so far (their order: _Model.last_call)
         self.iteration_places = {}  # an owned primary's caller code -> where it first called it
         self.iterations = 0         # iteration marks made
         self.user_marks = False  # the program calls gp.mark itself: no automatic marks
@@ -1106,6 +1107,7 @@ class _Model:
         self.handles = []
         self.paths = None  # id(submodule) -> dotted path, made at the first lookup
         self.calls = 0
+        self.last_call = 0  # State.root_calls at its latest call (attached roots)
         self.owned = False  # an attached root named by its path in the module whose method calls it
 
     @property
@@ -1316,9 +1318,33 @@ def _attach_root_locked(s, mod, frame):
         name = "%s#%d" % (base, n)
     m = s.auto_roots[id(mod)] = _Model(mod, name, weak=True)
     m.owned = owned is not None
-    if s.primary is None:
-        s.primary = id(mod)
     return m
+
+
+def _has_state(mod):
+    """True for a module with a parameter or a buffer: a model, not a transform (torchvision's
+    Resize and Normalize are modules too, called once per sample by a data pipeline)."""
+    return (next(mod.parameters(), None) is not None or
+            next(mod.buffers(), None) is not None)
+
+
+def _primary(s, mod, root, previous):
+    """Whether the call of attached root `mod` (`root`; `previous`: State.root_calls at its
+    call before this one, 0 for its first) is one of the calls that are the program's iterations,
+    making it the primary root if it should be: the first root with parameters or buffers
+    called, or, once the primary has not been called since this root's previous call, a root the
+    program calls itself (not `owned`) called a second time: a model run once before the loop
+    (prototypes, a warm-up) leaves the loop's model the iterations."""
+    if s.primary == id(mod):
+        return True
+    if not _has_state(mod):
+        return False
+    old = s.auto_roots.get(s.primary) if s.primary is not None else None
+    if old is None or old.module is None or (
+            not root.owned and previous and old.last_call < previous):
+        s.primary = id(mod)
+        return True
+    return False
 
 
 def _owner_in_caller(mod, frame):
@@ -1365,13 +1391,15 @@ def _starts_iteration(s, root, frame):
 
 
 def _enter_attached_root(s, mod, root, args, frame):
-    """An attached root's call: the program's iteration (a mark at each call of the first root
-    it called that _starts_iteration, unless it marks iterations itself), who keeps graphs of
+    """An attached root's call: the program's iteration (a mark at each call of the primary
+    root, _primary, that _starts_iteration, unless the program marks iterations itself), who keeps graphs of
     earlier calls alive (and which of them the call takes back in: `args`), and an inference
     region around a call in eval mode (model.eval()), unless the program has an inference region
     open. A graph such a call builds that a backward pass then uses (training in eval mode,
     input gradients) is not a finding: the engine takes its buffers back."""
     root.calls += 1
+    s.root_calls += 1
+    previous, root.last_call = root.last_call, s.root_calls
     tls = s.tls
     w = s.watch
     if w is not None:
@@ -1381,7 +1409,7 @@ def _enter_attached_root(s, mod, root, args, frame):
             w["live_at_calls"].append(s.saved_live_total)
     if s.saved_live_total > 0:
         _note_holders(s, "call %s#%d" % (root.name, root.calls), (args, tls.call_kwargs), mod)
-    if id(mod) == s.primary and not s.user_marks and _starts_iteration(s, root, frame):
+    if _primary(s, mod, root, previous) and not s.user_marks and _starts_iteration(s, root, frame):
         s.iterations += 1
         s.lib.lib.lp_mark(_b("iter %d" % s.iterations))
     if not mod.training and not any(e.name == REGION_INFERENCE for e in tls.stack):
@@ -1429,8 +1457,8 @@ def attach():
     """Attaches the helper to every module the program calls, with no change to the program:
     torch's global forward hooks give each module a region named by its path in the model that
     called it (the model, a module called outside any other, is named by its class), the
-    model's parameters their tags, its forward the saved-tensor hooks; each call of the first
-    model is an iteration (a mark "iter N"), a call in eval mode an inference region, and graphs
+    model's parameters their tags, its forward the saved-tensor hooks; each call of the primary
+    model (_primary) is an iteration (a mark "iter N"), a call in eval mode an inference region, and graphs
     of earlier calls still alive are traced to the names that hold them (notes "holder").
     `gradprof run` attaches it when the program imports torch (the startup hook); instrumented
     models (instrument) keep their own hooks. Returns True if it is attached."""
