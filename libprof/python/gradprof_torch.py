@@ -1403,7 +1403,7 @@ def _enter_attached_root(s, mod, root, args, frame):
     tls = s.tls
     w = s.watch
     if w is not None:
-        if w["model_id"] is None:
+        if w["model_id"] is None and _has_state(mod):  # a model, not a transform
             w["model_id"], w["model"] = id(mod), root.name
         if w["model_id"] == id(mod):
             w["live_at_calls"].append(s.saved_live_total)
