@@ -1108,6 +1108,7 @@ class _Model:
         self.paths = None  # id(submodule) -> dotted path, made at the first lookup
         self.calls = 0
         self.last_call = 0  # State.root_calls at its latest call (attached roots)
+        self.stateful = None  # has parameters or buffers (_has_state), asked once
         self.owned = False  # an attached root named by its path in the module whose method calls it
 
     @property
@@ -1331,13 +1332,13 @@ def _has_state(mod):
 def _primary(s, mod, root, previous):
     """Whether the call of attached root `mod` (`root`; `previous`: State.root_calls at its
     call before this one, 0 for its first) is one of the calls that are the program's iterations,
-    making it the primary root if it should be: the first root with parameters or buffers
-    called, or, once the primary has not been called since this root's previous call, a root the
-    program calls itself (not `owned`) called a second time: a model run once before the loop
-    (prototypes, a warm-up) leaves the loop's model the iterations."""
+    making it the primary root if it should be: the first root called that has parameters or
+    buffers (root.stateful), or, once the primary has not been called since this root's previous
+    call, a stateful root the program calls itself (not `owned`) called again: a model run once
+    before the loop (prototypes, a warm-up) leaves the loop's model the iterations."""
     if s.primary == id(mod):
         return True
-    if not _has_state(mod):
+    if not root.stateful:
         return False
     old = s.auto_roots.get(s.primary) if s.primary is not None else None
     if old is None or old.module is None or (
@@ -1398,12 +1399,14 @@ def _enter_attached_root(s, mod, root, args, frame):
     open. A graph such a call builds that a backward pass then uses (training in eval mode,
     input gradients) is not a finding: the engine takes its buffers back."""
     root.calls += 1
+    if root.stateful is None:
+        root.stateful = _has_state(mod)
     s.root_calls += 1
     previous, root.last_call = root.last_call, s.root_calls
     tls = s.tls
     w = s.watch
     if w is not None:
-        if w["model_id"] is None and _has_state(mod):  # a model, not a transform
+        if w["model_id"] is None and root.stateful:  # a model, not a transform
             w["model_id"], w["model"] = id(mod), root.name
         if w["model_id"] == id(mod):
             w["live_at_calls"].append(s.saved_live_total)
