@@ -1393,11 +1393,11 @@ def _starts_iteration(s, root, frame):
 
 def _enter_attached_root(s, mod, root, args, frame):
     """An attached root's call: the program's iteration (a mark at each call of the primary
-    root, _primary, that _starts_iteration, unless the program marks iterations itself), who keeps graphs of
-    earlier calls alive (and which of them the call takes back in: `args`), and an inference
-    region around a call in eval mode (model.eval()), unless the program has an inference region
-    open. A graph such a call builds that a backward pass then uses (training in eval mode,
-    input gradients) is not a finding: the engine takes its buffers back."""
+    root, _primary, that _starts_iteration, unless the program marks iterations itself), who
+    keeps graphs of earlier calls alive (and which of them the call takes back in: `args`), and
+    an inference region around a call in eval mode (model.eval()), unless the program has an
+    inference region open. A graph such a call builds that a backward pass then uses (training
+    in eval mode, input gradients) is not a finding: the engine takes its buffers back."""
     root.calls += 1
     if root.stateful is None:
         root.stateful = _has_state(mod)
@@ -1461,8 +1461,9 @@ def attach():
     torch's global forward hooks give each module a region named by its path in the model that
     called it (the model, a module called outside any other, is named by its class), the
     model's parameters their tags, its forward the saved-tensor hooks; each call of the primary
-    model (_primary) is an iteration (a mark "iter N"), a call in eval mode an inference region, and graphs
-    of earlier calls still alive are traced to the names that hold them (notes "holder").
+    model (_primary) is an iteration (a mark "iter N"), a call in eval mode an inference region,
+    and graphs of earlier calls still alive are traced to the names that hold them (notes
+    "holder").
     `gradprof run` attaches it when the program imports torch (the startup hook); instrumented
     models (instrument) keep their own hooks. Returns True if it is attached."""
     try:
@@ -1538,10 +1539,11 @@ _MUTATORS = frozenset(("append", "extend", "insert", "add", "update", "appendlef
 def _store_lines(code, name):
     """The lines where `code` stores `name` (a variable or, for STORE_ATTR, an attribute) or puts
     something into it (`name.append(x)`, `self.name.extend(xs)`, `name[key] = x` with a name or a
-    constant for key: how a list or dict of outputs gets each one), sorted; in the functions `code` defines too (a hook's lambda appending to the list),
-    for the names they share with it. Which of several stores ran last is not known without
-    tracing the program, so all count. One pass over the code's instructions finds the stores
-    of every name (cached per code object)."""
+    constant for key: how a list or dict of outputs gets each one), sorted; in the functions
+    `code` defines too (a hook's lambda appending to the list), for the names they share with
+    it. Which of several stores ran last is not known without tracing the program, so all
+    count. One pass over the code's instructions finds the stores of every name (cached per
+    code object)."""
     table = _STORE_LINES.get(code)
     if table is None:
         import dis
