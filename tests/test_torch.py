@@ -1283,7 +1283,7 @@ def test_optimizer_state(E, env):
     """A training loop, unmodified: the optimizer's state is tagged optimizer_state by the step
     that makes it, op `Class.key`, module and name of its parameter. Adam keeps two moments of
     each parameter's size (and a one-element step count); SGD with momentum one buffer; a
-    program's own optimizer class is seen too."""
+    program's own optimizer class is seen too, and a state loaded by load_state_dict."""
     prog = write_program(E, "optimizer_state.py",
                          "import sys, torch\n"
                          "from torch import nn\n"
@@ -1298,20 +1298,24 @@ def test_optimizer_state(E, env):
                          "    opt.zero_grad()\n"
                          "    net(torch.randn(32, 64)).logsumexp(1).mean().backward()\n"
                          "    opt.step()\n"
+                         "if len(sys.argv) > 2:  # resumed: a copy of the state loaded\n"
+                         "    kind(net.parameters(), lr=1e-3).load_state_dict(opt.state_dict())\n"
                          "print(sum(float(p.sum()) for p in net.parameters()))\n")
     params = (64 * 256 + 256 + 256 * 10 + 10) * 4
-    for kind, cls, keys in (("adam", "Adam", ("exp_avg", "exp_avg_sq")),
-                            ("sgd", "MySGD", ("momentum_buffer",))):
-        trace = E.path("optimizer_state_%s.gptrace" % kind)
-        record_prog(E, trace, prog, [kind], env)()
+    for kind, cls, keys, copies in (("adam", "Adam", ("exp_avg", "exp_avg_sq"), 1),
+                                    ("sgd", "MySGD", ("momentum_buffer",), 1),
+                                    ("adam", "Adam", ("exp_avg", "exp_avg_sq"), 2)):
+        trace = E.path("optimizer_state_%s_%d.gptrace" % (kind, copies))
+        record_prog(E, trace, prog, [kind] + ["resume"] * (copies - 1), env)()
         r = report_json(E, trace, top=0)()
         state = [k for k in r["tag_keys"] if k["category"] == "optimizer_state"]
         by_op = {}
         for k in state:
             by_op[k["op"]] = by_op.get(k["op"], 0) + k["total_bytes"]
         for key in keys:
-            expect(by_op.get("%s.%s" % (cls, key)) == params,
-                   "%s: %s.%s tagged, the size of the parameters (%s)" % (kind, cls, key, by_op))
+            expect(by_op.get("%s.%s" % (cls, key)) == copies * params,
+                   "%s, %d optimizer(s): %s.%s tagged, the size of the parameters each (%s)"
+                   % (kind, copies, cls, key, by_op))
         modules = sorted({k["module"] for k in state})
         expect(modules == ["Sequential.0", "Sequential.2"],
                "%s: the state named by its parameters' modules (%s)" % (kind, modules))

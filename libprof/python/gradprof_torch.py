@@ -59,9 +59,10 @@ What it records:
 * **gradients**: after each backward every parameter's ``.grad`` storage is tagged ``gradient``
   (op ``accumulate_grad``, module = the parameter's owner) once;
 * **optimizer state**: after each ``step()`` of an optimizer (torch's or the program's own class:
-  every one calls ``Optimizer.__init__``, which wraps its class's ``step``) the tensors of its
-  state not seen yet are tagged ``optimizer_state`` (op ``Adam.exp_avg``: the class and the
-  state's key; module and detail those of the parameter they belong to);
+  every one calls ``Optimizer.__init__``, which wraps its class's ``step``) and each
+  ``load_state_dict()`` the tensors of its state not seen yet are tagged ``optimizer_state``
+  (op ``Adam.exp_avg``: the class and the state's key; module and detail those of the
+  parameter they belong to);
 * ``gp.mark(name)``, ``gp.region(name)`` (context manager or decorator), ``gp.thread_name(name)``.
 
 ``gp.saved_bytes_by_module()`` returns what the saved-tensor hook saw: per module, the bytes of
@@ -2094,7 +2095,7 @@ def _wrap_backward(orig):
 
 
 def _wrap_optimizer_init(orig):
-    """Optimizer.__init__, then its class's step wrapped once (_wrap_optimizer_step): every
+    """Optimizer.__init__, then its class's step wrapped once (_tagging_optimizer_state): every
     optimizer, torch's or the program's own, calls it."""
     @functools.wraps(orig)
     def __init__(self, *a, **k):
@@ -2103,26 +2104,28 @@ def _wrap_optimizer_init(orig):
         if _S.on and cls not in _S.optimizer_classes:
             try:
                 _S.optimizer_classes.add(cls)
-                _patch(cls, "step", _wrap_optimizer_step(cls.step), hide=True)
+                _patch(cls, "step", _tagging_optimizer_state(cls.step), hide=True)
             except Exception:
                 pass
 
     return __init__
 
 
-def _wrap_optimizer_step(orig):
+def _tagging_optimizer_state(orig):
+    """An optimizer's step or load_state_dict, then its state tagged (tag_optimizer_state): a
+    step makes it lazily, at the first one; loading a checkpoint makes it at once."""
     @functools.wraps(orig)
-    def step(self, *a, **k):
+    def wrapper(self, *a, **k):
         out = orig(self, *a, **k)
         s = _S
         if s.on:
             try:
-                s.tag_optimizer_state(self)  # made lazily, at the first step
+                s.tag_optimizer_state(self)
             except Exception:
                 pass
         return out
 
-    return step
+    return wrapper
 
 
 def _install_globals():
@@ -2144,6 +2147,8 @@ def _install_globals():
     _wrap_ctx(torch.autocast, "autocast")
     import torch.optim
     _patch(torch.optim.Optimizer, "__init__", _wrap_optimizer_init(torch.optim.Optimizer.__init__))
+    _patch(torch.optim.Optimizer, "load_state_dict",
+           _tagging_optimizer_state(torch.optim.Optimizer.load_state_dict), hide=True)
     _patch(torch.autograd, "backward", _wrap_backward(torch.autograd.backward), hide=True)
     _patch(torch.autograd, "grad", _wrap_backward(torch.autograd.grad), hide=True)
     import multiprocessing.process as mp_process
