@@ -608,8 +608,7 @@ class _State:
         # model's parameters, so this is the common case.
         try:
             addr = t.data_ptr()
-            seen = self.params_seen.get(id(t))
-            if seen is not None and seen[1] == addr and seen[0]() is t:
+            if _recalled(self.params_seen, t, addr):
                 return
         except Exception:
             addr = None
@@ -684,25 +683,25 @@ class _State:
                         pass
 
     def tag_optimizer_state(self, opt):
-        """After a step of optimizer `opt`: the tensors of its state (SGD's momentum buffers,
+        """After a step or a load_state_dict of optimizer `opt`: the tensors of its state (SGD's momentum buffers,
         Adam's moments) become OPTIMIZER_STATE, each once, op `Adam.exp_avg` (the optimizer's
         class and the state's key), module and name those of the parameter it belongs to."""
         import torch
         cls = type(opt).__name__
         for p, state in list(getattr(opt, "state", {}).items()):
-            named = self.params_seen.get(id(p))
-            module, pname = named[2:] if named and named[0]() is p else ("", "")
+            named = _recalled(self.params_seen, p)
+            module, pname = named[2:] if named else ("", "")
             for key, v in list(state.items()) if isinstance(state, dict) else ():
                 if not isinstance(v, torch.Tensor):
                     continue
-                seen = self.state_seen.get(id(v))
-                if seen is not None and seen[0]() is v and seen[1] == v.data_ptr():
+                addr = v.data_ptr()
+                if _recalled(self.state_seen, v, addr):
                     continue
                 info = self.storage_of(v)
                 if info is None:
                     continue
                 try:
-                    _remember(self.state_seen, v, v.data_ptr())
+                    _remember(self.state_seen, v, addr)
                     self.lib.tag_new(info[0], info[1], OPTIMIZER_STATE, "%s.%s" % (cls, key),
                                      module, pname, False, info.device)
                     if self.lib.mode == "standalone":
@@ -1839,6 +1838,15 @@ def _remember(table, t, *value):
         table[key] = (weakref.ref(t, forget),) + value
     except TypeError:
         pass
+
+
+def _recalled(table, t, addr=None):
+    """What _remember stored for t: (weak reference, address, ...), or None when nothing is
+    stored for t or, given `addr`, t has moved to another address since."""
+    entry = table.get(id(t))
+    if entry is None or entry[0]() is not t or (addr is not None and entry[1] != addr):
+        return None
+    return entry
 
 
 # -- grad-mode context managers, backward, the program's own saved-tensor hooks ----------------
