@@ -1243,12 +1243,15 @@ def test_helper(E):
 
 
 def test_iteration_model(E, env):
-    """Which model's calls are the iterations, in an evaluation loop that keeps each batch's loss
-    with its graph (6 batches):
+    """Which calls are the iterations, in an evaluation loop that keeps each batch's loss with
+    its graph (6 batches):
       transforms  a dataset normalizes each sample with torchvision's Normalize, a module called
                   before the model, 4 times a batch: the iterations are the model's 6 calls
       prototypes  another model runs once before the loop: the loop's model takes over at its
-                  second call, and the growth is found (with one mark, it could not be)"""
+                  second call, and the growth is found (with one mark, it could not be)
+      warmup      the loop's model runs once before the loop: 6 iterations, not 7
+      tta         the loop runs the model twice a batch, on the batch and on its mirror image:
+                  6 iterations, each keeping twice the graph memory of one call"""
     prog = write_program(E, "iteration_model.py",
                          "import sys, torch, torchvision.transforms as T\n"
                          "from torch import nn\n"
@@ -1265,18 +1268,30 @@ def test_iteration_model(E, env):
                          "    encoder = nn.Linear(2048, 2048).eval()\n"
                          "    with torch.no_grad():\n"
                          "        encoder(torch.rand(4, 2048))\n"
+                         "if sys.argv[1] == 'warmup':\n"
+                         "    model(torch.zeros(1, 8, 16, 16))\n"
                          "losses = []\n"
                          "for x, y in torch.utils.data.DataLoader(Data(), batch_size=4):\n"
-                         "    losses.append(nn.functional.cross_entropy(model(x), y))\n"
+                         "    logits = model(x)\n"
+                         "    if sys.argv[1] == 'tta':\n"
+                         "        logits = logits + model(x.flip(3))\n"
+                         "    losses.append(nn.functional.cross_entropy(logits, y))\n"
                          "print(len(losses))\n")
-    for mode, marks in (("transforms", 6), ("prototypes", 6)):
+    growth = {}
+    for mode in ("transforms", "prototypes", "warmup", "tta"):
         trace = E.path("iteration_model_%s.gptrace" % mode)
         record_prog(E, trace, prog, [mode], env)()
         r = report_json(E, trace, top=0)()
         kinds = [f["kind"] for f in r["findings"]]
-        expect(len(r["iterations"]) == marks and "growth_across_iterations" in kinds,
-               "%s: %d iterations, one per model call, and the growth found (%d; %s)"
-               % (mode, marks, len(r["iterations"]), kinds))
+        marks = r["iterations"]
+        expect(len(marks) == 6 and "growth_across_iterations" in kinds,
+               "%s: 6 iterations, one a batch, and the growth found (%d; %s)"
+               % (mode, len(marks), kinds))
+        saved = [m["live_by_category"]["saved"] for m in marks]
+        growth[mode] = (saved[-1] - saved[1]) / max(len(saved) - 2, 1)
+    ratio = growth["tta"] / max(growth["transforms"], 1)
+    expect(1.9 < ratio < 2.1, "tta: an iteration keeps the graphs of two calls (%.0f B against "
+           "%.0f B an iteration: %.2fx)" % (growth["tta"], growth["transforms"], ratio))
 
 
 def test_optimizer_state(E, env):

@@ -456,6 +456,7 @@ class _State:
         self.primary = None     # id of the attached root whose calls are iterations (_primary)
         self.root_calls = 0     # calls of attached roots so far (their order: _Model.last_call)
         self.iteration_places = {}  # an owned primary's caller code -> where it first called it
+        self.sites_since_mark = set()  # the program's call sites of the primary since its mark
         self.iterations = 0         # iteration marks made
         self.user_marks = False  # the program calls gp.mark itself: no automatic marks
         self.global_handles = []
@@ -1344,6 +1345,7 @@ def _primary(s, mod, root, previous):
     if old is None or old.module is None or (
             not root.owned and previous and old.last_call < previous):
         s.primary = id(mod)
+        s.sites_since_mark.clear()
         return True
     return False
 
@@ -1378,17 +1380,40 @@ def _owner_in_caller(mod, frame):
 
 
 def _starts_iteration(s, root, frame):
-    """Whether this call of the first attached root (from `frame`, its caller's) is an
-    iteration: every call of a model; of a submodule that a method of its owner calls (named
-    Owner.path), only the calls from the place in that method where it first called it. A
-    generate() that embeds the prompt, then each new token in a loop, is one iteration a call."""
-    if not root.owned:
-        return True
-    frame = _owner_in_caller(root.module, frame)[1]
-    if frame is None:
-        return True
-    place = s.iteration_places.setdefault(frame.f_code, frame.f_lasti)
-    return place == frame.f_lasti
+    """Whether this call of the primary root (from `frame`, its caller's) starts an iteration.
+    Of a submodule that a method of its owner calls (named Owner.path), only the calls from the
+    place in that method where it first called it do: a generate() that embeds the prompt, then
+    each new token in a loop, is one iteration a call. Of a model, a call from a place in the
+    program that already called it since the last iteration began does (the first call too): a
+    loop body that runs the model twice (test-time augmentation: model(x), model(x.flip(3))) is
+    one iteration a pass, and a warm-up call before the loop joins the loop's first pass."""
+    if root.owned:
+        owner = _owner_in_caller(root.module, frame)[1]
+        if owner is not None:
+            place = s.iteration_places.setdefault(owner.f_code, owner.f_lasti)
+            return place == owner.f_lasti
+    site = _program_site(frame)
+    seen = s.sites_since_mark
+    new = not seen or site in seen
+    if new:
+        seen.clear()
+    seen.add(site)
+    return new
+
+
+def _program_site(frame):
+    """(code, instruction) of the innermost of the program's own frames from `frame` outwards (a
+    call site: model(x) and model(x.flip(3)) on one line are two), or of the last frame looked at
+    when the eight innermost are all torch's or the libraries' (map(model, xs) from a pool)."""
+    site = None
+    for _ in range(8):
+        if frame is None:
+            break
+        site = (frame.f_code, frame.f_lasti)
+        if not _internal_file(frame.f_code.co_filename):
+            break
+        frame = frame.f_back
+    return site
 
 
 def _enter_attached_root(s, mod, root, args, frame):
@@ -1460,10 +1485,10 @@ def attach():
     """Attaches the helper to every module the program calls, with no change to the program:
     torch's global forward hooks give each module a region named by its path in the model that
     called it (the model, a module called outside any other, is named by its class), the
-    model's parameters their tags, its forward the saved-tensor hooks; each call of the primary
-    model (_primary) is an iteration (a mark "iter N"), a call in eval mode an inference region,
-    and graphs of earlier calls still alive are traced to the names that hold them (notes
-    "holder").
+    model's parameters their tags, its forward the saved-tensor hooks; the calls of the primary
+    model (_primary) mark iterations ("iter N", _starts_iteration), a call in eval mode opens an
+    inference region, and graphs of earlier calls still alive are traced to the names that hold
+    them (notes "holder").
     `gradprof run` attaches it when the program imports torch (the startup hook); instrumented
     models (instrument) keep their own hooks. Returns True if it is attached."""
     try:
