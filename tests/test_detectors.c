@@ -134,6 +134,58 @@ static void test_graph_used_by_backward(void **state)
     gp__detectors_free(d);
 }
 
+/* Outside every inference region, the saved tensors of a run that iterated and never ran
+ * backward are forgot_no_grad of the whole run (region ""): an evaluation whose model was never
+ * put in eval mode. Not when a backward pass ran, with one iteration, or when an inference region
+ * already has the finding; graph nodes (a frame rule can make those) never count. */
+static void run_whole(size_t marks, bool backward, bool inference, gp_profile *p)
+{
+    bool oom = false;
+    gp__detectors *d = gp__detectors_new(64 << 10, &oom);
+    gp__grad_context on = {.event_grad = true};
+    gp__detect_graph_buffer(d, &on, LP_CAT_SAVED, "aten::relu", "ResNet.relu", 3, 4096, 1, 10);
+    gp__detect_graph_buffer(d, &on, LP_CAT_AUTOGRAD, "", "ResNet", 4, 512, 2, 11);
+    gp__detect_graph_buffer(d, &on, LP_CAT_SAVED, "aten::relu", "ResNet.relu", 3, 4096, 3, 12);
+    gp__detect_graph_left(d, 1, 4096, false); /* freed with its graph, no backward: stays */
+    if (inference) {
+        gp__grad_context inf = {.event_grad = true, .inference_region = "inference"};
+        gp__detect_graph_buffer(d, &inf, LP_CAT_SAVED, "aten::addmm", "fc", 5, 64, 4, 13);
+    }
+    static gp_region_stats regions[] = {{.name = LP_REGION_BACKWARD, .entries = 1}};
+    *p = (gp_profile){.n_iterations = marks, .regions = regions, .n_regions = backward};
+    finish(d, p);
+    assert_false(oom);
+    gp__detectors_free(d);
+}
+
+static void test_whole_run(void **state)
+{
+    (void)state;
+    gp_profile p;
+    run_whole(2, false, false, &p);
+    assert_int_equal(p.n_findings, 1);
+    const gp_finding *f = &p.findings[0];
+    assert_int_equal(f->kind, GP_FIND_FORGOT_NO_GRAD);
+    assert_string_equal(f->region, "");
+    assert_int_equal(f->bytes, 8192); /* the saved buffers, not the graph node */
+    assert_int_equal(f->count, 2);
+    assert_int_equal(f->peak_bytes, 8192);
+    assert_int_equal(f->n_items, 1);
+    assert_int_equal(f->first_time_ns, 10);
+    free_findings(&p);
+    run_whole(2, true, false, &p); /* the program ran backward: its graphs may be training's */
+    assert_int_equal(p.n_findings, 0);
+    free_findings(&p);
+    run_whole(1, false, false, &p); /* one iteration: a training step that did not get there */
+    assert_int_equal(p.n_findings, 0);
+    free_findings(&p);
+    run_whole(2, false, true, &p); /* an inference region says it */
+    assert_int_equal(p.n_findings, 1);
+    assert_string_equal(p.findings[0].region, "inference");
+    assert_int_equal(p.findings[0].bytes, 64);
+    free_findings(&p);
+}
+
 /* The escape detector asks for items for its first 64 escapes, then counts the bytes itself. */
 static void test_escape_bounded(void **state)
 {
@@ -240,11 +292,9 @@ static void test_autograd_error(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_graph_without_grad),
-        cmocka_unit_test(test_inference_region),
-        cmocka_unit_test(test_graph_used_by_backward),
-        cmocka_unit_test(test_escape_bounded),
-        cmocka_unit_test(test_growth),
+        cmocka_unit_test(test_graph_without_grad),     cmocka_unit_test(test_inference_region),
+        cmocka_unit_test(test_graph_used_by_backward), cmocka_unit_test(test_whole_run),
+        cmocka_unit_test(test_escape_bounded),         cmocka_unit_test(test_growth),
         cmocka_unit_test(test_autograd_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

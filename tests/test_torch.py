@@ -556,6 +556,7 @@ def test_object_holders(E):
 PITFALLS = {
     "pitfall_autocast.py": ((), "forgot_no_grad"),
     "pitfall_jit.py": ((), "forgot_no_grad"),
+    "pitfall_train_mode.py": ((), "forgot_no_grad"),
     "pitfall_inplace.py": (("--forbid", "none"), "autograd_error"),
     "pitfall_inference_tensor.py": (("--forbid", "none"), "autograd_error"),
 }
@@ -566,9 +567,11 @@ def test_pitfalls(E):
     under `gradprof run` with its default options (the helper attaches itself): `check` fails the
     pitfall with a finding that names it -- autocast's cached bfloat16 weight copies saved with
     grad on (op autocast::weight_cast), the TorchScript model evaluated without no_grad
-    (Sequential[jit], the class it was traced from), the in-place op on a saved tensor (PyTorch's version-counter error:
-    op aten::sigmoid, module Sequential.1, the program's line), the inference_mode tensor saved
-    for backward -- and passes the fix; `report` shows the same finding. The in-place and
+    (Sequential[jit], the class it was traced from), the evaluation that forgot model.eval() too
+    (the whole run's finding: it never ran backward), the in-place op on a saved tensor
+    (PyTorch's version-counter error: op aten::sigmoid, module Sequential.1, the program's line),
+    the inference_mode tensor saved for backward -- and passes the fix; `report` shows the same
+    finding. The in-place and
     inference-tensor programs fine-tune, so they are judged by the detectors alone. Then graphs
     built in eval mode that a backward pass uses or not (test_backward_use)."""
     traces, jobs = {}, []
@@ -607,6 +610,11 @@ def test_pitfalls(E):
             expect(items and all(i["module"] == "Sequential[jit]" for i in items),
                    "jit: the finding names the traced model by the class it was traced from (%s)"
                    % sorted({i["module"] for i in items}))
+        elif script == "pitfall_train_mode.py":
+            expect("the run never ran backward" in c["summary"] and
+                   any(i["op"] == "aten::convolution" for i in items),
+                   "train mode: the verdict says no backward pass ran, the finding names the "
+                   "saves (%s; %s)" % (c["summary"][:160], sorted({i["op"] for i in items})))
         elif script == "pitfall_inplace.py":
             expect(any(i["op"] == "aten::sigmoid" and i["module"] == "Sequential.1"
                        for i in items), "inplace: the error names the op and the module")

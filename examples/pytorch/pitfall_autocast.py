@@ -9,7 +9,7 @@ them).
 
 --fixed evaluates under torch.no_grad() inside the autocast block: no graph, no cache of cast
 weights. Unmodified: run it under `gradprof run`; `gradprof check` fails the pitfall (forgot no_grad:
-the saved bfloat16 weight copies, op aten::to_copy, and activations of the MLP's modules) and
+the saved bfloat16 weight copies, op autocast::weight_cast, and activations of the MLP's modules) and
 passes the fix.
 """
 import argparse

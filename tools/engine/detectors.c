@@ -12,11 +12,15 @@
 #define NONE UINT32_MAX
 #define COUNTED_ITEM_BITS 20
 
+/* The region of forgot_no_grad outside every inference region: the whole run, judged so only when
+ * no backward pass ran in it (gp__detectors_finish). One pointer: findings are keyed by it. */
+static const char WHOLE_RUN[] = "";
+
 typedef struct finding_acc {
     gp_finding f;
     uint64_t live; /* its saved-for-backward bytes alive now (live_add) */
     size_t cap;    /* of f.items */
-    gp_map items; /* (category, op, module) -> item index */
+    gp_map items;  /* (category, op, module) -> item index */
 } finding_acc;
 
 /* A graph tag key's live bytes at the marks, parallel to p->tag_keys. */
@@ -149,14 +153,18 @@ bool gp__detect_graph_buffer(gp__detectors *d, const gp__grad_context *c, lp_cat
         finding_add(d, GP_FIND_GRAPH_WITHOUT_GRAD, LP_REGION_NO_GRAD, cat, op, module, stack, size,
                     now);
     const char *inf = c->inference_region;
-    if (!inf || c->backward_depth > 0)
+    if (c->backward_depth > 0)
         return false;
-    if (cat == LP_CAT_GRADIENT)
+    if (inf && cat == LP_CAT_GRADIENT)
         finding_add(d, GP_FIND_PARAM_GRAD_IN_INFERENCE, inf, cat, op, module, stack, size, now);
     bool grad_on = !c->mode_off && c->grad_off_depth == 0 && c->event_grad;
     if (!lp_category_is_graph_structure(cat) || !grad_on)
         return false;
-    finding_acc *a = finding_get(d, GP_FIND_FORGOT_NO_GRAD, inf, now);
+    /* outside inference regions only tagged saves count (a tagging source, which also records
+     * the backward passes), and only for a run that turns out to have none (finish) */
+    if (!inf && cat != LP_CAT_SAVED)
+        return false;
+    finding_acc *a = finding_get(d, GP_FIND_FORGOT_NO_GRAD, inf ? inf : WHOLE_RUN, now);
     if (!a)
         return false;
     if (c->grad_off_elsewhere && !a->f.grad_off_thread) {
@@ -318,9 +326,28 @@ static void detect_growth(gp__detectors *d, const gp_profile *p)
 
 /* ---- the end --------------------------------------------------------------------------------- */
 
+/* Whether the graphs saved outside every inference region are forgot_no_grad's: the run
+ * iterated (two marks or more) and never ran backward, so no graph it built was used (an
+ * evaluation whose model was never put in eval mode), and no inference region found one. */
+static bool whole_run_judged(const gp__detectors *d, const gp_profile *p)
+{
+    if (p->n_iterations < 2)
+        return false;
+    for (size_t i = 0; i < p->n_regions; i++)
+        if (p->regions[i].entries && !strcmp(p->regions[i].name, LP_REGION_BACKWARD))
+            return false;
+    for (size_t i = 0; i < d->n_findings; i++) {
+        const gp_finding *f = &d->findings[i].f;
+        if (f->kind == GP_FIND_FORGOT_NO_GRAD && f->region != WHOLE_RUN && f->count)
+            return false;
+    }
+    return true;
+}
+
 int gp__detectors_finish(gp__detectors *d, gp_profile *p)
 {
     detect_growth(d, p);
+    bool whole_run = whole_run_judged(d, p);
     /* items by bytes, largest first; one finding per (kind, region), by kind then first seen;
      * forgot_no_grad's buffers that a backward pass used are gone from their items (an item or a
      * finding left with none is dropped) */
@@ -333,6 +360,8 @@ int gp__detectors_finish(gp__detectors *d, gp_profile *p)
             if (a->f.kind != (gp_finding_kind)k)
                 continue;
             if (k == GP_FIND_FORGOT_NO_GRAD) {
+                if (a->f.region == WHOLE_RUN && !whole_run)
+                    continue;
                 size_t n = 0;
                 for (size_t i = 0; i < a->f.n_items; i++)
                     if (a->f.items[i].count)

@@ -899,6 +899,9 @@ const char *gp__finding_text(const gp_finding *f)
     case GP_FIND_GRAPH_WITHOUT_GRAD:
         return "graph memory (saved, autograd, gradient) was allocated where grad should be off";
     case GP_FIND_FORGOT_NO_GRAD:
+        if (!*f->region) /* the whole run (detectors.c) */
+            return "grad was on in a run that never ran backward: these ops built autograd "
+                   "graphs that nothing used (forgot no_grad? a PyTorch model not in eval mode?)";
         return "grad was on inside an inference region: these ops built an autograd graph "
                "(forgot no_grad?)";
     case GP_FIND_GROWTH:
@@ -1095,7 +1098,17 @@ static const char *finding_verdict(const gp_profile *p, char *buf, size_t size)
         size_t mods = saved_modules(f);
         const gp_device_stats *d = gp__primary_device(p);
         uint64_t at_peak = d ? d->by_category_at_peak[LP_CAT_SAVED] : 0, saved = saved_bytes(f);
-        if (saved && peak_in_region(p, f->region))
+        /* "" is the whole run, which ran no backward pass (detectors.c) */
+        bool whole_run = !*f->region;
+        char inside[96] = "";
+        if (!whole_run)
+            snprintf(inside, sizeof inside, " inside '%.80s'", f->region);
+        const char *tail = whole_run ? "; the run never ran backward" : "";
+        if (saved && whole_run && at_peak) /* no inference instances: no count of graphs */
+            snprintf(buf, size,
+                     "forgot no_grad: %s saved for backward at the peak by %zu module%s%s",
+                     gp_format_bytes(at_peak, b1, sizeof b1), mods, mods == 1 ? "" : "s", tail);
+        else if (saved && !whole_run && peak_in_region(p, f->region))
             snprintf(buf, size,
                      "forgot no_grad: %s saved for backward at the peak by %zu module%s, %" PRIu64
                      " graph%s alive then",
@@ -1103,16 +1116,17 @@ static const char *finding_verdict(const gp_profile *p, char *buf, size_t size)
                      p->graphs_at_peak, p->graphs_at_peak == 1 ? "" : "s");
         else if (saved_at_once(f)) /* not all alive together */
             snprintf(buf, size,
-                     "forgot no_grad: %s saved for backward inside '%s' by %zu module%s, at most "
-                     "%s alive at once",
-                     gp_format_bytes(saved, b1, sizeof b1), f->region, mods, mods == 1 ? "" : "s",
-                     gp_format_bytes(f->peak_bytes, b2, sizeof b2));
+                     "forgot no_grad: %s saved for backward%s by %zu module%s, at most %s alive at "
+                     "once%s",
+                     gp_format_bytes(saved, b1, sizeof b1), inside, mods, mods == 1 ? "" : "s",
+                     gp_format_bytes(f->peak_bytes, b2, sizeof b2), tail);
         else if (saved) /* the peak is outside the region, or its saved memory is training's */
-            snprintf(buf, size, "forgot no_grad: %s saved for backward inside '%s' by %zu module%s",
-                     gp_format_bytes(saved, b1, sizeof b1), f->region, mods, mods == 1 ? "" : "s");
+            snprintf(buf, size, "forgot no_grad: %s saved for backward%s by %zu module%s%s",
+                     gp_format_bytes(saved, b1, sizeof b1), inside, mods, mods == 1 ? "" : "s",
+                     tail);
         else
-            snprintf(buf, size, "forgot no_grad: %s of graph memory built inside '%s'",
-                     gp_format_bytes(f->bytes, b1, sizeof b1), f->region);
+            snprintf(buf, size, "forgot no_grad: %s of graph memory built%s%s",
+                     gp_format_bytes(f->bytes, b1, sizeof b1), inside, tail);
         return buf;
     }
     if ((f = gp__finding_of(p, GP_FIND_PARAM_GRAD_IN_INFERENCE))) {
