@@ -169,6 +169,8 @@ static bool lp__map_grow(lp__map *m)
     return true;
 }
 
+/* Adds (k1, k2) -> value; the key must not be in m (a second entry under it would never be
+ * found, only probed past). False when out of memory. */
 static bool lp__map_put(lp__map *m, uint64_t k1, uint64_t k2, uint64_t value)
 {
     if ((m->len + 1) * 4 > m->cap * 3 && !lp__map_grow(m))
@@ -376,8 +378,9 @@ struct lp__thread {
     lp__map ip_cache; /* (ip, 1) -> module id << 48 | offset */
     lp__map py_modules;  /* (code, its names and first line) -> "py:" module id */
     lp__map py_lines;    /* (code, its names and first line | instruction) -> module << 32 | line */
-    lp__map fp_stacks;   /* (hash of a frame-pointer walk, depth) -> stack id, or LP__FP_NO */
-    struct lp__fp_memo { /* fp_stacks' recent entries, direct-mapped by the hash (0: empty) */
+    lp__map fp_stacks;   /* (hash of a frame-pointer walk, depth) -> stack id: walks checked */
+    struct lp__fp_memo { /* recent walks, direct-mapped by the hash (0: empty): fp_stacks'
+                          * entries, and the walks refused (LP__FP_NO), kept nowhere else */
         uint64_t f1, f2, id;
     } fp_memo[64];
     /* This OS thread's stack [stack_lo, stack_hi), for the walks (0, 0: unknown), and the
@@ -1835,7 +1838,12 @@ static int lp__merge_python(lp__thread *th, const uintptr_t *ips, int n, int dep
  * ended on a zero frame pointer (the outermost frame: glibc's clone and _start clear it) may
  * stop up to two frames short of libunwind (start_thread and clone3, __libc_start_main and
  * _start, which keep no frame pointer); those outer frames are taken from the checked walk. A
- * walk that differs is remembered as such (LP__FP_NO) and libunwind answers for it every time.
+ * walk that differs is remembered as such (LP__FP_NO) in the thread's memo only, and the unwinders
+ * answer for it every time: code without frame pointers may leave in %rbp a pointer into data
+ * that looks like a frame, a walk through it can differ at every allocation, and a table of
+ * refusals would grow with them (one refusal stored again at each allocation piled up under its
+ * key, each store slower than the last). A refusal that left the memo is checked again: a
+ * comparison, beside the unwinders' walk it needs anyway.
  */
 #define LP__FP_NO UINT64_MAX
 /* Outer frames libunwind may add to a walk that ended on a zero frame pointer. */
@@ -2034,9 +2042,11 @@ __attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
                            &f2);
         if (fp_n > 0) {
             struct lp__fp_memo *memo = &th->fp_memo[f1 >> 58];
-            if (memo->f1 == f1 && memo->f2 == f2 && memo->id != LP__FP_NO)
-                return (uint32_t)memo->id;
-            if (lp__map_get(&th->fp_stacks, f1, f2, &id) && id != LP__FP_NO) {
+            if (memo->f1 == f1 && memo->f2 == f2) {
+                if (memo->id != LP__FP_NO)
+                    return (uint32_t)memo->id;
+                fp_n = 0; /* refused: the unwinders answer, with nothing to check */
+            } else if (lp__map_get(&th->fp_stacks, f1, f2, &id)) {
                 *memo = (struct lp__fp_memo){f1, f2, id};
                 return (uint32_t)id;
             }
@@ -2054,7 +2064,9 @@ __attribute__((noinline)) static uint32_t lp__capture_stack(lp__thread *th)
         bool same = fp_n == kb || (fp_zero && fp_n < kb && kb - fp_n <= LP__FP_OUTER);
         for (int i = 0; same && i < fp_n; i++)
             same = fp_ips[i] == pcs[i];
-        lp__map_put(&th->fp_stacks, f1, f2, same && stack ? stack : LP__FP_NO);
+        if (same && stack)
+            lp__map_put(&th->fp_stacks, f1, f2, stack);
+        th->fp_memo[f1 >> 58] = (struct lp__fp_memo){f1, f2, same && stack ? stack : LP__FP_NO};
     }
     return stack;
 }
