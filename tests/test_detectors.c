@@ -105,11 +105,11 @@ static void test_graph_used_by_backward(void **state)
     gp__grad_context no_graph = on;
     no_graph.event_grad = false;
     assert_false(gp__detect_graph_buffer(d, &no_graph, LP_CAT_SAVED, "relu", "net.1", 1, 7, 14, 4));
-    gp__detect_graph_left(d, 11, 100, true);  /* released by backward */
-    gp__detect_graph_left(d, 12, 200, false); /* the output died: forgotten */
-    gp__detect_graph_left(d, 13, 30, true);
-    gp__detect_graph_left(d, 13, 30, true); /* once only */
-    gp__detect_graph_left(d, 99, 5, true);  /* never counted */
+    gp__detect_graph_left(d, 11, 100, true, true);  /* released by backward */
+    gp__detect_graph_left(d, 12, 200, true, false); /* the output died: forgotten */
+    gp__detect_graph_left(d, 13, 30, true, true);
+    gp__detect_graph_left(d, 13, 30, true, true); /* once only */
+    gp__detect_graph_left(d, 99, 5, true, true);  /* never counted */
     gp_profile p = {0};
     finish(d, &p);
     assert_false(oom);
@@ -126,7 +126,7 @@ static void test_graph_used_by_backward(void **state)
     /* All of it used by backward: no finding at all. */
     d = gp__detectors_new(64 << 10, &oom);
     assert_true(gp__detect_graph_buffer(d, &on, LP_CAT_SAVED, "relu", "net.1", 1, 100, 21, 1));
-    gp__detect_graph_left(d, 21, 100, true);
+    gp__detect_graph_left(d, 21, 100, true, true);
     p = (gp_profile){0};
     finish(d, &p);
     assert_int_equal(p.n_findings, 0);
@@ -146,7 +146,7 @@ static void run_whole(size_t marks, bool backward, bool inference, gp_profile *p
     gp__detect_graph_buffer(d, &on, LP_CAT_SAVED, "aten::relu", "ResNet.relu", 3, 4096, 1, 10);
     gp__detect_graph_buffer(d, &on, LP_CAT_AUTOGRAD, "", "ResNet", 4, 512, 2, 11);
     gp__detect_graph_buffer(d, &on, LP_CAT_SAVED, "aten::relu", "ResNet.relu", 3, 4096, 3, 12);
-    gp__detect_graph_left(d, 1, 4096, false); /* freed with its graph, no backward: stays */
+    gp__detect_graph_left(d, 1, 4096, true, false); /* freed with its graph, no backward: stays */
     if (inference) {
         gp__grad_context inf = {.event_grad = true, .inference_region = "inference"};
         gp__detect_graph_buffer(d, &inf, LP_CAT_SAVED, "aten::addmm", "fc", 5, 64, 4, 13);
@@ -260,6 +260,30 @@ static void test_growth(void **state)
     assert_int_equal(q.n_findings, 0);
     free_findings(&q);
     gp__detectors_free(d);
+
+    /* the same growth, taken back by a backward pass after the last mark (REINFORCE keeps each
+     * step's graph to the end of its episode): graph buffers born before that mark and released
+     * inside backward, at least half the growth, make it no finding; those born after the mark,
+     * or released outside backward, do not count */
+    for (int used = 0; used < 2; used++) {
+        d = gp__detectors_new(1000, &oom);
+        q.findings = NULL;
+        q.n_findings = q.n_iterations = 0;
+        for (size_t m = 0; m < 5; m++) {
+            q.n_iterations = m + 1;
+            q.alloc_count = 100 * m;
+            gp__detect_mark(d, &q);
+        }
+        gp__detect_graph_left(d, 350, 1000, false, true);
+        gp__detect_graph_left(d, 401, 5000, false, true);  /* born after the last mark */
+        gp__detect_graph_left(d, 360, 5000, false, false); /* not inside backward */
+        if (used)
+            gp__detect_graph_left(d, 370, 500, false, true); /* 1500 of 3000: half */
+        finish(d, &q);
+        assert_int_equal(q.n_findings, used ? 0 : 1);
+        free_findings(&q);
+        gp__detectors_free(d);
+    }
 }
 
 /* autograd_error: one item per (op, module); the first error's kind, message and where. */

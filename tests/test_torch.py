@@ -921,6 +921,15 @@ if mode in ("saliency", "saliency_grad", "drop"):
         elif mode == "saliency_grad":
             torch.autograd.grad(score, x)
         print(float(score))
+elif mode == "episode":  # REINFORCE: each step's graph is kept to the end of its episode
+    m.train()
+    for episode in range(2):
+        logps = [m(torch.randn(2, 3, 64, 64)).log_softmax(1)[:, 0] for step in range(6)]
+        loss = -torch.stack(logps).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    print(float(loss))
 else:
     for epoch in range(2):
         m.train(mode == "train_eval")
@@ -936,14 +945,16 @@ else:
             print(epoch, float(loss), sum(float(o.sum()) for o in outs))
 """
 BACKWARD_USE_MODES = {"saliency": False, "saliency_grad": False, "drop": True, "train_eval": True,
-                      "train_in_eval": False}
+                      "train_in_eval": False, "episode": False}
 
 
 def test_backward_use(E):
     """A graph that a backward pass uses is not forgotten: of the programs of BACKWARD_USE, the
     detectors (`check --forbid none`: graph memory anywhere is what the forbid rule holds against
-    a program that trains) pass saliency, saliency_grad and train_in_eval, and fail drop and
-    train_eval with forgot_no_grad, whose items name the saved ReLU outputs."""
+    a program that trains) pass saliency, saliency_grad, train_in_eval and episode (a policy
+    gradient's graphs grow across the model's calls until the episode's backward: not a leak),
+    and fail drop and train_eval with forgot_no_grad, whose items name the saved ReLU
+    outputs."""
     script = E.path("backward_use.py")
     with open(script, "w") as f:
         f.write(BACKWARD_USE)

@@ -824,17 +824,17 @@ static void detect(gp_profile *p, const thread_state *t, uint32_t self, object *
                                          site_stack(p, o->site), o->size, o->seq, p->internal->now);
 }
 
-/* Buffer o leaves the category detect counted it in (freed, retagged): back out of its
- * forgot_no_grad finding if a backward pass, on any thread, is using the graph now. */
+/* Buffer o leaves its category (freed, retagged): a graph buffer tells the detectors whether a
+ * backward pass, on any thread, is using the graph now (gp__detect_graph_left). */
 static void uncount(gp_profile *p, object *o)
 {
-    if (!o->counted)
+    if (!lp_category_is_graph(o->category))
         return;
     engine *e = p->internal;
     bool in_backward = false;
     for (size_t i = 0; i < e->n_threads && !in_backward; i++)
         in_backward = e->threads[i].backward_depth > 0;
-    gp__detect_graph_left(e->detectors, o->seq, o->size, in_backward);
+    gp__detect_graph_left(e->detectors, o->seq, o->size, o->counted, in_backward);
     o->counted = false;
 }
 

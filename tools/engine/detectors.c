@@ -40,6 +40,9 @@ struct gp__detectors {
     gp_map counted;
     key_growth *key_growth;
     size_t n_key_growth;
+    /* births up to the last mark, and the bytes of those graph buffers that a backward pass
+     * released since it */
+    uint64_t mark_seq, used_since_mark;
 };
 
 static const char *const finding_names[GP_FIND_KIND_COUNT] = {
@@ -185,9 +188,12 @@ bool gp__detect_graph_buffer(gp__detectors *d, const gp__grad_context *c, lp_cat
     return true;
 }
 
-void gp__detect_graph_left(gp__detectors *d, uint64_t seq, uint64_t size, bool in_backward)
+void gp__detect_graph_left(gp__detectors *d, uint64_t seq, uint64_t size, bool counted,
+                           bool in_backward)
 {
-    struct gp_map_slot *s = gp__map_find(&d->counted, seq, 0, 0);
+    if (in_backward && seq <= d->mark_seq)
+        d->used_since_mark += size;
+    struct gp_map_slot *s = counted ? gp__map_find(&d->counted, seq, 0, 0) : NULL;
     if (!s)
         return;
     uint32_t v = s->v;
@@ -248,6 +254,8 @@ void gp__detect_autograd_error(gp__detectors *d, const char *const f[5], uint64_
 void gp__detect_mark(gp__detectors *d, const gp_profile *p)
 {
     size_t mark = p->n_iterations - 1;
+    d->mark_seq = p->alloc_count;
+    d->used_since_mark = 0;
     if (d->n_key_growth < p->n_tag_keys) {
         key_growth *g = realloc(d->key_growth, p->n_tag_keys * sizeof *g);
         if (!g) {
@@ -259,7 +267,7 @@ void gp__detect_mark(gp__detectors *d, const gp_profile *p)
         d->n_key_growth = p->n_tag_keys;
     }
     for (size_t k = 0; k < p->n_tag_keys; k++) {
-        if (!lp_category_is_graph(p->tag_keys[k].category))
+        if (!lp_category_is_graph_structure(p->tag_keys[k].category))
             continue;
         key_growth *g = &d->key_growth[k];
         uint64_t live = p->tag_keys[k].stats.live_bytes;
@@ -271,21 +279,25 @@ void gp__detect_mark(gp__detectors *d, const gp_profile *p)
     }
 }
 
+/* The graph at a mark: saved tensors and graph nodes (parameter gradients, made once by the
+ * first backward and kept, say nothing of what a graph keeps). */
 static uint64_t graph_live(const gp_iteration *it)
 {
     uint64_t sum = 0;
     for (int c = 0; c < LP_CAT_COUNT; c++)
-        sum += lp_category_is_graph((lp_category)c) ? it->live_by_category[c] : 0;
+        sum += lp_category_is_graph_structure((lp_category)c) ? it->live_by_category[c] : 0;
     return sum;
 }
 
 /*
- * The growth detector, at the end. It judges graph memory only (saved, autograd, gradient): a
- * program whose own data grows (a cache, collected results) does not build a graph by growing.
+ * The growth detector, at the end. It judges the graphs only (saved, autograd): a program whose
+ * own data grows (a cache, collected results) does not build a graph by growing.
  * The first GROWTH_WARMUP marks warm up; from there to the last mark, the graph memory live at
  * the marks must grow by more than the threshold, in at least 3/4 of the intervals, over 2
- * intervals or more: a steady loop, whose graph memory is the same at every mark, never fires.
- * Items: each graph tag key (category, op, module) that grew, with its top site.
+ * intervals or more: a steady loop, whose graph memory is the same at every mark, never fires;
+ * nor does a loop whose graph memory at the last mark a backward pass then took back, at least
+ * half the growth (REINFORCE keeps each step's graph to the end of its episode, for backward).
+ * Items: each graph-structure tag key (category, op, module) that grew, with its top site.
  */
 static void detect_growth(gp__detectors *d, const gp_profile *p)
 {
@@ -300,6 +312,8 @@ static void detect_growth(gp__detectors *d, const gp_profile *p)
         grew += graph_live(&p->iterations[i]) > graph_live(&p->iterations[i - 1]);
     if (grew * 4 < (n - 1 - base) * 3)
         return;
+    if (d->used_since_mark * 2 >= graph_live(last) - graph_live(first))
+        return;
     finding_acc *a = finding_get(d, GP_FIND_GROWTH, "", first->time_ns);
     if (!a)
         return;
@@ -311,7 +325,7 @@ static void detect_growth(gp__detectors *d, const gp_profile *p)
     for (size_t k = 0; k < d->n_key_growth; k++) {
         const key_growth *g = &d->key_growth[k];
         const gp_tag_key *key = &p->tag_keys[k];
-        if (!lp_category_is_graph(key->category) || g->last <= g->first)
+        if (!lp_category_is_graph_structure(key->category) || g->last <= g->first)
             continue;
         gp_finding_item *it = gp__push((void **)&a->f.items, &a->f.n_items, &a->cap, sizeof *it);
         if (!it) {

@@ -59,13 +59,16 @@ bool gp__detect_graph_buffer(gp__detectors *d, const gp__grad_context *c, lp_cat
                              uint64_t seq, uint64_t now);
 
 /*
- * A buffer counted in forgot_no_grad (seq, size as given to gp__detect_graph_buffer) left its
- * category: freed or retagged. When that happened while a backward pass ran (in_backward), the
- * graph was built for it, not forgotten (input gradients of a model in eval mode, a saliency map,
- * a training step in eval mode): the buffer is taken out of the finding, and a finding left empty
- * is dropped. Otherwise it stays counted.
+ * A buffer of a graph category (birth number seq; `counted`: gp__detect_graph_buffer returned true
+ * for it) left that category: freed or retagged. When that happened while a backward pass ran
+ * (in_backward), the graph was built for it, not forgotten (input gradients of a model in eval
+ * mode, a saliency map, a training step in eval mode): a counted buffer is taken out of its
+ * forgot_no_grad finding (a finding left empty is dropped), and one born before the last mark
+ * counts as graph memory kept across that mark for a backward pass (the growth detector's
+ * exception: a policy gradient's episode). Otherwise a counted buffer stays counted.
  */
-void gp__detect_graph_left(gp__detectors *d, uint64_t seq, uint64_t size, bool in_backward);
+void gp__detect_graph_left(gp__detectors *d, uint64_t seq, uint64_t size, bool counted,
+                           bool in_backward);
 
 /*
  * An instance of inference region `region` that ended two entries of it ago (on its thread) still
