@@ -1402,18 +1402,19 @@ def _starts_iteration(s, root, frame):
 
 
 def _program_site(frame):
-    """(code, instruction) of the innermost of the program's own frames from `frame` outwards (a
-    call site: model(x) and model(x.flip(3)) on one line are two), or of the last frame looked at
-    when the eight innermost are all torch's or the libraries' (map(model, xs) from a pool)."""
-    site = None
-    for _ in range(8):
-        if frame is None:
+    """Where the program is, from `frame` outwards: (code, instruction) of its four innermost own
+    frames (call sites: model(x) and model(x.flip(3)) on one line are two, and so are two calls
+    of a predict(x) of its own that calls the model), or of the last frame looked at when the
+    sixteen innermost are all torch's or the libraries' (map(model, xs) from a pool)."""
+    site, last = [], None
+    for _ in range(16):
+        if frame is None or len(site) == 4:
             break
-        site = (frame.f_code, frame.f_lasti)
+        last = (frame.f_code, frame.f_lasti)
         if not _internal_file(frame.f_code.co_filename):
-            break
+            site.append(last)
         frame = frame.f_back
-    return site
+    return tuple(site) if site else last
 
 
 def _enter_attached_root(s, mod, root, args, frame):
