@@ -1271,7 +1271,10 @@ def test_iteration_model(E, env):
       warmup      the loop's model runs once before the loop: 6 iterations, not 7
       tta         the loop runs the model twice a batch, on the batch and on its mirror image:
                   6 iterations, each keeping twice the graph memory of one call
-      tta_fn      the same through a function of the program's that calls the model"""
+      tta_fn      the same through a function of the program's that calls the model
+      teacher     tta with a teacher model called first in each batch: the model takes over at
+                  its second call of the second batch (from the place that called it in the
+                  first), not at its second call of the first: 6 iterations, not 7"""
     prog = write_program(E, "iteration_model.py",
                          "import sys, torch, torchvision.transforms as T\n"
                          "from torch import nn\n"
@@ -1288,22 +1291,26 @@ def test_iteration_model(E, env):
                          "    encoder = nn.Linear(2048, 2048).eval()\n"
                          "    with torch.no_grad():\n"
                          "        encoder(torch.rand(4, 2048))\n"
+                         "teacher = nn.Sequential(nn.Flatten(), nn.Linear(2048, 10)).eval()\n"
                          "if sys.argv[1] == 'warmup':\n"
                          "    model(torch.zeros(1, 8, 16, 16))\n"
                          "def predict(v):\n"
                          "    return model(v)\n"
                          "losses = []\n"
                          "for x, y in torch.utils.data.DataLoader(Data(), batch_size=4):\n"
+                         "    if sys.argv[1] == 'teacher':\n"
+                         "        with torch.no_grad():\n"
+                         "            teacher(x)\n"
                          "    if sys.argv[1] == 'tta_fn':\n"
                          "        logits = predict(x) + predict(x.flip(3))\n"
                          "    else:\n"
                          "        logits = model(x)\n"
-                         "    if sys.argv[1] == 'tta':\n"
+                         "    if sys.argv[1] in ('tta', 'teacher'):\n"
                          "        logits = logits + model(x.flip(3))\n"
                          "    losses.append(nn.functional.cross_entropy(logits, y))\n"
                          "print(len(losses))\n")
     growth = {}
-    for mode in ("transforms", "prototypes", "warmup", "tta", "tta_fn"):
+    for mode in ("transforms", "prototypes", "warmup", "tta", "tta_fn", "teacher"):
         trace = E.path("iteration_model_%s.gptrace" % mode)
         record_prog(E, trace, prog, [mode], env)()
         r = report_json(E, trace, top=0)()
@@ -1314,7 +1321,7 @@ def test_iteration_model(E, env):
                % (mode, len(marks), kinds))
         saved = [m["live_by_category"]["saved"] for m in marks]
         growth[mode] = (saved[-1] - saved[1]) / max(len(saved) - 2, 1)
-    for mode in ("tta", "tta_fn"):
+    for mode in ("tta", "tta_fn", "teacher"):
         ratio = growth[mode] / max(growth["transforms"], 1)
         expect(1.9 < ratio < 2.1, "%s: an iteration keeps the graphs of two calls (%.0f B "
                "against %.0f B an iteration: %.2fx)" % (mode, growth[mode],

@@ -120,7 +120,8 @@ import weakref
 __all__ = ["attach", "instrument", "uninstall", "profile", "mark", "region", "thread_name",
            "saved_bytes_by_module", "saved_report", "enabled", "mode"]
 
-# The event vocabulary (include/gradprof/vocabulary.h; tests/test_vocabulary.py checks these copies).
+# The event vocabulary (include/gradprof/vocabulary.h; tests/test_vocabulary.py checks these
+# copies).
 # Category wire values (lp_category):
 PARAMETER = 0
 INPUT = 1
@@ -684,9 +685,10 @@ class _State:
                         pass
 
     def tag_optimizer_state(self, opt):
-        """After a step or a load_state_dict of optimizer `opt`: the tensors of its state (SGD's momentum buffers,
-        Adam's moments) become OPTIMIZER_STATE, each once, op `Adam.exp_avg` (the optimizer's
-        class and the state's key), module and name those of the parameter it belongs to."""
+        """After a step or a load_state_dict of optimizer `opt`: the tensors of its state
+        (SGD's momentum buffers, Adam's moments) become OPTIMIZER_STATE, each once, op
+        `Adam.exp_avg` (the optimizer's class and the state's key), module and name those of the
+        parameter it belongs to."""
         import torch
         cls = type(opt).__name__
         for p, state in list(getattr(opt, "state", {}).items()):
@@ -1109,6 +1111,7 @@ class _Model:
         self.paths = None  # id(submodule) -> dotted path, made at the first lookup
         self.calls = 0
         self.last_call = 0  # State.root_calls at its latest call (attached roots)
+        self.last_call_at = {}  # a place in the program (_program_site) -> the same, from there
         self.stateful = None  # has parameters or buffers (_has_state), asked once
         self.owned = False  # an attached root named by its path in the module whose method calls it
 
@@ -1290,6 +1293,7 @@ def _make_hooks(m, mod, path, is_root):
 # -- zero-code attachment: torch's global module hooks ------------------------------------------
 
 _MAX_ATTACHED_ROOTS = 256  # distinct root modules followed (a program making modules per call)
+_MAX_CALL_SITES = 256  # places in the program a root's calls are remembered from (last_call_at)
 
 
 def _attached_root(s, mod, frame):
@@ -1332,11 +1336,13 @@ def _has_state(mod):
 
 def _primary(s, mod, root, previous):
     """Whether the call of attached root `mod` (`root`; `previous`: State.root_calls at its
-    call before this one, 0 for its first) is one of the calls that are the program's iterations,
-    making it the primary root if it should be: the first root called that has parameters or
-    buffers (root.stateful), or, once the primary has not been called since this root's previous
-    call, a stateful root the program calls itself (not `owned`) called again: a model run once
-    before the loop (prototypes, a warm-up) leaves the loop's model the iterations."""
+    previous call from the same place in the program, 0 for none) is one of the calls that are
+    the program's iterations, making it the primary root if it should be: the first root called
+    that has parameters or buffers (root.stateful), or, once the primary has not been called
+    since this root's previous call from here, a stateful root the program calls itself (not
+    `owned`) called again from here: a model run once before the loop (prototypes, a warm-up)
+    leaves the loop's model the iterations, and a second model called twice in the loop's first
+    pass (a student on clean and on noisy input, after its teacher) does not take them."""
     if s.primary == id(mod):
         return True
     if not root.stateful:
@@ -1379,8 +1385,9 @@ def _owner_in_caller(mod, frame):
     return None, None
 
 
-def _starts_iteration(s, root, frame):
-    """Whether this call of the primary root (from `frame`, its caller's) starts an iteration.
+def _starts_iteration(s, root, frame, site):
+    """Whether this call of the primary root (from `frame`, its caller's; at `site`,
+    _program_site) starts an iteration.
     Of a submodule that a method of its owner calls (named Owner.path), only the calls from the
     place in that method where it first called it do: a generate() that embeds the prompt, then
     each new token in a loop, is one iteration a call. Of a model, a call from a place in the
@@ -1392,7 +1399,6 @@ def _starts_iteration(s, root, frame):
         if owner is not None:
             place = s.iteration_places.setdefault(owner.f_code, owner.f_lasti)
             return place == owner.f_lasti
-    site = _program_site(frame)
     seen = s.sites_since_mark
     new = not seen or site in seen
     if new:
@@ -1428,7 +1434,14 @@ def _enter_attached_root(s, mod, root, args, frame):
     if root.stateful is None:
         root.stateful = _has_state(mod)
     s.root_calls += 1
-    previous, root.last_call = root.last_call, s.root_calls
+    root.last_call = s.root_calls
+    previous = 0
+    site = _program_site(frame) if root.stateful else None
+    if site is not None:
+        previous = root.last_call_at.get(site, 0)
+        if len(root.last_call_at) >= _MAX_CALL_SITES and not previous:
+            root.last_call_at.clear()
+        root.last_call_at[site] = s.root_calls
     tls = s.tls
     w = s.watch
     if w is not None:
@@ -1438,7 +1451,8 @@ def _enter_attached_root(s, mod, root, args, frame):
             w["live_at_calls"].append(s.saved_live_total)
     if s.saved_live_total > 0:
         _note_holders(s, "call %s#%d" % (root.name, root.calls), (args, tls.call_kwargs), mod)
-    if _primary(s, mod, root, previous) and not s.user_marks and _starts_iteration(s, root, frame):
+    if (_primary(s, mod, root, previous) and not s.user_marks
+            and _starts_iteration(s, root, frame, site)):
         s.iterations += 1
         s.lib.lib.lp_mark(_b("iter %d" % s.iterations))
     if not mod.training and not any(e.name == REGION_INFERENCE for e in tls.stack):
