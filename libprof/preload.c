@@ -26,8 +26,10 @@
  *
  * Known limits: allocations made before this library's constructor (by the dynamic loader and by
  * libc's start-up) are not recorded; memory the program maps itself (mmap, brk/sbrk) is not heap
- * and not recorded; a signal handler's allocations while the same thread is inside an operator
- * new or delete are taken for the operator's own (when they come from the allocator's object);
+ * and not recorded; a signal handler's allocations and frees while the recorder records an event
+ * of the same thread are not recorded (lp__guard_enter refuses them), and while the thread is
+ * inside an operator new or delete are taken for the operator's own (when they come from the
+ * allocator's object);
  * a vfork child that calls exec flushes from the parent's memory.
  */
 #define _GNU_SOURCE
