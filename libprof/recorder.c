@@ -308,6 +308,9 @@ static struct {
     atomic_int fd;      /* the trace's descriptor, or -1; replaced when it had to be reopened */
     dev_t fd_dev;       /* what the trace file is: checked before each chunk is written */
     ino_t fd_ino;
+    /* the bytes of the trace file written or claimed by a writer about to write them
+     * (lp__claim_file_bytes) */
+    _Atomic uint64_t file_bytes;
     pid_t pid;          /* the process the state belongs to (tgkill) */
     bool fd_pending; /* forked child: create the file on the first write */
     char path[4096];
@@ -791,6 +794,7 @@ static int lp__create_file(void)
         }
         R.fd_dev = id.st_dev;
         R.fd_ino = id.st_ino;
+        atomic_store(&R.file_bytes, sizeof header);
         memcpy(R.path, candidate, sizeof candidate);
         R.reopen_path[0] = '\0';
         if (candidate[0] != '/' && getcwd(R.reopen_path, sizeof R.reopen_path) != NULL) {
@@ -862,17 +866,38 @@ static int lp__fd_checked(void)
     return lp__fd_reopen(fd);
 }
 
-/* Writes one chunk; `last_time` is its last record's time (0: none), which the write time is not
- * before. Async-signal-safe (fstat, writev; open and fcntl when the descriptor must be
- * reopened). Cancellation is off for the caller (lp__flush_thread) or never reaches here. */
-static void lp__write_chunk_at(uint32_t thread, uint64_t base_time, uint64_t last_time,
-                               const uint8_t *payload, size_t len)
+/* The bytes kept below the program's file size limit for the note that says the trace stops
+ * there (lp__claim_file_bytes). */
+#define LP__LIMIT_ROOM 256
+
+/*
+ * Claims the next `total` bytes of the trace file for one write, leaving `room` bytes below the
+ * program's file size limit (RLIMIT_FSIZE, which it may lower at any time); 0 when that limit is
+ * not in the way, else the limit. A write that starts at the limit gets the process SIGXFSZ, whose
+ * default action kills it, and one that crosses it is cut short, leaving a torn chunk: the trace
+ * ends at its last whole chunk instead. Writers claim their ranges one after the other, so none
+ * of those within the limit can pass it, in whatever order O_APPEND lays them down.
+ * Async-signal-safe.
+ */
+static uint64_t lp__claim_file_bytes(size_t total, uint64_t room)
 {
-    if (len == 0 || atomic_load(&R.disabled))
-        return;
+    uint64_t at = atomic_fetch_add(&R.file_bytes, total);
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_FSIZE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
+        (rl.rlim_cur >= room && at + total <= rl.rlim_cur - room))
+        return 0;
+    atomic_fetch_sub(&R.file_bytes, total); /* not written */
+    return rl.rlim_cur;
+}
+
+/* Writes one chunk, within `room` bytes of the program's file size limit; returns that limit if
+ * the chunk would pass it (nothing written), else 0. */
+static uint64_t lp__write_chunk_within(uint32_t thread, uint64_t base_time, uint64_t last_time,
+                                       const uint8_t *payload, size_t len, uint64_t room)
+{
     int fd = lp__fd_checked();
     if (fd < 0)
-        return;
+        return 0;
     uint8_t header[GP_CHUNK_HEADER_BYTES];
     gp_put_u32(header, GP_CHUNK_MAGIC);
     gp_put_u32(header + 4, (uint32_t)len);
@@ -884,6 +909,9 @@ static void lp__write_chunk_at(uint32_t thread, uint64_t base_time, uint64_t las
     gp_put_u32(header + 8, gp_crc32c(crc, payload, len));
     struct iovec iov[2] = {{header, sizeof header}, {(void *)payload, len}};
     size_t total = sizeof header + len;
+    uint64_t limit = lp__claim_file_bytes(total, room);
+    if (limit)
+        return limit;
     int saved_errno = errno;
     for (bool reopened = false;;) {
         ssize_t w = writev(fd, iov, 2);
@@ -901,6 +929,38 @@ static void lp__write_chunk_at(uint32_t thread, uint64_t base_time, uint64_t las
         break;
     }
     errno = saved_errno;
+    return 0;
+}
+
+static size_t lp__put_str(uint8_t *p, const char *s, size_t max);
+
+/* Writes one chunk; `last_time` is its last record's time (0: none), which the write time is not
+ * before. At the program's file size limit, the trace ends instead with the metadata
+ * "end_reason" "file size limit N" (written in the room kept for it) and recording stops.
+ * Async-signal-safe (fstat, getrlimit, writev; open and fcntl when the descriptor must be
+ * reopened). Cancellation is off for the caller (lp__flush_thread) or never reaches here. */
+static void lp__write_chunk_at(uint32_t thread, uint64_t base_time, uint64_t last_time,
+                               const uint8_t *payload, size_t len)
+{
+    if (len == 0 || atomic_load(&R.disabled))
+        return;
+    uint64_t limit =
+        lp__write_chunk_within(thread, base_time, last_time, payload, len, LP__LIMIT_ROOM);
+    static atomic_bool limit_noted;
+    if (!limit || atomic_exchange(&limit_noted, true))
+        return;
+    char value[48], why[120];
+    uint8_t note[80];
+    size_t n = 0;
+    snprintf(value, sizeof value, "file size limit %llu", (unsigned long long)limit);
+    note[n++] = GP_REC_META;
+    n += lp__put_str(note + n, "end_reason", 16);
+    n += lp__put_str(note + n, value, sizeof value);
+    lp__write_chunk_within(0, 0, 0, note, n, 0);
+    snprintf(why, sizeof why,
+             "the trace reached the program's file size limit (RLIMIT_FSIZE, %llu bytes)",
+             (unsigned long long)limit);
+    lp__disable(why);
 }
 
 static void lp__write_chunk(uint32_t thread, uint64_t base_time, const uint8_t *payload,

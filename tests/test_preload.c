@@ -52,6 +52,7 @@
 #include "preload/exclude_own.h"
 #include "preload/fp_chains.h"
 #include "preload/fp_garbage.h"
+#include "preload/fsize_limit.h"
 #include "preload/vfork_exec.h"
 #include "analysis.h"
 #include "symbolize.h"
@@ -1066,6 +1067,30 @@ static void test_fd_close_range(void **state) { check_fd_game("close_range"); }
 /* The program finds the trace's descriptor and puts its own file on that number. */
 static void test_fd_hijacked(void **state) { check_fd_game("hijack"); }
 
+/* A program that lowers its file size limit (fsize_limit): the trace stops at a whole chunk below
+ * the limit, with end_reason "file size limit N" and one warning, and the program runs to its end
+ * (a chunk written across the limit was torn, and one that starts at it gets SIGXFSZ, which
+ * kills the program). */
+static void test_file_size_limit(void **state)
+{
+    (void)state;
+    const char *dir = make_dir();
+    run_result r;
+    run_both(prog("fsize_limit"), dir, (const char *[]){"GRADPROF_FLUSH_MS=1", NULL}, &r);
+    assert_true(exited_with(&r, 0));
+    assert_string_equal(r.out, FL_STDOUT);
+    assert_non_null(strstr(r.err, "file size limit (RLIMIT_FSIZE, 262144 bytes)"));
+    summary s;
+    summarize_pid(dir, r.pid, NULL, 0, &s, NULL);
+    assert_false(s.info.damaged);
+    assert_true(s.info.file_bytes <= FL_LIMIT);
+    assert_true(s.allocs > 0 && s.allocs < 2 * FL_COUNT);
+    char want[32];
+    snprintf(want, sizeof want, "file size limit %d", FL_LIMIT);
+    assert_string_equal(s.end_reason, want);
+    remove_dir(dir);
+}
+
 /* ---- pthread_cancel (item 2) ------------------------------------------------------------------ */
 
 /* 200 allocating threads cancelled at random moments, 10 runs: none may hang (a cancellation
@@ -1796,6 +1821,7 @@ int main(void)
         cmocka_unit_test(test_stack_walks_with_frame_pointers),
         cmocka_unit_test(test_stack_walks_without_frame_pointers),
         cmocka_unit_test(test_stack_walk_refused_once),
+        cmocka_unit_test(test_file_size_limit),
         cmocka_unit_test(test_disabled),
         cmocka_unit_test(test_unwritable_output),
         cmocka_unit_test(test_foreign_program),

@@ -59,6 +59,7 @@ const char *gp_check_end_reason(const char *end_reason, char *buf, size_t size)
         return NULL;
     int sig = 0;
     char tail;
+    unsigned long long limit;
     if (!strcmp(end_reason, "exec")) {
         snprintf(buf, size, "exec'd another program (its new image records a trace of its own)");
     } else if (sscanf(end_reason, "signal %d%c", &sig, &tail) == 1 && sig > 0 && sig < 128) {
@@ -67,6 +68,11 @@ const char *gp_check_end_reason(const char *end_reason, char *buf, size_t size)
             snprintf(buf, size, "was killed by signal %d (SIG%s)", sig, abbrev);
         else
             snprintf(buf, size, "was killed by signal %d", sig);
+    } else if (sscanf(end_reason, "file size limit %llu%c", &limit, &tail) == 1) {
+        snprintf(buf, size,
+                 "reached its file size limit (RLIMIT_FSIZE, %llu bytes): the recorder stopped "
+                 "there, the program went on",
+                 limit);
     } else {
         snprintf(buf, size, "ended by '%.64s'", end_reason);
     }

@@ -193,8 +193,9 @@ int gp_check_classified(const gp_profile *p, uint64_t *unclassified, char *why, 
 /*
  * How a recorder's end_reason META value ends a sentence about the program: "exit" or NULL (an
  * older trace) give NULL (nothing to say); "exec" gives "exec'd another program (its new image
- * records a trace of its own)"; "signal 6" gives "was killed by signal 6 (SIGABRT)"; any other
- * value "ended by '<value>'". Returns buf or NULL.
+ * records a trace of its own)"; "signal 6" gives "was killed by signal 6 (SIGABRT)"; "file size
+ * limit N" (the trace reached the program's RLIMIT_FSIZE) says that the recorder stopped there;
+ * any other value "ended by '<value>'". Returns buf or NULL.
  */
 const char *gp_check_end_reason(const char *end_reason, char *buf, size_t size);
 

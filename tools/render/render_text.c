@@ -179,6 +179,7 @@ static void header(gp__text_ctx *c)
     if (!in)
         return;
     const char *warn = c->color ? "\033[33mWarning\033[0m       " : "Warning       ";
+    char how[200];
     if (in->damaged) {
         fprintf(c->out, "%strace damaged at byte %s (%s):\n", warn,
                 gp__format_count(in->damage_offset, n1, sizeof n1), in->damage_reason);
@@ -186,6 +187,10 @@ static void header(gp__text_ctx *c)
                        gp__format_bytes_exact(in->bytes_lost, x1, sizeof x1));
         gp__text_field(c, NULL, "this report covers the %s events recorded before it",
                        gp__format_count(in->events, n3, sizeof n3));
+    } else if (!in->clean_end && gp_check_end_reason(gp_trace_meta(p->trace, "end_reason"), how,
+                                                     sizeof how)) {
+        fprintf(c->out, "%sthe trace ends where the program %s;\n", warn, how);
+        gp__text_field(c, NULL, "the report covers what was written");
     } else if (!in->clean_end) {
         fprintf(c->out, "%sthe trace has no end record: the program did not finish recording\n",
                 warn);
