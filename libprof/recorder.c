@@ -309,8 +309,9 @@ static struct {
     dev_t fd_dev;       /* what the trace file is: checked before each chunk is written */
     ino_t fd_ino;
     /* the bytes of the trace file written or claimed by a writer about to write them
-     * (lp__claim_file_bytes) */
+     * (lp__claim_file_bytes), and whether the trace reached the program's file size limit */
     _Atomic uint64_t file_bytes;
+    atomic_bool file_limited;
     pid_t pid;          /* the process the state belongs to (tgkill) */
     bool fd_pending; /* forked child: create the file on the first write */
     char path[4096];
@@ -795,6 +796,7 @@ static int lp__create_file(void)
         R.fd_dev = id.st_dev;
         R.fd_ino = id.st_ino;
         atomic_store(&R.file_bytes, sizeof header);
+        atomic_store(&R.file_limited, false);
         memcpy(R.path, candidate, sizeof candidate);
         R.reopen_path[0] = '\0';
         if (candidate[0] != '/' && getcwd(R.reopen_path, sizeof R.reopen_path) != NULL) {
@@ -946,8 +948,7 @@ static void lp__write_chunk_at(uint32_t thread, uint64_t base_time, uint64_t las
         return;
     uint64_t limit =
         lp__write_chunk_within(thread, base_time, last_time, payload, len, LP__LIMIT_ROOM);
-    static atomic_bool limit_noted;
-    if (!limit || atomic_exchange(&limit_noted, true))
+    if (!limit || atomic_exchange(&R.file_limited, true))
         return;
     char value[48], why[120];
     uint8_t note[80];
