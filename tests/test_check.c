@@ -168,6 +168,11 @@ static void test_end_reason(void **state)
     assert_string_equal(gp_check_end_reason("signal 9", buf, sizeof buf),
                         "was killed by signal 9 (SIGKILL)");
     contains(gp_check_end_reason("exec", buf, sizeof buf), "exec'd another program");
+    assert_string_equal(gp_check_end_reason("file size limit 65536", buf, sizeof buf),
+                        "reached its file size limit (RLIMIT_FSIZE, 65536 bytes): the recorder "
+                        "stopped there, the program went on");
+    assert_string_equal(gp_check_end_reason("file size limit x", buf, sizeof buf),
+                        "ended by 'file size limit x'");
     assert_string_equal(gp_check_end_reason("meteor", buf, sizeof buf), "ended by 'meteor'");
 }
 

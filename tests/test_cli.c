@@ -861,6 +861,13 @@ static void test_check_incomplete(void **state)
     expect_rc(gradprof("report abort.gptrace"), 0);
     contains(S.err, "gradprof report: warning: 'abort.gptrace' ends where the program was killed "
                     "by signal 6 (SIGABRT)");
+    contains(S.out, "Warning       the trace ends where the program was killed by signal 6 "
+                    "(SIGABRT);\n              the report covers what was written");
+    /* the recorder stopped at the program's file size limit */
+    small_trace("limit.gptrace", false, "file size limit 65536", 0);
+    expect_rc(gradprof("check limit.gptrace"), 2);
+    contains(S.err, "'limit.gptrace' is incomplete: the program reached its file size limit "
+                    "(RLIMIT_FSIZE, 65536 bytes)");
     /* an exec ends the image: judged like an exit (the new program writes a trace of its own),
      * and report says where it ended */
     small_trace("exec.gptrace", false, "exec", 0);
