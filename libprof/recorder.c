@@ -868,6 +868,27 @@ static int lp__fd_checked(void)
     return lp__fd_reopen(fd);
 }
 
+static size_t lp__put_str(uint8_t *p, const char *s, size_t max)
+{
+    size_t n = strlen(s);
+    if (n > max)
+        n = max;
+    size_t k = gp_put_varint(p, n);
+    memcpy(p + k, s, n);
+    return k + n;
+}
+
+/* A META record of `key` and `value`, cut at key_max and value_max bytes, at p; its length. */
+static size_t lp__put_meta(uint8_t *p, const char *key, size_t key_max, const char *value,
+                           size_t value_max)
+{
+    size_t n = 0;
+    p[n++] = GP_REC_META;
+    n += lp__put_str(p + n, key, key_max);
+    n += lp__put_str(p + n, value, value_max);
+    return n;
+}
+
 /* The bytes kept below the program's file size limit for the note that says the trace stops
  * there (lp__claim_file_bytes). */
 #define LP__LIMIT_ROOM 256
@@ -934,8 +955,6 @@ static uint64_t lp__write_chunk_within(uint32_t thread, uint64_t base_time, uint
     return 0;
 }
 
-static size_t lp__put_str(uint8_t *p, const char *s, size_t max);
-
 /* Writes one chunk; `last_time` is its last record's time (0: none), which the write time is not
  * before. At the program's file size limit, the trace ends instead with the metadata
  * "end_reason" "file size limit N" (written in the room kept for it) and recording stops.
@@ -952,12 +971,8 @@ static void lp__write_chunk_at(uint32_t thread, uint64_t base_time, uint64_t las
         return;
     char value[48], why[120];
     uint8_t note[80];
-    size_t n = 0;
     snprintf(value, sizeof value, "file size limit %llu", (unsigned long long)limit);
-    note[n++] = GP_REC_META;
-    n += lp__put_str(note + n, "end_reason", 16);
-    n += lp__put_str(note + n, value, sizeof value);
-    lp__write_chunk_within(0, 0, 0, note, n, 0);
+    lp__write_chunk_within(0, 0, 0, note, lp__put_meta(note, "end_reason", 16, value, 47), 0);
     snprintf(why, sizeof why,
              "the trace reached the program's file size limit (RLIMIT_FSIZE, %llu bytes)",
              (unsigned long long)limit);
@@ -997,25 +1012,11 @@ static bool lp__ensure_file(void)
 
 static uint8_t lp__global_buf[LP__BUF_BYTES];
 
-static size_t lp__put_str(uint8_t *p, const char *s, size_t max)
-{
-    size_t n = strlen(s);
-    if (n > max)
-        n = max;
-    size_t k = gp_put_varint(p, n);
-    memcpy(p + k, s, n);
-    return k + n;
-}
-
 /* Writes a META record as its own thread-0 chunk; R.lock held. */
 static void lp__write_meta(const char *key, const char *value)
 {
-    uint8_t *p = lp__global_buf;
-    size_t n = 0;
-    p[n++] = GP_REC_META;
-    n += lp__put_str(p + n, key, 256);
-    n += lp__put_str(p + n, value, LP__BUF_BYTES - 600);
-    lp__write_chunk(0, 0, p, n);
+    lp__write_chunk(0, 0, lp__global_buf,
+                    lp__put_meta(lp__global_buf, key, 256, value, LP__BUF_BYTES - 600));
 }
 
 /* Writes a META record with a short key and value from a buffer on the stack: no lock, so it is
@@ -1023,11 +1024,7 @@ static void lp__write_meta(const char *key, const char *value)
 static void lp__write_meta_unlocked(const char *key, const char *value)
 {
     uint8_t p[160];
-    size_t n = 0;
-    p[n++] = GP_REC_META;
-    n += lp__put_str(p + n, key, 48);
-    n += lp__put_str(p + n, value, 96);
-    lp__write_chunk(0, 0, p, n);
+    lp__write_chunk(0, 0, p, lp__put_meta(p, key, 48, value, 96));
 }
 
 /* The most command-line bytes kept: what one chunk can hold. Longer command lines (the kernel
