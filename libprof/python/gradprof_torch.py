@@ -622,18 +622,24 @@ class _State:
         info = self.storage_of(t)
         if info is None:
             return
-        ptr, n = info
+        ptr = info[0]
         self.param_keys.add(ptr)
         old = self.tagged_params.get(ptr)
         if old is not None and old() is not None:
             return
         self.tagged_params[ptr] = weakref.ref(t)
         try:
-            self.lib.tag_new(ptr, n, PARAMETER, op, module, name, t.requires_grad, info.device)
-            if self.lib.mode == "standalone":
-                weakref.finalize(t, self._untag_quiet, ptr, n, PARAMETER, info.device)
+            self._tag_tensor(t, info, PARAMETER, op, module, name, t.requires_grad)
         except Exception:
             pass
+
+    def _tag_tensor(self, t, info, cat, op, module, detail, grad):
+        """Tags the storage of tensor `t` (info: storage_of(t)) as a new buffer of category
+        `cat`; recording standalone, the tag is taken back when `t` dies (under the preload the
+        storage's free says so)."""
+        self.lib.tag_new(info[0], info[1], cat, op, module, detail, grad, info.device)
+        if self.lib.mode == "standalone":
+            weakref.finalize(t, self._untag_quiet, info[0], info[1], cat, info.device)
 
     def _untag_quiet(self, ptr, n, cat, device=_HOST):
         try:
@@ -675,12 +681,9 @@ class _State:
                         continue
                     self.grad_tags[id(p)] = (info[0], weakref.ref(g))
                     try:
-                        self.lib.tag_new(info[0], info[1], GRADIENT, "accumulate_grad", path,
+                        self._tag_tensor(g, info, GRADIENT, "accumulate_grad", path,
                                          "[%s]" % ",".join(str(d) for d in g.shape),
-                                         self.grad_mode()[0], info.device)
-                        if self.lib.mode == "standalone":
-                            weakref.finalize(g, self._untag_quiet, info[0], info[1], GRADIENT,
-                                             info.device)
+                                         self.grad_mode()[0])
                     except Exception:
                         pass
 
@@ -705,11 +708,8 @@ class _State:
                     continue
                 try:
                     _remember(self.state_seen, v, addr)
-                    self.lib.tag_new(info[0], info[1], OPTIMIZER_STATE, "%s.%s" % (cls, key),
-                                     module, pname, False, info.device)
-                    if self.lib.mode == "standalone":
-                        weakref.finalize(v, self._untag_quiet, info[0], info[1],
-                                         OPTIMIZER_STATE, info.device)
+                    self._tag_tensor(v, info, OPTIMIZER_STATE, "%s.%s" % (cls, key), module,
+                                     pname, False)
                 except Exception:
                     pass
 
