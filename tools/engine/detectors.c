@@ -305,20 +305,21 @@ static void detect_growth(gp__detectors *d, const gp_profile *p)
     if (n < base + 3)
         return;
     const gp_iteration *first = &p->iterations[base], *last = &p->iterations[n - 1];
-    if (graph_live(last) <= graph_live(first) + d->growth_threshold)
+    uint64_t at_first = graph_live(first), at_last = graph_live(last);
+    if (at_last <= at_first + d->growth_threshold)
         return;
     size_t grew = 0;
     for (size_t i = base + 1; i < n; i++)
         grew += graph_live(&p->iterations[i]) > graph_live(&p->iterations[i - 1]);
     if (grew * 4 < (n - 1 - base) * 3)
         return;
-    if (d->used_since_mark * 2 >= graph_live(last) - graph_live(first))
+    if (d->used_since_mark * 2 >= at_last - at_first)
         return;
     finding_acc *a = finding_get(d, GP_FIND_GROWTH, "", first->time_ns);
     if (!a)
         return;
     a->f.first_time_ns = first->time_ns;
-    a->f.bytes = graph_live(last) - graph_live(first);
+    a->f.bytes = at_last - at_first;
     a->f.count = grew;
     a->f.grew_from = (uint32_t)base + 1;
     a->f.grew_to = (uint32_t)n;
